@@ -1,0 +1,1 @@
+"""Built-in model-family packages, installed as ``xdllm_models``."""

@@ -1,0 +1,67 @@
+"""Batch and output types of the MLM family (seed 004)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, TypedDict
+
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor
+from typing_extensions import NotRequired
+
+from xdllm.interfaces import PredictionDict
+
+
+class MLMBatch(TypedDict):
+    """Input to the MLM during training.
+
+    ``input_ids`` hold the corrupted canvas (mask tokens at corrupted positions), ``target_ids``
+    the clean tokens. The loss is taken where ``input_ids == mask_token_id``.
+    ``attention_mask`` is True on real tokens; it is omitted for packed FlexAttention batches.
+    ``positions`` are RoPE positions (restarting per document in packed rows).
+    """
+
+    input_ids: Integer[Tensor, "batch seq_len"]
+    target_ids: Optional[Integer[Tensor, "batch seq_len"]]
+    attention_mask: NotRequired[Bool[Tensor, "batch seq_len"]]
+    positions: NotRequired[Integer[Tensor, "batch seq_len"]]
+    segment_ids: NotRequired[Integer[Tensor, "batch seq_len"]]
+    block_mask: NotRequired[Any]
+    fixed_positions_mask: NotRequired[Bool[Tensor, "batch seq_len"]]
+    sample_index: NotRequired[Integer[Tensor, " batch"]]
+
+
+class PackedFlexMLMBatch(TypedDict):
+    """Packed rows from ``PackedMLMCollator``: tensors only, safe to pickle across workers.
+
+    The FlexAttention ``BlockMask`` is built from ``segment_ids`` on the training device by the
+    model, never in the collator.
+    """
+
+    input_ids: Integer[Tensor, "batch seq_len"]
+    target_ids: Integer[Tensor, "batch seq_len"]
+    positions: Integer[Tensor, "batch seq_len"]
+    segment_ids: Integer[Tensor, "batch seq_len"]
+
+
+class MLMSeq2SeqPredictionBatch(TypedDict):
+    """Prefix (left-padded ``[bos] + prompt``) to complete; ``target_ids`` = suffix when known."""
+
+    input_ids: Integer[Tensor, "batch prompt_len"]
+    attention_mask: Bool[Tensor, "batch prompt_len"]
+    target_ids: NotRequired[Integer[Tensor, "batch target_len"]]
+    sample_index: NotRequired[Integer[Tensor, " batch"]]
+
+
+class MLMUncondtionalPredictionBatch(TypedDict):
+    """Unconditional generation: an all-mask canvas (name spelled as in seed 004)."""
+
+    input_ids: Integer[Tensor, "batch seq_len"]
+    attention_mask: Bool[Tensor, "batch seq_len"]
+
+
+class MLMLossDict(TypedDict):
+    loss: Float[Tensor, ""]
+    masked_tokens: NotRequired[Float[Tensor, ""]]
+
+
+MLMPredictionDict = PredictionDict

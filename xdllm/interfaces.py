@@ -1,0 +1,171 @@
+"""The contract between the xdllm core and a model-family package, in one place.
+
+A model family (``models/mlm`` is the reference) provides five roles, each a small object built
+by Hydra from the family's config (``_target_`` dotted paths):
+
+- a **model**: ``nn.Module`` mapping a (partly masked) canvas to logits;
+- a **collator**: turns a list of :class:`Example` into a training or prediction batch;
+- a **loss**: turns ``(model, batch)`` into a :class:`LossDict`;
+- a **predictor**: runs iterative unmasking on a prediction batch and returns a
+  :class:`PredictionDict`, calling an optional :class:`HistoryRecorder` at every step;
+- **types**: the family's TypedDicts for its batches (see ``xdllm_models.mlm.types``).
+
+The family registers a :class:`ModelFamily` under the ``xdllm.models`` entry-point group (or is
+found on the model search path, see :mod:`xdllm.registry`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
+
+import torch
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor
+from typing_extensions import NotRequired
+
+
+class Example(TypedDict):
+    """One tokenized task sample, before collation.
+
+    ``prompt_ids`` are given to the model and never corrupted (empty for unconditional data);
+    ``target_ids`` are what the model must produce. Neither includes bos/eos: collators add them.
+    ``sample_index`` is the sample's global position in its stream (unique within a run for the
+    training split), ``step`` the optimizer step it belongs to; together with the run seed they
+    make corruption a deterministic function of the data, not of the device layout.
+    """
+
+    prompt_ids: list[int]
+    target_ids: list[int]
+    sample_index: int
+    step: int
+
+
+class TrainBatch(TypedDict):
+    """What every training collator returns at least (families add their own keys)."""
+
+    input_ids: Integer[Tensor, "batch seq_len"]
+    target_ids: Integer[Tensor, "batch seq_len"]
+    attention_mask: NotRequired[Bool[Tensor, "batch seq_len"]]
+    positions: NotRequired[Integer[Tensor, "batch seq_len"]]
+
+
+class PredictionBatch(TypedDict):
+    """Prompts to complete. ``target_ids`` (right-padded with pad) are present when known."""
+
+    input_ids: Integer[Tensor, "batch prompt_len"]
+    attention_mask: Bool[Tensor, "batch prompt_len"]
+    target_ids: NotRequired[Integer[Tensor, "batch target_len"]]
+    sample_index: NotRequired[Integer[Tensor, " batch"]]
+
+
+class LossDict(TypedDict):
+    """Output of a loss. ``loss`` is back-propagated; every other scalar entry is logged."""
+
+    loss: Float[Tensor, ""]
+
+
+class PredictionDict(TypedDict):
+    """Output of a predictor (seed 004 ``MLMPredictionDict``)."""
+
+    loss: Float[Tensor, " batch"] | None
+    text: list[str]
+    ids: Integer[Tensor, "batch seq_len"]
+    time_taken: list[float]
+    output_start_idx: Integer[Tensor, " batch"]
+    steps_taken: list[int]
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What xdllm needs from a tokenizer (built-in or a local Hugging Face JSON)."""
+
+    pad_token_id: int
+    mask_token_id: int
+    bos_token_id: int
+    eos_token_id: int
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def special_token_ids(self) -> frozenset[int]: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+    def id_to_token(self, token_id: int) -> str: ...
+
+
+class DenoisingModel(Protocol):
+    """A model that maps a canvas to per-position logits over the vocabulary."""
+
+    def __call__(
+        self,
+        x_t: Integer[Tensor, "batch seq_len"],
+        attention_mask: Bool[Tensor, "batch seq_len"] | None = None,
+        positions: Integer[Tensor, "batch seq_len"] | None = None,
+        **kwargs: Any,
+    ) -> Float[Tensor, "batch seq_len vocab"]: ...
+
+
+class Collator(Protocol):
+    def __call__(self, examples: Sequence[Example]) -> Mapping[str, Tensor]: ...
+
+
+class LossFunction(Protocol):
+    def __call__(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> LossDict: ...
+
+
+@dataclass(frozen=True)
+class DenoisingStep:
+    """The state the predictor hands to a history recorder after each step.
+
+    Positions are canvas positions; ``output_start`` marks where each row's output region
+    begins (``output_start[b] .. canvas_len``). ``probs`` are the final token distributions the
+    step sampled from (after temperature / top-k / top-p). ``active`` marks rows that used a
+    forward pass in this step; finished rows are carried unchanged.
+    """
+
+    step: int
+    canvas: Integer[Tensor, "batch seq_len"]
+    probs: Float[Tensor, "batch seq_len vocab"]
+    committed: Bool[Tensor, "batch seq_len"]
+    confidence: Float[Tensor, "batch seq_len"]
+    active: Bool[Tensor, " batch"]
+    output_start: Integer[Tensor, " batch"]
+
+
+class HistoryRecorder(Protocol):
+    """Called by the predictor: ``begin`` once per batch, ``on_step`` after every step."""
+
+    def begin(self, batch: Mapping[str, Any], canvas: Integer[Tensor, "batch seq_len"],
+              output_start: Integer[Tensor, " batch"]) -> None: ...
+
+    def on_step(self, state: DenoisingStep) -> None: ...
+
+    def end(self, prediction: PredictionDict) -> None: ...
+
+
+class Predictor(Protocol):
+    def predict(
+        self,
+        batch: Mapping[str, Any],
+        model: torch.nn.Module | None = None,
+        history: HistoryRecorder | None = None,
+    ) -> PredictionDict: ...
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """What a model package registers under the ``xdllm.models`` entry-point group.
+
+    ``config_dir`` is joined to Hydra's search path, so the package's ``model/<name>.yaml``
+    (and any experiments it ships) become selectable from the command line.
+    """
+
+    name: str
+    description: str
+    config_dir: Path
