@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 import torch
 from jaxtyping import Bool, Float, Integer
@@ -99,6 +100,7 @@ class Tokenizer(Protocol):
     def id_to_token(self, token_id: int) -> str: ...
 
 
+@runtime_checkable
 class DenoisingModel(Protocol):
     """A model that maps a canvas to per-position logits over the vocabulary."""
 
@@ -111,10 +113,12 @@ class DenoisingModel(Protocol):
     ) -> Float[Tensor, "batch seq_len vocab"]: ...
 
 
+@runtime_checkable
 class Collator(Protocol):
     def __call__(self, examples: Sequence[Example]) -> Mapping[str, Tensor]: ...
 
 
+@runtime_checkable
 class LossFunction(Protocol):
     def __call__(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> LossDict: ...
 
@@ -138,6 +142,7 @@ class DenoisingStep:
     output_start: Integer[Tensor, " batch"]
 
 
+@runtime_checkable
 class HistoryRecorder(Protocol):
     """Called by the predictor: ``begin`` once per batch, ``on_step`` after every step."""
 
@@ -149,6 +154,7 @@ class HistoryRecorder(Protocol):
     def end(self, prediction: PredictionDict) -> None: ...
 
 
+@runtime_checkable
 class Predictor(Protocol):
     def predict(
         self,

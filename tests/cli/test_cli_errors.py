@@ -1,0 +1,57 @@
+"""Every user mistake gives one `xdllm: error: ...` line and exit status 2, no traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from xdllm.cli.main import main
+
+
+def _error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1, captured.err
+    assert "Traceback" not in captured.err
+    assert lines[0].startswith("xdllm: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["experiment=no_such_experiment"], "unknown experiment 'no_such_experiment'; available: "),
+    (["model=no_such_model"], "unknown model 'no_such_model'; available: "),
+    (["task=no_such_task"], "unknown task 'no_such_task'"),
+    (["trainer.max_stepz=3"], "invalid configuration or override"),
+    (["trainer.max_steps=three"], "invalid configuration or override"),
+    (["not-an-override"], "invalid configuration or override"),
+])
+def test_train_errors_are_one_line(capsys, overrides, expected):
+    assert main(["train", *overrides]) == 2
+    assert expected in _error_line(capsys)
+
+
+def test_missing_checkpoint_is_one_line(capsys, tmp_path):
+    assert main(["generate", f"ckpt={tmp_path / 'missing.ckpt'}"]) == 2
+    assert "checkpoint not found" in _error_line(capsys)
+
+
+def test_run_directory_without_checkpoint_is_one_line(capsys, tmp_path):
+    assert main(["eval", f"ckpt={tmp_path}"]) == 2
+    assert "no checkpoint in run directory" in _error_line(capsys)
+
+
+def test_generate_without_ckpt_is_one_line(capsys):
+    assert main(["generate"]) == 2
+    assert "ckpt" in _error_line(capsys)
+
+
+def test_help_lists_groups_and_experiments():
+    result = subprocess.run([sys.executable, "-m", "xdllm.cli.main", "--help"],
+                            capture_output=True, text=True, check=True)
+    for expected in ("experiment", "sort_mlm", "trainer_strategy", "ddp", "model", "mlm", "task"):
+        assert expected in result.stdout
+
+
+def test_models_lists_mlm(capsys):
+    assert main(["models"]) == 0
+    assert capsys.readouterr().out.startswith("mlm")

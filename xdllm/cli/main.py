@@ -1,0 +1,147 @@
+"""The ``xdllm`` command: train | generate | eval | models | history."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import warnings
+from typing import Sequence
+
+from xdllm.errors import XdllmError
+from xdllm.registry import ModelRegistryError, discover_families, search_path_from_env
+
+EXIT_USAGE = 2
+
+
+def _help_epilog() -> str:
+    from xdllm.config.compose import group_options
+
+    try:
+        families = discover_families()
+    except ModelRegistryError as error:
+        return f"(model discovery failed: {error})"
+    lines = ["config groups (choose with GROUP=OPTION, e.g. experiment=sort_mlm):"]
+    for group, options in group_options(families).items():
+        lines.append(f"  {group:<18} {', '.join(options)}")
+    lines += [
+        "",
+        "examples:",
+        "  xdllm train experiment=sort_mlm",
+        "  xdllm train experiment=sort_mlm trainer.max_steps=200 run_dir=runs/quick",
+        "  xdllm generate ckpt=runs/quick predictor.threshold=0.9 history=topk",
+        "  xdllm eval ckpt=runs/quick split=test",
+        "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
+    ]
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from xdllm.cli.history import add_history_parser
+
+    parser = argparse.ArgumentParser(
+        prog="xdllm", description="Diffusion language models: train, generate, inspect.",
+        epilog=_help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, text in (
+        ("train", "train a model (Hydra overrides; resume=<ckpt or run dir> to continue)"),
+        ("generate", "run the predictor from a checkpoint and write predictions.jsonl"),
+        ("eval", "loss and generation metrics of a checkpoint on a split"),
+    ):
+        sub = commands.add_parser(name, help=text, description=text, epilog=_help_epilog(),
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
+    commands.add_parser("models", help="list the discovered model-family packages")
+    add_history_parser(commands)
+    return parser
+
+
+def _split_resume(overrides: Sequence[str]) -> tuple[list[str], str | None]:
+    """``resume=PATH`` is a command option, not a config key."""
+    rest, resume = [], None
+    for override in overrides:
+        if override.startswith("resume="):
+            resume = override.partition("=")[2] or None
+        else:
+            rest.append(override)
+    return rest, resume
+
+
+def _cmd_train(overrides: Sequence[str]) -> int:
+    from xdllm.config.compose import compose_config
+    from xdllm.generation import generate_from_checkpoint
+    from xdllm.train.run import train
+
+    overrides, resume = _split_resume(overrides)
+    config = compose_config("train", overrides).config
+    result = train(config, resume=resume)
+    if not result.is_global_zero:
+        return 0
+    print(f"run directory: {result.run_dir}")
+    checkpoint = result.best_checkpoint or result.last_checkpoint
+    if config.generate_after_train and checkpoint is not None:
+        summary = generate_from_checkpoint(checkpoint, {"split": "test", "history": "topk"})
+        print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _cmd_generate(overrides: Sequence[str]) -> int:
+    from xdllm.config.compose import compose_config
+    from xdllm.generation import generate_from_config
+
+    config = compose_config("generate", overrides).config
+    print(json.dumps(generate_from_config(config), indent=2))
+    return 0
+
+
+def _cmd_eval(overrides: Sequence[str]) -> int:
+    from xdllm.config.compose import compose_config
+    from xdllm.generation import evaluate_from_config
+
+    config = compose_config("generate", overrides).config
+    print(json.dumps(evaluate_from_config(config), indent=2))
+    return 0
+
+
+def _cmd_models() -> int:
+    families = discover_families(search_path_from_env())
+    if not families:
+        print("no model families found")
+    for name, registered in sorted(families.items()):
+        print(f"{name:<12} {registered.family.description}")
+        print(f"{'':<12} source: {registered.source}")
+        print(f"{'':<12} configs: {registered.family.config_dir}")
+    return 0
+
+
+def _quiet_third_party() -> None:
+    warnings.filterwarnings("ignore", module="lightning")
+    warnings.filterwarnings("ignore", category=UserWarning, module="torch")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    _quiet_third_party()
+    try:
+        if arguments.command == "train":
+            return _cmd_train(arguments.overrides)
+        if arguments.command == "generate":
+            return _cmd_generate(arguments.overrides)
+        if arguments.command == "eval":
+            return _cmd_eval(arguments.overrides)
+        if arguments.command == "models":
+            return _cmd_models()
+        from xdllm.cli.history import run_history_command
+
+        return run_history_command(arguments)
+    except (XdllmError, ModelRegistryError) as error:
+        print(f"xdllm: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Hydra composition with the model-family packages on the search path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from xdllm.errors import XdllmError
+from xdllm.registry import RegisteredFamily, discover_families
+
+ROOT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+SEARCH_PATH_KEY = "model_search_path"
+
+
+@dataclass(frozen=True)
+class ComposedConfig:
+    config: DictConfig
+    families: dict[str, RegisteredFamily]
+
+
+def search_path_override(overrides: Sequence[str]) -> list[str]:
+    """The ``model_search_path=[...]`` override, read before composition (it decides what can
+    be composed)."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == SEARCH_PATH_KEY:
+            parsed = OmegaConf.create({"v": OmegaConf.from_dotlist([f"v={value}"]).v}).v
+            if isinstance(parsed, str):
+                return [parsed]
+            return [str(p) for p in parsed]
+    return []
+
+
+def config_dirs(families: dict[str, RegisteredFamily]) -> list[Path]:
+    return [ROOT_CONFIG_DIR] + [f.family.config_dir for f in families.values()]
+
+
+def group_options(families: dict[str, RegisteredFamily]) -> dict[str, list[str]]:
+    """Every config group and its options, over the root configs and all family packages."""
+    groups: dict[str, set[str]] = {}
+    for directory in config_dirs(families):
+        for group_dir in sorted(p for p in directory.iterdir() if p.is_dir()):
+            groups.setdefault(group_dir.name, set()).update(
+                p.stem for p in group_dir.glob("*.yaml"))
+    return {name: sorted(options) for name, options in sorted(groups.items())}
+
+
+def _check_choice(overrides: Sequence[str], group: str, options: dict[str, list[str]]) -> None:
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key == group and value not in options.get(group, []):
+            known = ", ".join(options.get(group, [])) or "none"
+            raise XdllmError(f"unknown {group} '{value}'; available: {known}")
+
+
+def compose_config(config_name: str, overrides: Sequence[str]) -> ComposedConfig:
+    """Compose ``configs/<config_name>.yaml`` with ``overrides``; errors become XdllmError."""
+    families = discover_families(search_path_override(overrides))
+    if config_name == "train":
+        options = group_options(families)
+        for group in ("experiment", "model", "task"):
+            _check_choice(overrides, group, options)
+    search_path = ",".join(f"file://{d}" for d in config_dirs(families)[1:])
+    try:
+        with initialize_config_dir(config_dir=str(ROOT_CONFIG_DIR), version_base="1.3"):
+            config = compose(
+                config_name=config_name,
+                overrides=[*overrides, f"hydra.searchpath=[{search_path}]"],
+            )
+    except (HydraException, OmegaConfBaseException) as error:
+        message = str(error).strip().splitlines()[0]
+        raise XdllmError(f"invalid configuration or override: {message}") from error
+    return ComposedConfig(config=config, families=families)

@@ -1,0 +1,208 @@
+"""`xdllm generate` / `xdllm eval`: run a trained model's predictor over prompts.
+
+Prompts come from a split of the run's task or from a text file (one prompt per line).
+Outputs go to one folder: ``predictions.jsonl`` (written atomically), and with
+``history=topk`` the denoising history files and their TensorBoard views.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from xdllm.errors import XdllmError
+from xdllm.history import HistoryTopKPlugin, write_tensorboard
+from xdllm.interfaces import Example
+from xdllm.predict.metrics import per_sample_metrics
+from xdllm.train.checkpoint import TrainedRun, load_trained
+
+GENERATE_DEFAULTS: dict[str, Any] = {
+    "split": "test", "prompts_file": None, "num_samples": None, "batch_size": 64,
+    "output_dir": None, "history": None, "history_k": 5, "history_tensorboard_samples": 8,
+    "predictor": {}, "seed": 0,
+}
+HISTORY_CHOICES = (None, "topk")
+
+
+def _prompt_file_batches(run: TrainedRun, path: Path, batch_size: int) -> Iterator[Mapping[str, Any]]:
+    if not path.is_file():
+        raise XdllmError(f"prompts_file not found: {path}")
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    examples: list[Example] = []
+    for number, line in enumerate(lines, start=1):
+        if not line:
+            continue
+        try:
+            prompt_ids = run.tokenizer.encode(line)
+        except ValueError as error:
+            raise XdllmError(f"{path}:{number}: {error}") from error
+        examples.append(Example(prompt_ids=prompt_ids, target_ids=[], sample_index=len(examples), step=0))
+    if not examples:
+        raise XdllmError(f"prompts_file {path} holds no prompts")
+    collate = run.components.collators["prediction"]
+    for start in range(0, len(examples), batch_size):
+        batch = dict(collate(examples[start:start + batch_size]))
+        batch.pop("target_ids", None)
+        yield batch
+
+
+def _split_batches(run: TrainedRun, split: str, num_samples: int | None,
+                   batch_size: int) -> Iterator[Mapping[str, Any]]:
+    data = run.config.data
+    data.eval_batch_size = batch_size
+    if split == "test":
+        if num_samples is not None:
+            data.num_test_samples = num_samples
+        datamodule = run.datamodule()
+        datamodule.setup("test")
+        yield from datamodule.test_dataloader()
+    elif split == "validation":
+        if num_samples is not None:
+            data.num_val_samples = num_samples
+        datamodule = run.datamodule()
+        datamodule.setup("validate")
+        roles = list(datamodule.validation_roles)
+        yield from datamodule.val_dataloader()[roles.index("prediction")]
+    else:
+        raise XdllmError(f"unknown split '{split}'; use test or validation (or prompts_file=...)")
+
+
+def _records(run: TrainedRun, batch: Mapping[str, Any], prediction: Mapping[str, Any],
+             metrics: Mapping[str, torch.Tensor] | None) -> Iterator[dict[str, Any]]:
+    tokenizer = run.tokenizer
+    for row, text in enumerate(prediction["text"]):
+        start = int(prediction["output_start_idx"][row])
+        prompt = batch["input_ids"][row][batch["attention_mask"][row]].tolist()
+        record = {
+            "sample_index": int(batch["sample_index"][row]) if "sample_index" in batch else row,
+            "prompt": tokenizer.decode(prompt),
+            "text": text,
+            "ids": prediction["ids"][row, start:].tolist(),
+            "steps_taken": int(prediction["steps_taken"][row]),
+            "time_taken": float(prediction["time_taken"][row]),
+        }
+        if metrics is not None:
+            record["target"] = tokenizer.decode(batch["target_ids"][row].tolist())
+            record["exact_match"] = bool(metrics["exact_match"][row])
+            record["token_accuracy"] = float(metrics["token_accuracy"][row])
+        yield record
+
+
+def _write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+    os.replace(temporary, path)
+
+
+def _options(config: DictConfig | Mapping[str, Any]) -> DictConfig:
+    options = OmegaConf.merge(OmegaConf.create(GENERATE_DEFAULTS), config)
+    if OmegaConf.is_missing(options, "ckpt") or not options.get("ckpt"):
+        raise XdllmError("ckpt=<checkpoint file or run directory> is required")
+    if options.history not in HISTORY_CHOICES:
+        raise XdllmError(f"history must be one of {HISTORY_CHOICES}, got {options.history!r}")
+    if options.batch_size < 1:
+        raise XdllmError(f"batch_size must be >= 1, got {options.batch_size}")
+    return options
+
+
+def _build_predictor(run: TrainedRun, options: DictConfig):
+    predictor_config = OmegaConf.merge(run.config.predictor, options.predictor)
+    try:
+        return instantiate(predictor_config, tokenizer=run.tokenizer)
+    except Exception as error:
+        raise XdllmError(f"could not build the predictor from {dict(options.predictor)}: {error}") from error
+
+
+def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -> dict[str, Any]:
+    """Generate for every prompt; write predictions (and history) unless ``write_outputs`` is
+    False; return the summary."""
+    predictor = _build_predictor(run, options)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    output_dir = Path(options.output_dir or run.run_dir / "generate" / stamp)
+    if options.prompts_file:
+        batches = _prompt_file_batches(run, Path(options.prompts_file), options.batch_size)
+    else:
+        batches = _split_batches(run, options.split, options.num_samples, options.batch_size)
+    records: list[dict[str, Any]] = []
+    generated_tokens, started = 0, time.perf_counter()
+    with torch.inference_mode():
+        for batch in batches:
+            history = None
+            if options.history == "topk" and write_outputs:
+                history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
+                                            tokenizer=run.tokenizer)
+            prediction = predictor.predict(batch, model=run.model, history=history)
+            metrics = None
+            if "target_ids" in batch:
+                metrics = per_sample_metrics(prediction, batch["target_ids"],
+                                             run.tokenizer.pad_token_id, run.tokenizer.eos_token_id)
+            records.extend(_records(run, batch, prediction, metrics))
+            generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
+    elapsed = time.perf_counter() - started
+    summary: dict[str, Any] = {
+        "checkpoint": str(run.checkpoint),
+        "num_samples": len(records),
+        "mean_steps": sum(r["steps_taken"] for r in records) / max(1, len(records)),
+        "tokens_per_second": generated_tokens / max(elapsed, 1e-9),
+    }
+    if write_outputs:
+        predictions_path = output_dir / "predictions.jsonl"
+        _write_jsonl(records, predictions_path)
+        summary["predictions"] = str(predictions_path)
+    if records and "exact_match" in records[0]:
+        summary["exact_match"] = sum(r["exact_match"] for r in records) / len(records)
+        summary["token_accuracy"] = sum(r["token_accuracy"] for r in records) / len(records)
+    if options.history == "topk" and write_outputs:
+        tensorboard_dir = output_dir / "tensorboard"
+        write_tensorboard([output_dir / "history"], tensorboard_dir,
+                          max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer)
+        summary["history"] = str(output_dir / "history")
+        summary["tensorboard"] = str(tensorboard_dir)
+    return summary
+
+
+def generate_from_config(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    options = _options(config)
+    return generate(load_trained(options.ckpt), options)
+
+
+def generate_from_checkpoint(checkpoint: str | Path, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    return generate_from_config({"ckpt": str(checkpoint), **overrides})
+
+
+def evaluate_from_config(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """Loss (deterministic corruption) and generation metrics on a split; writes nothing."""
+    options = _options(config)
+    run = load_trained(options.ckpt)
+    if options.prompts_file:
+        raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
+    data = run.config.data
+    data.eval_batch_size = options.batch_size
+    if options.num_samples is not None:
+        data.num_val_samples = options.num_samples
+        data.num_test_samples = options.num_samples
+    datamodule = run.datamodule()
+    stage = {"test": "test", "validation": "validate"}.get(options.split)
+    if stage is None:
+        raise XdllmError(f"unknown split '{options.split}'; use test or validation")
+    datamodule.setup(stage)
+    loss_loader = datamodule.eval_loss_dataloader(options.split)
+    total_loss, total_samples = 0.0, 0
+    with torch.inference_mode():
+        for batch in loss_loader:
+            size = batch["input_ids"].shape[0]
+            total_loss += float(run.components.loss(run.model, batch)["loss"]) * size
+            total_samples += size
+    generation = generate(run, OmegaConf.merge(options, {"history": None}), write_outputs=False)
+    return {"split": options.split, "loss": total_loss / max(1, total_samples), **generation}

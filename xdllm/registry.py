@@ -1,0 +1,97 @@
+"""Discovery of model-family packages.
+
+Families come from two places, treated alike:
+
+1. the ``xdllm.models`` entry-point group (the built-in families register this way too);
+2. a search path of folders holding packages that are not installed: the ``XDLLM_MODEL_PATH``
+   environment variable (``os.pathsep``-separated) and the ``model_search_path`` config key.
+   Every sub-folder with an ``__init__.py`` is imported and must define ``FAMILY``.
+
+Errors are never swallowed: a package that fails to import, lacks ``FAMILY``, or claims a name
+another package already claimed raises :class:`ModelRegistryError` naming both sources.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from collections.abc import Iterable
+
+from xdllm.interfaces import ModelFamily
+
+ENTRY_POINT_GROUP = "xdllm.models"
+SEARCH_PATH_ENV = "XDLLM_MODEL_PATH"
+
+
+class ModelRegistryError(RuntimeError):
+    """A model package could not be discovered or two packages claim one name."""
+
+
+@dataclass(frozen=True)
+class RegisteredFamily:
+    family: ModelFamily
+    source: str
+
+
+def search_path_from_env() -> list[Path]:
+    raw = os.environ.get(SEARCH_PATH_ENV, "")
+    return [Path(part) for part in raw.split(os.pathsep) if part]
+
+
+def _check_family(obj: object, source: str) -> ModelFamily:
+    if not isinstance(obj, ModelFamily):
+        raise ModelRegistryError(
+            f"{source}: expected an xdllm.interfaces.ModelFamily, got {type(obj).__name__}")
+    if not obj.config_dir.is_dir():
+        raise ModelRegistryError(f"{source}: config_dir {obj.config_dir} is not a directory")
+    return obj
+
+
+def _from_entry_points() -> Iterable[RegisteredFamily]:
+    for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        source = f"entry point '{entry_point.name} = {entry_point.value}'"
+        try:
+            loaded = entry_point.load()
+        except Exception as error:  # re-raised with the entry point named
+            raise ModelRegistryError(f"{source} failed to load: {error}") from error
+        yield RegisteredFamily(_check_family(loaded, source), source)
+
+
+def _from_search_path(folders: Iterable[Path]) -> Iterable[RegisteredFamily]:
+    for folder in folders:
+        folder = Path(folder).expanduser().resolve()
+        if not folder.is_dir():
+            raise ModelRegistryError(f"model search path entry {folder} is not a directory")
+        for package_dir in sorted(p for p in folder.iterdir() if (p / "__init__.py").is_file()):
+            source = f"package {package_dir}"
+            if str(folder) not in sys.path:
+                sys.path.insert(0, str(folder))
+            try:
+                module = importlib.import_module(package_dir.name)
+            except Exception as error:
+                raise ModelRegistryError(f"{source} failed to import: {error}") from error
+            if Path(module.__file__).resolve().parent != package_dir:
+                raise ModelRegistryError(
+                    f"{source}: import name '{package_dir.name}' resolves to {module.__file__}, "
+                    "another module of that name shadows it")
+            if not hasattr(module, "FAMILY"):
+                raise ModelRegistryError(f"{source} defines no FAMILY (xdllm.interfaces.ModelFamily)")
+            yield RegisteredFamily(_check_family(module.FAMILY, source), source)
+
+
+def discover_families(search_path: Iterable[str | Path] = ()) -> dict[str, RegisteredFamily]:
+    """All model families, by name. Raises :class:`ModelRegistryError` on any problem."""
+    folders = [Path(p) for p in search_path] + search_path_from_env()
+    found: dict[str, RegisteredFamily] = {}
+    for registered in [*_from_entry_points(), *_from_search_path(folders)]:
+        name = registered.family.name
+        if name in found:
+            raise ModelRegistryError(
+                f"model family '{name}' is claimed twice: by {found[name].source} "
+                f"and by {registered.source}")
+        found[name] = registered
+    return found

@@ -1,0 +1,104 @@
+"""Turn a composed config into the objects of a run: tokenizer, task, data, model, loss, predictor.
+
+Family configs name their components by ``_target_``. Before instantiation xdllm fills the
+``derived`` node (vocabulary size, special token ids, ``max_new_tokens`` of the task) so family
+configs can interpolate ``${derived.*}``; collators and predictors also receive the tokenizer
+object as ``tokenizer=``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from xdllm.data import DiffusionDataModule, get_task, load_tokenizer
+from xdllm.errors import XdllmError
+from xdllm.interfaces import Tokenizer
+
+COMPONENT_KEYS = ("model", "collator", "loss", "predictor")
+
+
+@dataclass
+class RunComponents:
+    config: DictConfig
+    tokenizer: Tokenizer
+    task: Any
+    model: torch.nn.Module
+    loss: Any
+    predictor: Any
+    collators: dict[str, Any]
+
+
+def _require_keys(config: DictConfig) -> None:
+    missing = [key for key in COMPONENT_KEYS if key not in config]
+    if missing:
+        family = config.get("model_family", "<unknown>")
+        raise XdllmError(f"model family '{family}' config lacks {', '.join(missing)}")
+
+
+def fill_derived(config: DictConfig, tokenizer: Tokenizer, task: Any) -> None:
+    """Write the ``derived`` node the family configs interpolate."""
+    with open_dict(config):
+        config.derived = {
+            "vocab_size": tokenizer.vocab_size,
+            "pad_token_id": tokenizer.pad_token_id,
+            "mask_token_id": tokenizer.mask_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "max_new_tokens": task.max_target_len + 1,
+        }
+
+
+def _instantiate(node: DictConfig, where: str, **kwargs: Any) -> Any:
+    try:
+        return instantiate(node, **kwargs)
+    except Exception as error:
+        raise XdllmError(f"could not build {where}: {error}") from error
+
+
+def build_components(config: DictConfig) -> RunComponents:
+    _require_keys(config)
+    try:
+        tokenizer = load_tokenizer(config.tokenizer)
+        task = get_task(config.task.name, **OmegaConf.to_container(config.task.get("params", {})))
+    except (ValueError, FileNotFoundError, KeyError) as error:
+        raise XdllmError(str(error)) from error
+    fill_derived(config, tokenizer, task)
+    collators = {
+        role: _instantiate(node, f"collator.{role}", tokenizer=tokenizer)
+        for role, node in config.collator.items()
+    }
+    for role in ("train", "val", "prediction"):
+        if role not in collators:
+            raise XdllmError(f"config collator.{role} is missing")
+    return RunComponents(
+        config=config,
+        tokenizer=tokenizer,
+        task=task,
+        model=_instantiate(config.model, "model"),
+        loss=_instantiate(config.loss, "loss"),
+        predictor=_instantiate(config.predictor, "predictor", tokenizer=tokenizer),
+        collators=collators,
+    )
+
+
+def build_datamodule(components: RunComponents) -> DiffusionDataModule:
+    config = components.config
+    return DiffusionDataModule(
+        task=components.task,
+        tokenizer=components.tokenizer,
+        train_collator=components.collators["train"],
+        val_collator=components.collators["val"],
+        prediction_collator=components.collators["prediction"],
+        batch_size=config.data.batch_size,
+        eval_batch_size=config.data.eval_batch_size,
+        num_val_samples=config.data.num_val_samples,
+        num_predict_samples=config.data.num_test_samples,
+        seed=config.seed,
+        num_workers=config.data.num_workers,
+        max_steps=config.trainer.max_steps,
+    )

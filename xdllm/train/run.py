@@ -1,0 +1,111 @@
+"""`xdllm train`: compose -> build -> Lightning fit, with everything in one run directory.
+
+Run directory layout::
+
+    <run_dir>/config.yaml              resolved config
+    <run_dir>/checkpoints/best.ckpt    best val/exact_match (atomic writes)
+    <run_dir>/checkpoints/last.ckpt    latest (resume from it)
+    <run_dir>/tensorboard/             TensorBoard events (training curves, history views)
+    <run_dir>/history/                 denoising history files
+    <run_dir>/generate/...             predictions.jsonl of the final generation
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig, OmegaConf
+
+from xdllm.errors import XdllmError
+from xdllm.train.build import build_components, build_datamodule
+from xdllm.train.checkpoint import CHECKPOINT_DIR, resolve_checkpoint
+from xdllm.train.checkpoint_io import AtomicCheckpointIO
+from xdllm.train.history_hook import ValidationHistory
+from xdllm.train.module import DiffusionLMModule
+from xdllm.train.optim import OptimConfig
+
+RUN_DIR_ENV = "XDLLM_RUN_DIR"
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    best_checkpoint: Path | None
+    last_checkpoint: Path | None
+    is_global_zero: bool
+
+
+def resolve_run_dir(config: DictConfig) -> Path:
+    """``run_dir`` if set; else one shared by every DDP process (through the environment)."""
+    if config.run_dir is not None:
+        return Path(config.run_dir).expanduser().resolve()
+    if RUN_DIR_ENV not in os.environ:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        os.environ[RUN_DIR_ENV] = str(Path("runs", config.name, stamp).resolve())
+    return Path(os.environ[RUN_DIR_ENV])
+
+
+def _save_config(config: DictConfig, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    temporary = run_dir / ".config.yaml.tmp"
+    temporary.write_text(OmegaConf.to_yaml(config, resolve=True))
+    os.replace(temporary, run_dir / "config.yaml")
+
+
+def train(config: DictConfig, resume: str | None = None) -> TrainResult:
+    """Train as configured. ``resume`` is a checkpoint file or run directory to continue from."""
+    run_dir = resolve_run_dir(config)
+    L.seed_everything(config.seed, workers=True, verbose=False)
+    components = build_components(config)
+    OmegaConf.set_struct(config, False)
+    config.run_dir = str(run_dir)
+    resolved = OmegaConf.to_container(config, resolve=True)
+    datamodule = build_datamodule(components)
+    history = ValidationHistory(
+        run_dir=run_dir, tokenizer=components.tokenizer,
+        num_samples=config.history.num_samples, k=config.history.k)
+    module = DiffusionLMModule(
+        model=components.model,
+        loss_fn=components.loss,
+        predictor=components.predictor,
+        optim=OptimConfig(**config.optim),
+        total_steps=config.trainer.max_steps,
+        pad_token_id=components.tokenizer.pad_token_id,
+        eos_token_id=components.tokenizer.eos_token_id,
+        history_factory=history.recorder_for_step if config.history.num_samples > 0 else None,
+        config=resolved,
+    )
+    checkpoints = ModelCheckpoint(
+        dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor="val/exact_match",
+        mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False,
+        enable_version_counter=False,
+    )
+    trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
+    try:
+        trainer = L.Trainer(
+            **trainer_args,
+            default_root_dir=str(run_dir),
+            logger=TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""),
+            callbacks=[checkpoints, LearningRateMonitor(logging_interval="step"), history],
+            plugins=[AtomicCheckpointIO()],
+            use_distributed_sampler=False,
+            num_sanity_val_steps=0,
+            max_epochs=-1,
+        )
+    except (TypeError, ValueError) as error:
+        raise XdllmError(f"invalid trainer configuration: {error}") from error
+    ckpt_path = str(resolve_checkpoint(resume)) if resume else None
+    if trainer.is_global_zero:
+        _save_config(OmegaConf.create(resolved), run_dir)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    best = Path(checkpoints.best_model_path) if checkpoints.best_model_path else None
+    last = run_dir / CHECKPOINT_DIR / "last.ckpt"
+    return TrainResult(run_dir, best, last if last.exists() else None, trainer.is_global_zero)
