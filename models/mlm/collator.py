@@ -1,0 +1,200 @@
+"""MLM collators (seed 004): :class:`~xdllm.interfaces.Example` lists to tensor batches.
+
+A training sequence is ``[bos] + prompt + target + [eos]``. The training collators corrupt the
+supervised region with :func:`~xdllm.diffusion.corrupt_uniform`, applied per sample through
+:func:`~xdllm.diffusion.corrupt_per_sample`, so a sample's mask pattern depends only on
+``(seed, example["step"], example["sample_index"])``. To keep it independent of the batch it
+shares, the noise is drawn on a canonical layout (the sample's supervised tokens starting at
+column 0) and then written into the batch layout; the CPU generator draws a row's values in
+order, so the batch's padded width does not change them either.
+
+The loss (``MLMLoss``) is taken where ``input_ids == mask_token_id``; bos, prompt (for the
+seq2seq collators) and padding are never masked. Every collator returns tensors only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+from typing import ClassVar
+
+import torch
+from jaxtyping import Bool, Integer
+from torch import Tensor
+
+from xdllm.diffusion import corrupt_per_sample, corrupt_uniform
+from xdllm.interfaces import Example, Tokenizer
+from xdllm_models.mlm.types import MLMBatch, MLMSeq2SeqPredictionBatch
+
+_EXAMPLE_KEYS = ("prompt_ids", "target_ids", "sample_index", "step")
+
+
+def _check_examples(examples: Sequence[Example], where: str) -> None:
+    if len(examples) == 0:
+        raise ValueError(f"{where}: cannot collate an empty batch")
+    for row, sample in enumerate(examples):
+        for key in _EXAMPLE_KEYS:
+            if key not in sample:
+                raise ValueError(f"{where}: example {row} has no {key!r}")
+
+
+def _check_length(examples: Sequence[Example], lengths: Sequence[int], max_length: int | None,
+                  what: str, where: str) -> None:
+    if max_length is None:
+        return
+    for sample, length in zip(examples, lengths):
+        if length > max_length:
+            raise ValueError(f"{where}: sample {sample['sample_index']} has {what} of {length} tokens, "
+                             f"more than max_length={max_length}")
+
+
+def _place(rows: Sequence[Sequence[int]], starts: Integer[Tensor, " batch"], width: int,
+           fill: int) -> tuple[Integer[Tensor, "batch width"], Bool[Tensor, "batch width"]]:
+    """Rows written at ``starts`` into a ``[batch, width]`` tensor of ``fill``; also where they lie.
+
+    One flat copy: the True entries of the placement mask, read row by row, are exactly the
+    concatenated rows in order.
+    """
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
+    columns = torch.arange(width)
+    placed = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
+    out = torch.full((len(rows), width), fill, dtype=torch.long)
+    out[placed] = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)
+    return out, placed
+
+
+def _row_max(rows: Sequence[Sequence[int]]) -> int:
+    return max(len(row) for row in rows)
+
+
+def _corrupt_supervised(examples: Sequence[Example], supervised: Sequence[Sequence[int]], mask_token_id: int,
+                        seed: int, eps: float) -> Integer[Tensor, " num_supervised"]:
+    """The corrupted supervised tokens of all examples, concatenated in order.
+
+    Noise is drawn on the canonical layout (each row's supervised tokens from column 0). Rows
+    are grouped by ``step`` because one ``corrupt_per_sample`` call takes one global step.
+    """
+    clean, placed = _place(supervised, torch.zeros(len(supervised), dtype=torch.long), _row_max(supervised), 0)
+    noisy = clean.clone()
+    steps = [int(sample["step"]) for sample in examples]
+    sample_index = torch.tensor([int(sample["sample_index"]) for sample in examples], dtype=torch.long)
+    for step in sorted(set(steps)):
+        rows = torch.tensor([row for row, row_step in enumerate(steps) if row_step == step])
+        corrupted, _, _ = corrupt_per_sample(
+            corrupt_uniform, clean[rows], placed[rows], base_seed=seed, global_step=step,
+            sample_indices=sample_index[rows], mask_token_id=mask_token_id, eps=eps)
+        noisy[rows] = corrupted
+    return noisy[placed]
+
+
+class _CorruptingCollator:
+    """Shared by the training collators: lay out ``[bos] + prompt + target + [eos]`` rows and
+    corrupt their supervised part.
+
+    Subclasses choose what is supervised (everything after bos, or target + eos only) and
+    whether rows are shifted so every prompt ends at the same column. ``max_length`` bounds each
+    sequence (longer is an error, never a truncation); ``eps`` is the minimum masking
+    probability; ``seed`` the run seed the per-sample noise derives from.
+    """
+
+    supervise_prompt: ClassVar[bool]
+    align_prompts: ClassVar[bool]
+
+    def __init__(self, tokenizer: Tokenizer, seed: int = 0, max_length: int | None = None,
+                 eps: float = 1e-3) -> None:
+        if seed < 0:
+            raise ValueError(f"{type(self).__name__}: seed must be >= 0, got {seed}")
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.max_length = max_length
+        self.eps = eps
+
+    def __call__(self, examples: Sequence[Example]) -> MLMBatch:
+        where = type(self).__name__
+        _check_examples(examples, where)
+        tokenizer = self.tokenizer
+        sequences = [[tokenizer.bos_token_id, *sample["prompt_ids"], *sample["target_ids"], tokenizer.eos_token_id]
+                     for sample in examples]
+        lengths = torch.tensor([len(seq) for seq in sequences], dtype=torch.long)
+        _check_length(examples, lengths.tolist(), self.max_length, "[bos]+prompt+target+[eos]", where)
+        prefix_lengths = torch.tensor([1 + len(sample["prompt_ids"]) for sample in examples], dtype=torch.long)
+        starts = (prefix_lengths.max() - prefix_lengths if self.align_prompts
+                  else torch.zeros(len(examples), dtype=torch.long))
+        width = int((starts + lengths).max())
+        target_ids, attention_mask = _place(sequences, starts, width, tokenizer.pad_token_id)
+
+        unsupervised = torch.ones_like(prefix_lengths) if self.supervise_prompt else prefix_lengths
+        supervised = [seq[skip:] for seq, skip in zip(sequences, unsupervised.tolist())]
+        _, supervised_placed = _place(supervised, starts + unsupervised, width, tokenizer.pad_token_id)
+        input_ids = target_ids.clone()
+        input_ids[supervised_placed] = _corrupt_supervised(examples, supervised, tokenizer.mask_token_id,
+                                                           self.seed, self.eps)
+        return MLMBatch(
+            input_ids=input_ids,
+            target_ids=target_ids,
+            attention_mask=attention_mask,
+            positions=(torch.arange(width)[None, :] - starts[:, None]).clamp(min=0),
+            sample_index=torch.tensor([int(sample["sample_index"]) for sample in examples], dtype=torch.long),
+        )
+
+
+class DefaultMLMCollator(_CorruptingCollator):
+    """Pre-training on whole sequences: everything after bos is supervised; right padding.
+
+    Positions count from 0 at each row's bos.
+    """
+
+    supervise_prompt = True
+    align_prompts = False
+
+
+class MLMSeq2SeqTrainCollator(_CorruptingCollator):
+    """Seq2seq training: only target + eos are corrupted and supervised; right padding.
+
+    Positions count from 0 at each row's bos.
+    """
+
+    supervise_prompt = False
+    align_prompts = False
+
+
+class MLMSeq2SeqCollator(_CorruptingCollator):
+    """Seq2seq training with padding on both sides, so all prompts end at the same column.
+
+    The layout matches what the predictor sees (left-padded prompts, output region after them);
+    it costs more padding than :class:`MLMSeq2SeqTrainCollator`. Positions start at 0 on each
+    row's bos (and are 0 on the left padding).
+    """
+
+    supervise_prompt = False
+    align_prompts = True
+
+
+class MLMSeq2SeqPredCollator:
+    """Prompts to complete: left-padded ``[bos] + prompt``, and the expected ``target + [eos]``.
+
+    ``target_ids`` are right-padded with the pad id; ``max_length`` bounds ``[bos] + prompt``.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+
+    def __call__(self, examples: Sequence[Example]) -> MLMSeq2SeqPredictionBatch:
+        where = "MLMSeq2SeqPredCollator"
+        _check_examples(examples, where)
+        tokenizer = self.tokenizer
+        prefixes = [[tokenizer.bos_token_id, *sample["prompt_ids"]] for sample in examples]
+        _check_length(examples, [len(prefix) for prefix in prefixes], self.max_length, "[bos]+prompt", where)
+        targets = [[*sample["target_ids"], tokenizer.eos_token_id] for sample in examples]
+        prefix_lengths = torch.tensor([len(prefix) for prefix in prefixes], dtype=torch.long)
+        width = int(prefix_lengths.max())
+        input_ids, attention_mask = _place(prefixes, width - prefix_lengths, width, tokenizer.pad_token_id)
+        target_ids, _ = _place(targets, torch.zeros(len(targets), dtype=torch.long), _row_max(targets),
+                               tokenizer.pad_token_id)
+        return MLMSeq2SeqPredictionBatch(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            target_ids=target_ids,
+            sample_index=torch.tensor([int(sample["sample_index"]) for sample in examples], dtype=torch.long),
+        )

@@ -1,0 +1,156 @@
+"""The Lightning datamodule of a synthetic task: an exact-resume training stream and held-out splits.
+
+Training reads an infinite stream (:mod:`xdllm.data.samplers`): which samples an optimizer step
+sees depends only on the step, so resuming from a checkpoint continues the stream exactly, and
+the global batch is the same for any number of devices. The trainer must run with
+``use_distributed_sampler=False``: the samplers shard by rank themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning as L
+from torch.utils.data import DataLoader, Dataset
+
+from xdllm.data.samplers import FixedBatchSampler, StreamIndex, TrainStreamBatchSampler, even_shard_batches
+from xdllm.data.tasks import SampleKey, Task, example, held_out_keys
+from xdllm.interfaces import Example, Tokenizer
+
+Collate = Callable[[Sequence[Example]], Any]
+
+
+class TrainStream(Dataset):
+    """Training sample at a :class:`StreamIndex`, redrawn away from the held-out samples."""
+
+    def __init__(self, task: Task, tokenizer: Tokenizer, seed: int, exclude: frozenset[SampleKey]) -> None:
+        self.task = task
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.exclude = exclude
+
+    def __getitem__(self, index: StreamIndex) -> Example:
+        return example(self.task, self.tokenizer, "train", index.position, self.seed, step=index.step,
+                       exclude=self.exclude)
+
+
+class DiffusionDataModule(L.LightningDataModule):
+    """Train / validation / test loaders for a :class:`~xdllm.data.tasks.Task`.
+
+    - ``train_dataloader``: this rank's micro-batches of the training stream, starting at the
+      trainer's ``global_step`` and ending at ``max_steps`` (default: the trainer's
+      ``max_steps``; None and no trainer limit = endless).
+    - ``val_dataloader``: two loaders over the same ``num_val_samples`` validation samples, in
+      the order of :attr:`validation_roles`: ``val_collator`` (validation loss, deterministic
+      corruption) then ``prediction_collator`` (generation metrics).
+    - ``test_dataloader`` / ``predict_dataloader``: ``num_predict_samples`` test samples through
+      ``prediction_collator``.
+
+    Evaluation loaders shard by rank with :func:`~xdllm.data.samplers.even_shard_batches`.
+    """
+
+    validation_roles = ("loss", "prediction")
+
+    def __init__(self, task: Task, tokenizer: Tokenizer, train_collator: Collate, val_collator: Collate,
+                 prediction_collator: Collate, batch_size: int = 64, eval_batch_size: int = 128,
+                 num_val_samples: int = 512, num_predict_samples: int = 512, seed: int = 0,
+                 num_workers: int = 0, max_steps: int | None = None) -> None:
+        super().__init__()
+        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+            if value < 1:
+                raise ValueError(f"DiffusionDataModule: {name} must be >= 1, got {value}")
+        for name, value in (("num_val_samples", num_val_samples), ("num_predict_samples", num_predict_samples),
+                            ("seed", seed), ("num_workers", num_workers)):
+            if value < 0:
+                raise ValueError(f"DiffusionDataModule: {name} must be >= 0, got {value}")
+        self.task = task
+        self.tokenizer = tokenizer
+        self.train_collator = train_collator
+        self.val_collator = val_collator
+        self.prediction_collator = prediction_collator
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.num_val_samples = num_val_samples
+        self.num_predict_samples = num_predict_samples
+        self.seed = seed
+        self.num_workers = num_workers
+        self.max_steps = max_steps
+        self._held_out: dict[str, list[Example]] | None = None
+        self._exclude: frozenset[SampleKey] | None = None
+
+    @property
+    def max_new_tokens(self) -> int:
+        """Tokens a predictor must generate: the longest target plus eos."""
+        return self.task.max_target_len + 1
+
+    def setup(self, stage: str | None = None) -> None:
+        self.held_out_examples("validation")
+
+    @property
+    def excluded_from_training(self) -> frozenset[SampleKey]:
+        """Every held-out sample this run evaluates on; the training stream never yields one."""
+        if self._exclude is None:
+            self._exclude = (held_out_keys(self.task, "validation", self.seed, self.num_val_samples)
+                             | held_out_keys(self.task, "test", self.seed, self.num_predict_samples))
+        return self._exclude
+
+    def held_out_examples(self, split: str) -> list[Example]:
+        """The first ``num_val_samples`` validation or ``num_predict_samples`` test examples."""
+        if self._held_out is None:
+            self._held_out = {
+                "validation": [example(self.task, self.tokenizer, "validation", i, self.seed)
+                               for i in range(self.num_val_samples)],
+                "test": [example(self.task, self.tokenizer, "test", i, self.seed)
+                         for i in range(self.num_predict_samples)],
+            }
+        if split not in self._held_out:
+            raise ValueError(f"DiffusionDataModule: held-out split must be 'validation' or 'test', got {split!r}")
+        return self._held_out[split]
+
+    def _rank_and_world_size(self) -> tuple[int, int]:
+        if self.trainer is None:
+            return 0, 1
+        return self.trainer.global_rank, self.trainer.world_size
+
+    def _start_step(self) -> int:
+        return 0 if self.trainer is None else self.trainer.global_step
+
+    def _resolved_max_steps(self) -> int | None:
+        if self.max_steps is not None or self.trainer is None:
+            return self.max_steps
+        return self.trainer.max_steps if self.trainer.max_steps >= 0 else None
+
+    def train_sampler(self) -> TrainStreamBatchSampler:
+        """This rank's training batch sampler, laid out from the attached trainer (if any)."""
+        rank, world_size = self._rank_and_world_size()
+        accumulate = 1 if self.trainer is None else self.trainer.accumulate_grad_batches
+        return TrainStreamBatchSampler(self.batch_size, self._start_step, rank=rank, world_size=world_size,
+                                       accumulate_grad_batches=accumulate, max_steps=self._resolved_max_steps())
+
+    def train_dataloader(self) -> DataLoader:
+        stream = TrainStream(self.task, self.tokenizer, self.seed, self.excluded_from_training)
+        return DataLoader(stream, batch_sampler=self.train_sampler(), collate_fn=self.train_collator,
+                          num_workers=self.num_workers)
+
+    def _eval_loader(self, split: str, collator: Collate) -> DataLoader:
+        examples = self.held_out_examples(split)
+        rank, world_size = self._rank_and_world_size()
+        batches = even_shard_batches(len(examples), self.eval_batch_size, rank, world_size)
+        return DataLoader(examples, batch_sampler=FixedBatchSampler(batches), collate_fn=collator,
+                          num_workers=self.num_workers)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """One loader per entry of :attr:`validation_roles`, in that order."""
+        return [self._eval_loader("validation", self.val_collator),
+                self._eval_loader("validation", self.prediction_collator)]
+
+    def eval_loss_dataloader(self, split: str) -> DataLoader:
+        """A held-out split collated for the loss (deterministic corruption), for ``xdllm eval``."""
+        return self._eval_loader(split, self.val_collator)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test", self.prediction_collator)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._eval_loader("test", self.prediction_collator)

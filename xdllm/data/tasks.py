@@ -1,0 +1,222 @@
+"""Synthetic tasks generated locally from a seed: sort, addition, variable-length repeats.
+
+A task draws one sample, ``(prompt symbols, target symbols)``, from a ``random.Random``. Sample
+``index`` of a split is a pure function of ``(seed, split, index)``: its generator is seeded with a
+stable hash of the three (never Python's salted ``hash``), so any process, rank or resumed run
+regenerates exactly the same data. Training samples that equal a held-out sample are redrawn
+(deterministically, from the same generator), so held-out metrics are never measured on
+training data. See ``docs/data.md`` for the distributions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import string
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+from xdllm.interfaces import Example, Tokenizer
+
+SPLITS = ("train", "validation", "test")
+MAX_REDRAWS = 1000
+"""How many times a training sample is redrawn to avoid the held-out set before giving up."""
+
+SampleKey = tuple[tuple[str, ...], tuple[str, ...]]
+"""A sample as hashable ``(prompt symbols, target symbols)``; held-out sets are sets of these."""
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A generator of ``(prompt symbols, target symbols)`` pairs with known maximum lengths."""
+
+    name: str
+
+    @property
+    def max_prompt_len(self) -> int: ...
+
+    @property
+    def max_target_len(self) -> int: ...
+
+    def generate(self, rng: random.Random) -> tuple[list[str], list[str]]: ...
+
+
+def _check_at_least(value: int, minimum: int, what: str) -> None:
+    if value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value}")
+
+
+@dataclass(frozen=True)
+class SortTask:
+    """``length`` uniform random digits; the target is the same digits in ascending order."""
+
+    length: int = 8
+    name: ClassVar[str] = "sort"
+
+    def __post_init__(self) -> None:
+        _check_at_least(self.length, 1, "SortTask.length")
+
+    @property
+    def max_prompt_len(self) -> int:
+        return self.length
+
+    @property
+    def max_target_len(self) -> int:
+        return self.length
+
+    def generate(self, rng: random.Random) -> tuple[list[str], list[str]]:
+        digits = [str(rng.randrange(10)) for _ in range(self.length)]
+        return digits, sorted(digits)
+
+
+@dataclass(frozen=True)
+class AdditionTask:
+    """``a + b =`` with ``a, b`` uniform in ``[0, 10^num_digits)``, written zero-padded.
+
+    The target is the sum as ``num_digits + 1`` zero-padded digits, least significant first when
+    ``reverse_sum`` (the default): then every output digit depends only on its own column and
+    the carry out of the digit before it, a local rule a small model finds quickly; in reading
+    order the leading digit depends on the carries of every column.
+    """
+
+    num_digits: int = 3
+    reverse_sum: bool = True
+    name: ClassVar[str] = "addition"
+
+    def __post_init__(self) -> None:
+        _check_at_least(self.num_digits, 1, "AdditionTask.num_digits")
+
+    @property
+    def max_prompt_len(self) -> int:
+        return 2 * self.num_digits + 2
+
+    @property
+    def max_target_len(self) -> int:
+        return self.num_digits + 1
+
+    def generate(self, rng: random.Random) -> tuple[list[str], list[str]]:
+        bound = 10 ** self.num_digits
+        a, b = rng.randrange(bound), rng.randrange(bound)
+        width = self.num_digits
+        prompt = [*f"{a:0{width}d}", "+", *f"{b:0{width}d}", "="]
+        total = list(f"{a + b:0{width + 1}d}")
+        return prompt, total[::-1] if self.reverse_sum else total
+
+
+@dataclass(frozen=True)
+class VarLenCopyTask:
+    """Unconditional documents of long-tailed length: a random letter unit copied over and over.
+
+    Length: ``round(lognormal(ln(median_length), sigma))``, redrawn until it lies in
+    ``[min_length, max_length]`` (a truncated log-normal, no spike at the cap). Content: a unit
+    of ``1..max_period`` uniform random letters, repeated and cut at the length. Everything after
+    the first unit is determined by it, so the loss has a lot of room to fall.
+    """
+
+    median_length: float | int = 16.0
+    sigma: float | int = 1.0
+    min_length: int = 2
+    max_length: int = 128
+    max_period: int = 4
+    name: ClassVar[str] = "varlen_copy"
+
+    def __post_init__(self) -> None:
+        _check_at_least(self.min_length, 1, "VarLenCopyTask.min_length")
+        _check_at_least(self.max_length, self.min_length, "VarLenCopyTask.max_length")
+        _check_at_least(self.max_period, 1, "VarLenCopyTask.max_period")
+        if not self.median_length > 0 or not self.sigma >= 0:
+            raise ValueError(f"VarLenCopyTask: median_length must be > 0 and sigma >= 0, got "
+                             f"{self.median_length} and {self.sigma}")
+
+    @property
+    def max_prompt_len(self) -> int:
+        return 0
+
+    @property
+    def max_target_len(self) -> int:
+        return self.max_length
+
+    def _draw_length(self, rng: random.Random) -> int:
+        for _ in range(MAX_REDRAWS):
+            length = round(rng.lognormvariate(math.log(self.median_length), self.sigma))
+            if self.min_length <= length <= self.max_length:
+                return length
+        raise ValueError(f"VarLenCopyTask: {MAX_REDRAWS} lengths drawn around median {self.median_length} "
+                         f"(sigma {self.sigma}) all fell outside [{self.min_length}, {self.max_length}]")
+
+    def generate(self, rng: random.Random) -> tuple[list[str], list[str]]:
+        length = self._draw_length(rng)
+        unit = [rng.choice(string.ascii_lowercase) for _ in range(rng.randint(1, self.max_period))]
+        return [], [unit[i % len(unit)] for i in range(length)]
+
+
+TASKS: dict[str, Callable[..., Task]] = {
+    SortTask.name: SortTask,
+    AdditionTask.name: AdditionTask,
+    VarLenCopyTask.name: VarLenCopyTask,
+}
+
+
+def get_task(name: str, **kwargs: object) -> Task:
+    """The built-in task ``name`` built with ``kwargs``."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; available: {', '.join(sorted(TASKS))}")
+    return TASKS[name](**kwargs)
+
+
+def sample_rng(seed: int, split: str, index: int) -> random.Random:
+    """The generator of sample ``index`` of ``split``: seeded by a stable hash of all three."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    if index < 0:
+        raise ValueError(f"sample index must be >= 0, got {index} (split {split!r})")
+    digest = hashlib.blake2b(f"{seed}/{split}/{index}".encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "little"))
+
+
+def draw_sample(task: Task, split: str, index: int, seed: int,
+                exclude: AbstractSet[SampleKey] = frozenset()) -> tuple[list[str], list[str]]:
+    """Sample ``index`` of ``split`` as symbols, redrawn from its own generator while in ``exclude``."""
+    rng = sample_rng(seed, split, index)
+    for _ in range(MAX_REDRAWS):
+        prompt, target = task.generate(rng)
+        if (tuple(prompt), tuple(target)) not in exclude:
+            return prompt, target
+    raise RuntimeError(f"task {task.name!r}: sample {index} of split {split!r} matched the held-out set "
+                       f"{MAX_REDRAWS} times in a row; the held-out set ({len(exclude)} samples) covers "
+                       "nearly the whole task space; use fewer held-out samples or a larger task")
+
+
+def held_out_keys(task: Task, split: str, seed: int, count: int) -> frozenset[SampleKey]:
+    """The first ``count`` samples of ``split``, as the set the training stream must avoid."""
+    keys = set()
+    for index in range(count):
+        prompt, target = draw_sample(task, split, index, seed)
+        keys.add((tuple(prompt), tuple(target)))
+    return frozenset(keys)
+
+
+def encode_symbols(tokenizer: Tokenizer, symbols: list[str], where: str) -> list[int]:
+    """Token ids of ``symbols``; the tasks' lengths assume exactly one token per symbol."""
+    ids = tokenizer.encode(" ".join(symbols))
+    if len(ids) != len(symbols):
+        raise ValueError(f"{where}: the tokenizer turned {len(symbols)} symbols into {len(ids)} tokens "
+                         f"({' '.join(symbols)!r}); task lengths need one token per symbol")
+    return ids
+
+
+def example(task: Task, tokenizer: Tokenizer, split: str, index: int, seed: int, *, step: int = 0,
+            exclude: AbstractSet[SampleKey] = frozenset()) -> Example:
+    """Sample ``index`` of ``split`` as an :class:`~xdllm.interfaces.Example` (ids without bos/eos).
+
+    ``step`` is the optimizer step the sample is used at (0 for held-out data); ``exclude`` the
+    held-out samples a training draw must not equal.
+    """
+    prompt, target = draw_sample(task, split, index, seed, exclude)
+    where = f"task {task.name!r}, split {split!r}, sample {index}"
+    return Example(prompt_ids=encode_symbols(tokenizer, prompt, where),
+                   target_ids=encode_symbols(tokenizer, target, where),
+                   sample_index=index, step=step)

@@ -1,0 +1,142 @@
+"""Tokenizers that need no download: a built-in symbol tokenizer and a local HF JSON file.
+
+Both satisfy :class:`xdllm.interfaces.Tokenizer`. The built-in one serves the synthetic tasks of
+:mod:`xdllm.data.tasks` (one token per whitespace-separated symbol); :class:`HFTokenizerFile`
+wraps any Hugging Face ``tokenizers`` JSON on disk for real text.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from pathlib import Path
+
+import tokenizers
+
+PAD_TOKEN = "<pad>"
+MASK_TOKEN = "<mask>"
+BOS_TOKEN = "<bos>"
+EOS_TOKEN = "<eos>"
+SPECIAL_TOKENS = (PAD_TOKEN, MASK_TOKEN, BOS_TOKEN, EOS_TOKEN)
+"""The special tokens, in id order: pad = 0, mask = 1, bos = 2, eos = 3 in :class:`SymbolTokenizer`."""
+
+BUILTIN_SYMBOLS = tuple(string.digits) + tuple(string.ascii_lowercase) + ("+", "=", ">", ",", "|", ":")
+"""Symbols of the built-in tokenizer: digits, lowercase letters, and the tasks' operators."""
+
+
+class SymbolTokenizer:
+    """One token per whitespace-separated symbol; ids 0-3 are ``<pad> <mask> <bos> <eos>``.
+
+    ``encode("3 1 4")`` gives the ids of ``3``, ``1`` and ``4``; an unknown symbol is a
+    ``ValueError`` naming it and its position. ``decode`` joins symbols with single spaces.
+    """
+
+    pad_token_id = 0
+    mask_token_id = 1
+    bos_token_id = 2
+    eos_token_id = 3
+
+    def __init__(self, symbols: Sequence[str]) -> None:
+        self._tokens = list(SPECIAL_TOKENS)
+        for position, symbol in enumerate(symbols):
+            if not symbol or any(char.isspace() for char in symbol):
+                raise ValueError(f"SymbolTokenizer: symbol {symbol!r} at position {position} is empty "
+                                 "or contains whitespace")
+            if symbol in self._tokens:
+                raise ValueError(f"SymbolTokenizer: symbol {symbol!r} at position {position} is a "
+                                 "duplicate or a special token")
+            self._tokens.append(symbol)
+        self._ids = {token: token_id for token_id, token in enumerate(self._tokens)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        return frozenset(range(len(SPECIAL_TOKENS)))
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for position, symbol in enumerate(text.split()):
+            token_id = self._ids.get(symbol)
+            if token_id is None:
+                raise ValueError(f"SymbolTokenizer.encode: unknown symbol {symbol!r} at position {position}")
+            ids.append(token_id)
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        special = self.special_token_ids
+        return " ".join(self.id_to_token(int(token_id)) for token_id in ids
+                        if not (skip_special_tokens and int(token_id) in special))
+
+    def id_to_token(self, token_id: int) -> str:
+        if not 0 <= token_id < len(self._tokens):
+            raise ValueError(f"SymbolTokenizer.id_to_token: id {token_id} outside [0, {len(self._tokens)})")
+        return self._tokens[token_id]
+
+
+def builtin_tokenizer() -> SymbolTokenizer:
+    """The tokenizer of the built-in tasks (see :data:`BUILTIN_SYMBOLS`)."""
+    return SymbolTokenizer(BUILTIN_SYMBOLS)
+
+
+class HFTokenizerFile:
+    """A local Hugging Face ``tokenizers`` JSON file, with named pad/mask/bos/eos tokens.
+
+    Never downloads. ``encode`` adds no special tokens (collators add bos/eos themselves);
+    ``decode(skip_special_tokens=True)`` drops the four special ids and whatever the file marks
+    as special.
+    """
+
+    def __init__(self, path: str | Path, pad_token: str = PAD_TOKEN, mask_token: str = MASK_TOKEN,
+                 bos_token: str = BOS_TOKEN, eos_token: str = EOS_TOKEN) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"HFTokenizerFile: tokenizer file {self.path} does not exist")
+        self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path))
+        self.pad_token_id = self._special_id("pad_token", pad_token)
+        self.mask_token_id = self._special_id("mask_token", mask_token)
+        self.bos_token_id = self._special_id("bos_token", bos_token)
+        self.eos_token_id = self._special_id("eos_token", eos_token)
+
+    def _special_id(self, role: str, token: str) -> int:
+        token_id = self._tokenizer.token_to_id(token)
+        if token_id is None:
+            raise ValueError(f"HFTokenizerFile: {role} {token!r} is not in the vocabulary of {self.path}")
+        return token_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        return frozenset((self.pad_token_id, self.mask_token_id, self.bos_token_id, self.eos_token_id))
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        ids = [int(token_id) for token_id in ids]
+        if skip_special_tokens:
+            special = self.special_token_ids
+            ids = [token_id for token_id in ids if token_id not in special]
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> str:
+        token = self._tokenizer.id_to_token(token_id)
+        if token is None:
+            raise ValueError(f"HFTokenizerFile.id_to_token: id {token_id} is not in the vocabulary of "
+                             f"{self.path}")
+        return token
+
+
+def load_tokenizer(name_or_path: str | Path) -> SymbolTokenizer | HFTokenizerFile:
+    """``"builtin"`` for :func:`builtin_tokenizer`, or the path of a local tokenizer ``.json``."""
+    if str(name_or_path) == "builtin":
+        return builtin_tokenizer()
+    if Path(name_or_path).suffix == ".json":
+        return HFTokenizerFile(name_or_path)
+    raise ValueError(f"load_tokenizer: expected 'builtin' or a path to a tokenizers .json file, "
+                     f"got {str(name_or_path)!r}")
