@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.errors import XdllmError
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.interfaces import Example
-from xdllm.predict.metrics import per_sample_metrics
+from xdllm.predict.metrics import RegionMatch, match_output_regions
 from xdllm.train.checkpoint import TrainedRun, load_trained
 
 GENERATE_DEFAULTS: dict[str, Any] = {
@@ -76,7 +76,7 @@ def _split_batches(run: TrainedRun, split: str, num_samples: int | None,
 
 
 def _records(run: TrainedRun, batch: Mapping[str, Any], prediction: Mapping[str, Any],
-             metrics: Mapping[str, torch.Tensor] | None) -> Iterator[dict[str, Any]]:
+             match: RegionMatch | None) -> Iterator[dict[str, Any]]:
     tokenizer = run.tokenizer
     for row, text in enumerate(prediction["text"]):
         start = int(prediction["output_start_idx"][row])
@@ -89,10 +89,11 @@ def _records(run: TrainedRun, batch: Mapping[str, Any], prediction: Mapping[str,
             "steps_taken": int(prediction["steps_taken"][row]),
             "time_taken": float(prediction["time_taken"][row]),
         }
-        if metrics is not None:
+        if match is not None:
             record["target"] = tokenizer.decode(batch["target_ids"][row].tolist())
-            record["exact_match"] = bool(metrics["exact_match"][row])
-            record["token_accuracy"] = float(metrics["token_accuracy"][row])
+            record["exact_match"] = bool(match.exact[row])
+            record["correct_tokens"] = int(match.correct[row])
+            record["target_tokens"] = int(match.length[row])
         yield record
 
 
@@ -143,11 +144,12 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
                 history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
                                             tokenizer=run.tokenizer)
             prediction = predictor.predict(batch, model=run.model, history=history)
-            metrics = None
+            match = None
             if "target_ids" in batch:
-                metrics = per_sample_metrics(prediction, batch["target_ids"],
-                                             run.tokenizer.pad_token_id, run.tokenizer.eos_token_id)
-            records.extend(_records(run, batch, prediction, metrics))
+                match = match_output_regions(prediction["ids"], prediction["output_start_idx"],
+                                             batch["target_ids"], run.tokenizer.eos_token_id,
+                                             run.tokenizer.pad_token_id)
+            records.extend(_records(run, batch, prediction, match))
             generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
     elapsed = time.perf_counter() - started
     summary: dict[str, Any] = {
@@ -162,7 +164,8 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
         summary["predictions"] = str(predictions_path)
     if records and "exact_match" in records[0]:
         summary["exact_match"] = sum(r["exact_match"] for r in records) / len(records)
-        summary["token_accuracy"] = sum(r["token_accuracy"] for r in records) / len(records)
+        summary["token_accuracy"] = (sum(r["correct_tokens"] for r in records)
+                                     / max(1, sum(r["target_tokens"] for r in records)))
     if options.history == "topk" and write_outputs:
         tensorboard_dir = output_dir / "tensorboard"
         write_tensorboard([output_dir / "history"], tensorboard_dir,

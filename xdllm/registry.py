@@ -85,7 +85,8 @@ def _from_search_path(folders: Iterable[Path]) -> Iterable[RegisteredFamily]:
 
 def discover_families(search_path: Iterable[str | Path] = ()) -> dict[str, RegisteredFamily]:
     """All model families, by name. Raises :class:`ModelRegistryError` on any problem."""
-    folders = [Path(p) for p in search_path] + search_path_from_env()
+    folders = list(dict.fromkeys(Path(p).expanduser().resolve()
+                                 for p in [*search_path, *search_path_from_env()]))
     found: dict[str, RegisteredFamily] = {}
     for registered in [*_from_entry_points(), *_from_search_path(folders)]:
         name = registered.family.name

@@ -22,7 +22,7 @@ def _error_line(capsys) -> str:
     (["model=no_such_model"], "unknown model 'no_such_model'; available: "),
     (["task=no_such_task"], "unknown task 'no_such_task'"),
     (["trainer.max_stepz=3"], "invalid configuration or override"),
-    (["trainer.max_steps=three"], "invalid configuration or override"),
+    (["trainer.max_steps=three"], "trainer.max_steps must be int, got 'three'"),
     (["not-an-override"], "invalid configuration or override"),
 ])
 def test_train_errors_are_one_line(capsys, overrides, expected):

@@ -10,7 +10,7 @@ import warnings
 from typing import Sequence
 
 from xdllm.errors import XdllmError
-from xdllm.registry import ModelRegistryError, discover_families, search_path_from_env
+from xdllm.registry import ModelRegistryError, discover_families
 
 EXIT_USAGE = 2
 
@@ -105,7 +105,7 @@ def _cmd_eval(overrides: Sequence[str]) -> int:
 
 
 def _cmd_models() -> int:
-    families = discover_families(search_path_from_env())
+    families = discover_families()
     if not families:
         print("no model families found")
     for name, registered in sorted(families.items()):

@@ -59,6 +59,34 @@ def _check_choice(overrides: Sequence[str], group: str, options: dict[str, list[
             raise XdllmError(f"unknown {group} '{value}'; available: {known}")
 
 
+# Leaves whose type xdllm checks right after composition, so a typo'd value fails with its key
+# named instead of deep inside a constructor.
+TYPED_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
+    "train": {
+        "seed": (int,), "trainer.max_steps": (int,), "trainer.val_check_interval": (int, float),
+        "trainer.log_every_n_steps": (int,), "trainer.devices": (int, str, list),
+        "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_val_samples": (int,),
+        "data.num_test_samples": (int,), "data.num_workers": (int,),
+        "optim.lr": (float, int), "optim.weight_decay": (float, int), "optim.warmup_steps": (int,),
+        "history.num_samples": (int,), "history.k": (int,),
+    },
+    "generate": {
+        "batch_size": (int,), "seed": (int,), "history_k": (int,),
+        "history_tensorboard_samples": (int,),
+    },
+}
+
+
+def check_types(config: DictConfig, config_name: str) -> None:
+    for key, types in TYPED_KEYS.get(config_name, {}).items():
+        value = OmegaConf.select(config, key, throw_on_missing=False)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            expected = " or ".join(t.__name__ for t in types)
+            raise XdllmError(f"{key} must be {expected}, got {value!r}")
+
+
 def compose_config(config_name: str, overrides: Sequence[str]) -> ComposedConfig:
     """Compose ``configs/<config_name>.yaml`` with ``overrides``; errors become XdllmError."""
     families = discover_families(search_path_override(overrides))
@@ -76,4 +104,5 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> ComposedConfig
     except (HydraException, OmegaConfBaseException) as error:
         message = str(error).strip().splitlines()[0]
         raise XdllmError(f"invalid configuration or override: {message}") from error
+    check_types(config, config_name)
     return ComposedConfig(config=config, families=families)

@@ -8,7 +8,7 @@ import lightning as L
 import torch
 
 from xdllm.interfaces import HistoryRecorder, LossFunction, Predictor
-from xdllm.predict.metrics import prediction_metrics
+from xdllm.predict.metrics import match_output_regions
 from xdllm.train.optim import OptimConfig, build_optimizer
 
 VALIDATION_ROLES = ("loss", "prediction")
@@ -60,6 +60,8 @@ class DiffusionLMModule(L.LightningModule):
         batch_size = batch["input_ids"].shape[0]
         for name, value in out.items():
             self.log(f"train/{name}", value, prog_bar=name == "loss", batch_size=batch_size)
+        per_step = batch_size * self.trainer.world_size * self.trainer.accumulate_grad_batches
+        self.log("train/samples_seen", float((self.global_step + 1) * per_step), batch_size=batch_size)
         return out["loss"]
 
     def validation_step(self, batch: Mapping[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -74,10 +76,13 @@ class DiffusionLMModule(L.LightningModule):
         if self.history_factory is not None and batch_idx == 0:
             history = self.history_factory(self.global_step)
         prediction = self.predictor.predict(batch, model=self.model, history=history)
-        metrics = prediction_metrics(prediction, batch["target_ids"], self.pad_token_id, self.eos_token_id)
-        for name, value in metrics.items():
-            self.log(f"val/{name}", value, prog_bar=name == "exact_match", batch_size=batch_size,
-                     add_dataloader_idx=False, sync_dist=True)
+        match = match_output_regions(prediction["ids"], prediction["output_start_idx"],
+                                     batch["target_ids"], self.eos_token_id, self.pad_token_id)
+        tokens = int(match.length.sum())
+        self.log("val/exact_match", match.exact.float().mean(), prog_bar=True, batch_size=batch_size,
+                 add_dataloader_idx=False, sync_dist=True)
+        self.log("val/token_accuracy", match.correct.sum() / max(tokens, 1), batch_size=max(tokens, 1),
+                 add_dataloader_idx=False, sync_dist=True)
 
     def configure_optimizers(self):
         optimizer, scheduler = build_optimizer(self.model, self.optim, self.total_steps)

@@ -88,13 +88,19 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
         mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False,
         enable_version_counter=False,
     )
+    callbacks = [checkpoints, LearningRateMonitor(logging_interval="step"), history]
+    if config.checkpoint.save_every_n_steps:
+        callbacks.append(ModelCheckpoint(
+            dirpath=run_dir / CHECKPOINT_DIR, filename="step{step:07d}", save_top_k=-1,
+            every_n_train_steps=config.checkpoint.save_every_n_steps,
+            auto_insert_metric_name=False, enable_version_counter=False))
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
     try:
         trainer = L.Trainer(
             **trainer_args,
             default_root_dir=str(run_dir),
             logger=TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""),
-            callbacks=[checkpoints, LearningRateMonitor(logging_interval="step"), history],
+            callbacks=callbacks,
             plugins=[AtomicCheckpointIO()],
             use_distributed_sampler=False,
             num_sanity_val_steps=0,
