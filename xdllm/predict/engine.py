@@ -1,0 +1,340 @@
+"""The iterative unmasking engine shared by every masked-diffusion model family.
+
+One step is one forward pass over the canvas of the rows that still have masks; it scores every
+masked position of the current block with the confidence of the token it would commit, and
+commits the best ``count`` of them (see ``unmask_count``), plus everything above ``threshold``.
+Rows finish independently and finished rows are not sent through the model again. The loop
+makes one host synchronisation per step: finding which rows are still unfinished.
+
+Randomness (sampled tokens, random order) comes from counter-based streams keyed by
+``(seed, sample_index, step, offset in the output region)``, so a sample's result does not depend
+on the batch it is in, its row, or the padding layout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor, nn
+
+from xdllm.diffusion.schedules import NoiseSchedule, make_noise_schedule
+from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tokenizer
+from xdllm.predict import blocks, streams
+from xdllm.predict.canvas import Canvas, continuation_canvas, infill_canvas
+from xdllm.predict.confidence import check_confidence_options, token_confidence
+from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
+from xdllm.predict.stopping import fill_after_eos
+from xdllm.predict.text import decode_regions
+from xdllm.predict.unmask_count import scheduled_count, select_positions
+
+
+def _read_window(canvas_values: Tensor, window_index: Integer[Tensor, "rows region"],
+                 shared_start: int | None) -> Tensor:
+    """``canvas_values[row, window_index[row, offset]]`` (a slice when regions coincide)."""
+    if shared_start is not None:
+        return canvas_values[:, shared_start:shared_start + window_index.shape[1]]
+    if canvas_values.dim() == 3:
+        window_index = window_index[..., None].expand(-1, -1, canvas_values.shape[-1])
+    return canvas_values.gather(1, window_index)
+
+
+def _write_window(row_ids: Tensor, window_index: Tensor, window_valid: Tensor,
+                  shared_start: int | None, old_window: Tensor, new_window: Tensor) -> Tensor:
+    """``row_ids`` with the region replaced by ``new_window`` (a fresh tensor).
+
+    In the gathered case offsets past a row's region end repeat a clamped column, so the update
+    is added as a difference that is zero there, never written twice with different values.
+    """
+    if shared_start is not None:
+        updated = row_ids.clone()
+        updated[:, shared_start:shared_start + new_window.shape[1]] = new_window
+        return updated
+    change = torch.where(window_valid, new_window - old_window, 0)
+    return row_ids.scatter_add(1, window_index, change)
+
+
+@dataclass
+class _StepOutcome:
+    """What one step produced for the rows that took part."""
+
+    ids: Tensor
+    block: Tensor
+    block_entry: Tensor
+    unfinished: Tensor
+    probs: Tensor
+    committed: Tensor
+    scores: Tensor
+
+
+@dataclass
+class _Rows:
+    """Per-row decoding state: the canvas, its fixed layout, and the block bookkeeping
+    (``block``: current block, -1 before the first step; ``block_entry``: the step it began)."""
+
+    ids: Tensor
+    attention_mask: Tensor
+    positions: Tensor
+    window_index: Tensor
+    window_valid: Tensor
+    keys: Tensor
+    n_blocks: Tensor
+    block: Tensor
+    block_entry: Tensor
+
+    def select(self, rows: Tensor) -> _Rows:
+        return _Rows(**{f.name: getattr(self, f.name).index_select(0, rows)
+                        for f in fields(self)})
+
+    def updated(self, outcome: _StepOutcome) -> _Rows:
+        return replace(self, ids=outcome.ids, block=outcome.block,
+                       block_entry=outcome.block_entry)
+
+    def updated_rows(self, rows: Tensor, outcome: _StepOutcome) -> _Rows:
+        return replace(self, ids=self.ids.index_copy(0, rows, outcome.ids),
+                       block=self.block.index_copy(0, rows, outcome.block),
+                       block_entry=self.block_entry.index_copy(0, rows, outcome.block_entry))
+
+
+class UnmaskingPredictor(nn.Module):
+    """Confidence-ordered iterative unmasking (continuation, unconditional, infilling).
+
+    Arguments (semantics in ``docs/predictor.md``):
+        max_steps: forward passes per row at most; every mask is filled by then.
+        max_new_tokens: masks appended after each prompt (continuation); None or 0 for infilling.
+        tokenizer: supplies pad / mask / bos / eos ids and decodes the text.
+        model: default model; ``predict(model=...)`` overrides it. Not registered as a
+            submodule (the predictor does not own the weights).
+        noise_schedule: name or ``NoiseSchedule`` setting the per-step count; None = even split.
+        top_k, top_p: restrict the distribution before choosing and scoring.
+        confidence: ``top_prob``, ``prob_diff``, ``entropy`` or None (random order).
+        threshold: also commit every candidate whose confidence is ``>= threshold``.
+        skip_special_tokens: passed to ``tokenizer.decode`` for ``text``.
+        temperature: 0 = argmax; > 0 samples from ``softmax(logits / temperature)``.
+        block_size: decode the output region in blocks of this many positions, left to right.
+        stop_at_eos: pad everything after a settled first EOS and let the row finish early.
+        seed: base of the per-sample random streams.
+    """
+
+    def __init__(self, max_steps: int, max_new_tokens: int | None = None,
+                 tokenizer: Tokenizer | None = None, model: nn.Module | None = None,
+                 noise_schedule: str | NoiseSchedule | None = None, top_k: int | None = None,
+                 top_p: float | None = None, confidence: str | None = None,
+                 threshold: float | None = None, skip_special_tokens: bool = True,
+                 temperature: float = 0.0, block_size: int | None = None,
+                 stop_at_eos: bool = False, seed: int = 0) -> None:
+        super().__init__()
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if max_new_tokens is not None and max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0 or None, got {max_new_tokens}")
+        if block_size is not None and block_size < 1:
+            raise ValueError(f"block_size must be >= 1 or None, got {block_size}")
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        check_sampling_options(temperature, top_k, top_p)
+        check_confidence_options(confidence, threshold)
+        self.max_steps = max_steps
+        self.max_new_tokens = max_new_tokens
+        self.tokenizer = tokenizer
+        object.__setattr__(self, "model", model)
+        self.noise_schedule = (None if noise_schedule is None
+                               else make_noise_schedule(noise_schedule))
+        self.top_k = top_k
+        self.top_p = top_p
+        self.confidence = confidence
+        self.threshold = threshold
+        self.skip_special_tokens = skip_special_tokens
+        self.temperature = temperature
+        self.block_size = block_size
+        self.stop_at_eos = stop_at_eos
+        self.seed = seed
+
+    # ------------------------------------------------------------------ setup
+
+    def _tokenizer(self) -> Tokenizer:
+        if self.tokenizer is None:
+            raise ValueError("UnmaskingPredictor needs a tokenizer (for the mask, pad and eos "
+                             "ids); pass tokenizer=...")
+        return self.tokenizer
+
+    def build_canvas(self, batch: Mapping[str, Any], device: torch.device) -> Canvas:
+        """Continuation canvas, or infilling when asked for or implied by the batch."""
+        tok = self._tokenizer()
+        for key in ("input_ids", "attention_mask"):
+            if key not in batch:
+                raise KeyError(f"prediction batch has no {key!r} (keys: {sorted(batch)})")
+        input_ids = batch["input_ids"].to(device)
+        attention_mask = batch["attention_mask"].to(device)
+        has_masks = bool(((input_ids == tok.mask_token_id) & attention_mask.bool()).any())
+        infill = bool(batch.get("infill", False)) or (not self.max_new_tokens and has_masks)
+        if infill:
+            return infill_canvas(input_ids, attention_mask, tok.pad_token_id, tok.mask_token_id)
+        if not self.max_new_tokens:
+            raise ValueError("nothing to generate: max_new_tokens is "
+                             f"{self.max_new_tokens!r} and the batch holds no mask tokens")
+        return continuation_canvas(input_ids, attention_mask, self.max_new_tokens,
+                                   tok.pad_token_id, tok.mask_token_id)
+
+    @staticmethod
+    def _sample_index(batch: Mapping[str, Any], n_rows: int, device: torch.device) -> Tensor:
+        index = batch.get("sample_index")
+        if index is None:
+            return torch.arange(n_rows, device=device)
+        index = torch.as_tensor(index, device=device).long()
+        if index.shape != (n_rows,):
+            raise ValueError(f"batch['sample_index'] has shape {tuple(index.shape)}, "
+                             f"expected ({n_rows},)")
+        return index
+
+    # ------------------------------------------------------------------ one step
+
+    def _choose(self, logits: Float[Tensor, "rows region vocab"], keys: Tensor, step: int
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        """Final distribution, chosen tokens and their confidence on the output window."""
+        tok = self._tokenizer()
+        probs = final_distribution(logits, self.temperature, self.top_k, self.top_p,
+                                   banned_ids=(tok.mask_token_id,))
+        width = logits.shape[1]
+        draws = (streams.uniforms(keys, step, streams.Purpose.TOKEN, width)
+                 if self.temperature > 0.0 else None)
+        tokens = choose_tokens(probs, draws)
+        if self.confidence is None:
+            scores = streams.uniforms(keys, step, streams.Purpose.ORDER, width)
+        else:
+            scores = token_confidence(self.confidence, probs, tokens)
+        return probs, tokens, scores
+
+    def _step(self, model: nn.Module, rows: _Rows, step: int, shared_start: int | None
+              ) -> _StepOutcome:
+        """One forward pass for the given rows and what it commits."""
+        tok = self._tokenizer()
+        logits = model(rows.ids, attention_mask=rows.attention_mask, positions=rows.positions)
+        if logits.dim() != 3 or logits.shape[:2] != rows.ids.shape:
+            raise ValueError(f"model returned shape {tuple(logits.shape)}; expected "
+                             f"[{rows.ids.shape[0]}, {rows.ids.shape[1]}, vocab] logits")
+        window_logits = _read_window(logits, rows.window_index, shared_start)
+        probs, tokens, scores = self._choose(window_logits, rows.keys, step)
+
+        window_ids = _read_window(rows.ids, rows.window_index, shared_start)
+        masked = (window_ids == tok.mask_token_id) & rows.window_valid
+        block, in_block = blocks.current_block(masked, self.block_size)
+        candidates = masked & in_block
+        entry = torch.where(block != rows.block, step, rows.block_entry)
+        deadline = blocks.block_deadline(block, rows.n_blocks, self.max_steps)
+        count = scheduled_count(candidates.sum(1), deadline - step, deadline - entry,
+                                self.noise_schedule)
+        committed = select_positions(scores, candidates, count, self.threshold)
+        new_window = torch.where(committed, tokens, window_ids)
+        if self.stop_at_eos:
+            new_window, padded = fill_after_eos(new_window, rows.window_valid, tok.eos_token_id,
+                                                tok.mask_token_id, tok.pad_token_id)
+            committed = committed | padded
+        return _StepOutcome(
+            ids=_write_window(rows.ids, rows.window_index, rows.window_valid, shared_start,
+                              window_ids, new_window),
+            block=block, block_entry=entry,
+            unfinished=((new_window == tok.mask_token_id) & rows.window_valid).any(1),
+            probs=probs, committed=committed, scores=scores)
+
+    # ------------------------------------------------------------------ the loop
+
+    @torch.no_grad()
+    def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
+                history: HistoryRecorder | None = None) -> PredictionDict:
+        """Fill the masks of every row; see the class docstring for the options."""
+        start_time = time.perf_counter()
+        model = model if model is not None else self.model
+        if model is None:
+            raise ValueError("no model: pass model= to the predictor or to predict()")
+        tok = self._tokenizer()
+        param = next(model.parameters(), None) if isinstance(model, nn.Module) else None
+        device = param.device if param is not None else batch["input_ids"].device
+        canvas = self.build_canvas(batch, device)
+        n_rows = canvas.ids.shape[0]
+        n_blocks = blocks.count_blocks(canvas.region_len, self.block_size)
+        blocks.check_step_budget(n_blocks, self.max_steps)
+        shared_start = canvas.window_start
+        state = _Rows(
+            ids=canvas.ids.clone(), attention_mask=canvas.attention_mask,
+            positions=canvas.positions, window_index=canvas.window_index,
+            window_valid=canvas.window_valid,
+            keys=streams.row_keys(self.seed, self._sample_index(batch, n_rows, device)),
+            n_blocks=n_blocks, block=torch.full((n_rows,), -1, dtype=torch.long, device=device),
+            block_entry=torch.zeros(n_rows, dtype=torch.long, device=device))
+        unfinished = ((state.ids.gather(1, canvas.window_index) == tok.mask_token_id)
+                      & canvas.window_valid).any(1)
+        steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
+        if history is not None:
+            history.begin(batch, state.ids.clone(), canvas.output_start)
+        elapsed: list[float] = []
+        for step in range(self.max_steps + 1):
+            active = unfinished.nonzero().flatten()  # the step's one host sync
+            elapsed.append(time.perf_counter() - start_time)
+            if active.numel() == 0:
+                break
+            if step == self.max_steps:
+                raise RuntimeError(f"internal error: {active.numel()} rows still masked after "
+                                   f"max_steps={self.max_steps}")
+            every_row = active.numel() == n_rows
+            outcome = self._step(model, state if every_row else state.select(active), step,
+                                 shared_start)
+            if every_row:
+                state = state.updated(outcome)
+                unfinished = outcome.unfinished
+                steps_taken += 1
+            else:
+                state = state.updated_rows(active, outcome)
+                unfinished = unfinished.index_copy(0, active, outcome.unfinished)
+                steps_taken = steps_taken.index_add(0, active, torch.ones_like(active))
+            if history is not None:
+                history.on_step(_step_state(step, state.ids, active, outcome,
+                                            state.window_index.index_select(0, active),
+                                            state.window_valid.index_select(0, active),
+                                            canvas.output_start))
+
+        steps = steps_taken.tolist()
+        prediction: PredictionDict = {
+            "loss": None,
+            "text": decode_regions(tok, state.ids, canvas.output_start, canvas.region_len,
+                                   self.skip_special_tokens),
+            "ids": state.ids,
+            "time_taken": [elapsed[s] for s in steps],
+            "output_start_idx": canvas.output_start,
+            "steps_taken": steps,
+        }
+        if history is not None:
+            history.end(prediction)
+        return prediction
+
+
+
+def _step_state(step: int, ids: Tensor, active: Tensor, outcome: _StepOutcome,
+                window_index: Integer[Tensor, "rows region"],
+                window_valid: Bool[Tensor, "rows region"], output_start: Tensor) -> DenoisingStep:
+    """The step's window tensors scattered back to canvas coordinates (zeros elsewhere).
+
+    Past a row's region end the window repeats a clamped column, so values are added with the
+    invalid offsets zeroed rather than written (a plain scatter would race there).
+    """
+    n_rows, seq_len = ids.shape
+    probs, scores = outcome.probs, outcome.scores
+    n_active, vocab = probs.shape[0], probs.shape[-1]
+    valid = window_valid.to(probs.dtype)
+    row_probs = probs.new_zeros((n_active, seq_len, vocab)).scatter_add(
+        1, window_index[..., None].expand(-1, -1, vocab), probs * valid[..., None])
+    row_scores = scores.new_zeros((n_active, seq_len)).scatter_add(
+        1, window_index, scores * valid)
+    row_committed = torch.zeros_like(ids[:n_active]).scatter_add(
+        1, window_index, (outcome.committed & window_valid).long()) > 0
+    return DenoisingStep(
+        step=step, canvas=ids.clone(),
+        probs=probs.new_zeros((n_rows, seq_len, vocab)).index_copy(0, active, row_probs),
+        committed=torch.zeros_like(ids, dtype=torch.bool).index_copy(0, active, row_committed),
+        confidence=scores.new_zeros((n_rows, seq_len)).index_copy(0, active, row_scores),
+        active=torch.zeros(n_rows, dtype=torch.bool, device=ids.device).index_fill(0, active, True),
+        output_start=output_start)

@@ -1,0 +1,73 @@
+"""Token choice: the final per-position distribution and the token drawn from it.
+
+The final distribution is ``softmax(logits / T)`` restricted to the top-k tokens and then to the
+top-p nucleus (renormalised), with banned ids (the mask token) removed. ``T`` is the temperature,
+or 1 when the temperature is 0: temperature 0 means "take the argmax", and the distribution is
+kept at T = 1 so that confidence scores stay meaningful. Sampling uses inverse-CDF lookup with
+one externally supplied uniform per position (see ``xdllm.predict.streams``), so a draw depends
+only on that uniform and on the distribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from jaxtyping import Float, Integer
+from torch import Tensor
+
+
+def check_sampling_options(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Reject meaningless sampling settings up front, naming the offending option."""
+    if not temperature >= 0.0:
+        raise ValueError(f"temperature must be >= 0 (0 = argmax), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+
+
+def _keep_top_k(logits: Tensor, top_k: int) -> Tensor:
+    """Keep logits at least as large as the k-th largest (ties at the boundary are all kept)."""
+    kth = logits.topk(top_k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def _keep_top_p(logits: Tensor, top_p: float) -> Tensor:
+    """Keep the smallest most-probable set whose mass reaches ``top_p`` (never empty)."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    sorted_probs = sorted_logits.softmax(-1)
+    mass_before = sorted_probs.cumsum(-1) - sorted_probs
+    drop_sorted = mass_before >= top_p
+    drop_sorted[..., 0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def final_distribution(logits: Float[Tensor, "*lead vocab"], temperature: float,
+                       top_k: int | None, top_p: float | None,
+                       banned_ids: Sequence[int]) -> Float[Tensor, "*lead vocab"]:
+    """float32 probabilities the predictor draws from and scores confidence with."""
+    logits = logits.float()
+    if temperature > 0.0 and temperature != 1.0:
+        logits = logits / temperature
+    if banned_ids:
+        logits = logits.clone()
+        for token_id in banned_ids:  # scalar indices: no index tensor, no host-device copy
+            logits[..., token_id] = float("-inf")
+    if top_k is not None and top_k < logits.shape[-1]:
+        logits = _keep_top_k(logits, top_k)
+    if top_p is not None and top_p < 1.0:
+        logits = _keep_top_p(logits, top_p)
+    return logits.softmax(-1)
+
+
+def choose_tokens(probs: Float[Tensor, "*lead vocab"],
+                  draws: Float[Tensor, "*lead"] | None) -> Integer[Tensor, "*lead"]:
+    """Argmax when ``draws`` is None (lowest id wins ties), else inverse-CDF sampling."""
+    if draws is None:
+        return probs.max(-1).indices
+    cdf = probs.cumsum(-1)
+    target = draws * cdf[..., -1]
+    index = (cdf <= target[..., None]).sum(-1)
+    return index.clamp(max=probs.shape[-1] - 1)
