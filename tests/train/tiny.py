@@ -13,6 +13,7 @@ TINY_RUN = [
     "optim.warmup_steps=2",
     "history.num_samples=0",
     "generate_after_train=false",
+    "torch_threads=1",
 ]
 TINY_MLM = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2"]
 TINY = TINY_RUN + TINY_MLM

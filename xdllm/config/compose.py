@@ -63,7 +63,7 @@ def _check_choice(overrides: Sequence[str], group: str, options: dict[str, list[
 # named instead of deep inside a constructor.
 TYPED_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
     "train": {
-        "seed": (int,), "trainer.max_steps": (int,), "trainer.val_check_interval": (int, float),
+        "seed": (int,), "torch_threads": (int,), "trainer.max_steps": (int,), "trainer.val_check_interval": (int, float),
         "trainer.log_every_n_steps": (int,), "trainer.devices": (int, str, list),
         "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_val_samples": (int,),
         "data.num_test_samples": (int,), "data.num_workers": (int,),

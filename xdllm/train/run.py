@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
@@ -53,6 +54,18 @@ def resolve_run_dir(config: DictConfig) -> Path:
     return Path(os.environ[RUN_DIR_ENV])
 
 
+def set_torch_threads(config: DictConfig) -> int:
+    """Threads per process: ``torch_threads``, else the cores shared among CPU processes
+    (oversubscribed OpenMP threads make small CPU kernels tens of times slower)."""
+    threads = config.get("torch_threads")
+    if threads is None:
+        devices = config.trainer.devices if isinstance(config.trainer.devices, int) else 1
+        processes = devices if config.trainer.accelerator == "cpu" else 1
+        threads = max(1, (os.cpu_count() or 1) // max(1, processes))
+    torch.set_num_threads(threads)
+    return threads
+
+
 def _save_config(config: DictConfig, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     temporary = run_dir / ".config.yaml.tmp"
@@ -63,6 +76,7 @@ def _save_config(config: DictConfig, run_dir: Path) -> None:
 def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     """Train as configured. ``resume`` is a checkpoint file or run directory to continue from."""
     run_dir = resolve_run_dir(config)
+    set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
     components = build_components(config)
     OmegaConf.set_struct(config, False)
