@@ -1,0 +1,109 @@
+"""Per-sample seeded corruption does not depend on how a global batch is split across ranks.
+
+Each simulated rank corrupts its slice with the global sample indices of its rows; every sample
+must get the same noise as when one rank holds the whole batch, for every kernel.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xdllm.diffusion import (
+    corrupt_blockwise,
+    corrupt_per_sample,
+    corrupt_uniform,
+    corrupt_uniform_random,
+    sample_generators,
+)
+
+GLOBAL_BATCH, SEQ_LEN, BASE_SEED = 32, 40, 1234
+
+KERNELS = [
+    pytest.param(corrupt_uniform, {"mask_token_id": 0}, id="uniform"),
+    pytest.param(corrupt_blockwise, {"mask_token_id": 0, "block_size": 8}, id="blockwise"),
+    pytest.param(corrupt_uniform_random, {"vocab_size": 97, "block_size": 8}, id="uniform_random"),
+]
+
+
+def _global_batch():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 97, (GLOBAL_BATCH, SEQ_LEN), generator=g)
+    loss_mask = (torch.rand(GLOBAL_BATCH, SEQ_LEN, generator=g) < 0.8).float()
+    return ids, loss_mask
+
+
+def _corrupt_rows(kernel, kwargs, ids, loss_mask, rows, step):
+    return corrupt_per_sample(
+        kernel, ids[rows], loss_mask[rows], base_seed=BASE_SEED, global_step=step, sample_indices=rows, **kwargs
+    )
+
+
+@pytest.mark.parametrize("kernel, kwargs", KERNELS)
+@pytest.mark.parametrize("world_size", [1, 2, 4, 8])
+@pytest.mark.parametrize("layout", ["contiguous", "interleaved"])
+def test_corruption_is_identical_for_any_number_of_ranks(kernel, kwargs, world_size, layout):
+    ids, loss_mask = _global_batch()
+    everything = list(range(GLOBAL_BATCH))
+    reference = _corrupt_rows(kernel, kwargs, ids, loss_mask, everything, step=17)
+    assert reference[1].any()
+
+    per_rank = GLOBAL_BATCH // world_size
+    for rank in range(world_size):
+        if layout == "contiguous":
+            rows = everything[rank * per_rank : (rank + 1) * per_rank]
+        else:  # DistributedSampler-style: rank r holds samples r, r + world, ...
+            rows = everything[rank::world_size]
+        local = _corrupt_rows(kernel, kwargs, ids, loss_mask, rows, step=17)
+        for local_part, reference_part in zip(local, reference):
+            assert torch.equal(local_part, reference_part[rows])
+
+
+@pytest.mark.parametrize("kernel, kwargs", KERNELS)
+def test_another_step_gives_other_noise_and_the_same_step_repeats(kernel, kwargs):
+    ids, loss_mask = _global_batch()
+    rows = list(range(GLOBAL_BATCH))
+    step_17 = _corrupt_rows(kernel, kwargs, ids, loss_mask, rows, step=17)
+    step_18 = _corrupt_rows(kernel, kwargs, ids, loss_mask, rows, step=18)
+    resumed = _corrupt_rows(kernel, kwargs, ids, loss_mask, rows, step=17)
+    assert not torch.equal(step_17[1], step_18[1])
+    # Almost every sample changes, not just one (a step that only shifted one row would pass above).
+    changed_rows = (step_17[1] != step_18[1]).any(dim=1).sum()
+    assert changed_rows >= GLOBAL_BATCH - 2
+    for first, again in zip(step_17, resumed):
+        assert torch.equal(first, again)
+
+
+@pytest.mark.parametrize("kernel, kwargs", KERNELS)
+def test_each_row_is_the_kernel_on_that_row_with_its_sample_generator(kernel, kwargs):
+    ids, loss_mask = _global_batch()
+    indices = torch.tensor([5, 900, 3])
+    before = torch.get_rng_state()
+    result = corrupt_per_sample(
+        kernel, ids[:3], loss_mask[:3], base_seed=BASE_SEED, global_step=2, sample_indices=indices, **kwargs
+    )
+    assert torch.equal(torch.get_rng_state(), before)
+    generators = sample_generators(BASE_SEED, 2, [5, 900, 3])
+    for row, generator in enumerate(generators):
+        expected = kernel(ids[row : row + 1], loss_mask[row : row + 1], generator=generator, **kwargs)
+        for part, expected_part in zip(result, expected):
+            assert torch.equal(part[row : row + 1], expected_part)
+
+
+def test_corrupt_per_sample_rejects_a_generator_and_a_wrong_index_count():
+    ids, loss_mask = _global_batch()
+    with pytest.raises(ValueError, match="3 sample_indices for a batch of 32 rows"):
+        corrupt_per_sample(
+            corrupt_uniform, ids, loss_mask, base_seed=0, global_step=0, sample_indices=[0, 1, 2], mask_token_id=0
+        )
+    with pytest.raises(ValueError, match="pass no generator"):
+        corrupt_per_sample(
+            corrupt_uniform,
+            ids,
+            loss_mask,
+            base_seed=0,
+            global_step=0,
+            sample_indices=range(32),
+            mask_token_id=0,
+            generator=torch.Generator(),
+        )
