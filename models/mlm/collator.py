@@ -29,7 +29,7 @@ from xdllm_models.mlm.types import MLMBatch, MLMSeq2SeqPredictionBatch
 _EXAMPLE_KEYS = ("prompt_ids", "target_ids", "sample_index", "step")
 
 
-def _check_examples(examples: Sequence[Example], where: str) -> None:
+def check_examples(examples: Sequence[Example], where: str) -> None:
     if len(examples) == 0:
         raise ValueError(f"{where}: cannot collate an empty batch")
     for row, sample in enumerate(examples):
@@ -67,7 +67,7 @@ def _row_max(rows: Sequence[Sequence[int]]) -> int:
     return max(len(row) for row in rows)
 
 
-def _corrupt_supervised(examples: Sequence[Example], supervised: Sequence[Sequence[int]], mask_token_id: int,
+def corrupt_supervised(examples: Sequence[Example], supervised: Sequence[Sequence[int]], mask_token_id: int,
                         seed: int, eps: float) -> Integer[Tensor, " num_supervised"]:
     """The corrupted supervised tokens of all examples, concatenated in order.
 
@@ -111,7 +111,7 @@ class _CorruptingCollator:
 
     def __call__(self, examples: Sequence[Example]) -> MLMBatch:
         where = type(self).__name__
-        _check_examples(examples, where)
+        check_examples(examples, where)
         tokenizer = self.tokenizer
         sequences = [[tokenizer.bos_token_id, *sample["prompt_ids"], *sample["target_ids"], tokenizer.eos_token_id]
                      for sample in examples]
@@ -127,7 +127,7 @@ class _CorruptingCollator:
         supervised = [seq[skip:] for seq, skip in zip(sequences, unsupervised.tolist())]
         _, supervised_placed = _place(supervised, starts + unsupervised, width, tokenizer.pad_token_id)
         input_ids = target_ids.clone()
-        input_ids[supervised_placed] = _corrupt_supervised(examples, supervised, tokenizer.mask_token_id,
+        input_ids[supervised_placed] = corrupt_supervised(examples, supervised, tokenizer.mask_token_id,
                                                            self.seed, self.eps)
         return MLMBatch(
             input_ids=input_ids,
@@ -182,7 +182,7 @@ class MLMSeq2SeqPredCollator:
 
     def __call__(self, examples: Sequence[Example]) -> MLMSeq2SeqPredictionBatch:
         where = "MLMSeq2SeqPredCollator"
-        _check_examples(examples, where)
+        check_examples(examples, where)
         tokenizer = self.tokenizer
         prefixes = [[tokenizer.bos_token_id, *sample["prompt_ids"]] for sample in examples]
         _check_length(examples, [len(prefix) for prefix in prefixes], self.max_length, "[bos]+prompt", where)

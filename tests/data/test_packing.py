@@ -54,7 +54,7 @@ def test_every_token_is_placed_once_in_contiguous_restarting_segments(seed):
     assert torch.equal(plan.source_token[:, 1:][same_segment], plan.source_token[:, :-1][same_segment] + 1)
     starts = ~same_segment & ~padding[:, 1:]
     assert (plan.positions[:, 1:][starts] == 0).all() and (plan.positions[:, 0] == 0).all()
-    # Best-fit decreasing stays within its worst-case bound of the optimum's lower bound.
+    # Close to the lower bound on these inputs (its worst case is 11/9 of the optimum).
     lower_bound = math.ceil(total / row_length)
     assert lower_bound <= plan.num_rows <= math.ceil(11 / 9 * lower_bound) + 1
 

@@ -4,8 +4,8 @@ A document is first cut into chunks of at most ``row_length`` tokens (a longer d
 split, never dropped or truncated; each chunk is its own segment and its positions restart
 at 0). Chunks are then assigned to rows by **best-fit decreasing**: longest chunk first, each
 into the open row with the least room that still fits it, else a new row. It has the same
-worst-case bound as first-fit decreasing (at most 11/9 OPT + 6/9 rows) and tends to leave the
-room in fewer rows; with a sorted list of remaining capacities each placement is a binary
+asymptotic worst case as first-fit decreasing (11/9 of the optimal row count) and tends to
+leave the room in fewer rows; with a sorted list of remaining capacities each placement is a binary
 search. See docs/packing.md.
 
 Every slot of the ``[rows, row_length]`` grid records which token of the concatenated input
@@ -21,11 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Integer, Shaped
+from jaxtyping import Bool, Integer, Shaped
 from torch import Tensor
 
-PAD_SEGMENT_ID = -1
-"""Segment id of padding slots (documents use 0, 1, ...); the model's padding document id."""
+from xdllm.nn.attention import PAD_DOCUMENT_ID
+
+PAD_SEGMENT_ID = PAD_DOCUMENT_ID
+"""Segment id of padding slots (documents use 0, 1, ...): the model's padding document id,
+so padding is invisible to real tokens without an ``attention_mask``."""
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class PackingPlan:
         return self.source_token.shape[0]
 
     @property
-    def is_padding(self) -> Tensor:
+    def is_padding(self) -> Bool[Tensor, "rows row_length"]:
         return self.segment_ids == PAD_SEGMENT_ID
 
     def gather(self, flat_values: Shaped[Tensor, " total_tokens"], pad_value: int | float | bool

@@ -1,0 +1,59 @@
+"""The MLM denoiser: a bidirectional rotary transformer from canvas to per-position logits."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask
+
+from xdllm.nn import RotaryTransformer, RotaryTransformerConfig
+from xdllm.nn.attention import BackendRequest
+
+
+class RotaryTransformerMLMModel(nn.Module):
+    """Seed 004's model: maps a (partly masked) canvas ``x_t`` to logits ``[batch, L, vocab]``.
+
+    ``attn_backend``: ``"auto"`` (FlexAttention on CUDA, SDPA elsewhere), ``"sdpa"`` or
+    ``"flex"`` (CPU only for inference). See :mod:`xdllm.nn.attention`.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 128,
+        n_layers: int = 4,
+        n_heads: int = 4,
+        d_ff: Optional[int] = None,
+        max_positions: int = 1024,
+        dropout: float = 0.0,
+        attn_backend: BackendRequest = "auto",
+    ) -> None:
+        super().__init__()
+        self.config = RotaryTransformerConfig(
+            vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff,
+            max_positions=max_positions, dropout=dropout, attn_backend=attn_backend,
+        )
+        self.transformer = RotaryTransformer(self.config)
+
+    def forward(
+        self,
+        x_t: Integer[Tensor, "batch seq_len"],
+        attention_mask: Optional[Bool[Tensor, "batch seq_len"]] = None,
+        positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        block_mask: Optional[BlockMask] = None,
+        segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
+    ) -> Float[Tensor, "batch seq_len vocab"]:
+        """Logits for every canvas position.
+
+        ``attention_mask``: True on real tokens (padding is never attended by them).
+        ``positions``: RoPE positions; default ``arange``, or ``cumsum(attention_mask) - 1``
+        clamped at 0 (left padding does not shift a prompt), restarting per segment when
+        ``segment_ids`` are given. ``segment_ids``: packed documents, attention stays inside a
+        segment; padding must carry an id of its own (``PackedMLMCollator`` uses -1).
+        ``block_mask``: a prebuilt FlexAttention mask (normally left None: the model builds
+        one from ``segment_ids`` on its own device).
+        """
+        return self.transformer(x_t, attention_mask=attention_mask, positions=positions,
+                                segment_ids=segment_ids, block_mask=block_mask)

@@ -1,0 +1,116 @@
+"""Bidirectional attention behind one switch: SDPA with a dense mask, or FlexAttention.
+
+Both backends see the same rule, expressed through per-token *document ids*: a query attends
+to a key exactly when both carry the same id. Packed rows use their ``segment_ids``; padding
+gets an id of its own (:data:`PAD_DOCUMENT_ID`), so real tokens never see padding and a padding
+token still has itself to attend to (no fully masked row, no NaN).
+
+- ``"sdpa"``: ``F.scaled_dot_product_attention`` with a boolean ``[batch, 1, L, L]`` mask.
+- ``"flex"``: compiled ``flex_attention`` with a block-sparse ``BlockMask`` built by
+  ``create_block_mask`` on the tensors' device, once per forward and shared by all layers.
+- ``"auto"``: flex on CUDA (where it trains); SDPA elsewhere, because in torch 2.13
+  FlexAttention has no CPU backward. Flex on CPU is allowed for inference when asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal, Optional, Union
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+AttentionBackend = Literal["sdpa", "flex"]
+BackendRequest = Literal["auto", "sdpa", "flex"]
+AttentionMask = Union[Bool[Tensor, "batch 1 seq_len seq_len"], BlockMask, None]
+
+PAD_DOCUMENT_ID = -1
+"""Document id of padding tokens; real tokens' ids (segment ids) must be >= 0."""
+
+
+def resolve_attention_backend(requested: BackendRequest, device: torch.device) -> AttentionBackend:
+    """The backend to use on ``device`` for a requested ``"auto" | "sdpa" | "flex"``."""
+    if requested == "auto":
+        return "flex" if device.type == "cuda" else "sdpa"
+    if requested in ("sdpa", "flex"):
+        return requested
+    raise ValueError(f"attn_backend must be 'auto', 'sdpa' or 'flex', got {requested!r}")
+
+
+def check_backend_can_run(backend: AttentionBackend, device: torch.device) -> None:
+    """Fail early, with a way out, where FlexAttention could run forward but not backward."""
+    if backend == "flex" and device.type != "cuda" and torch.is_grad_enabled():
+        raise RuntimeError(
+            f"attn_backend='flex' on {device.type}: FlexAttention has no backward pass off CUDA "
+            "in this torch version; train with attn_backend='sdpa' (or 'auto'), or run "
+            "inference under torch.no_grad() / torch.inference_mode()"
+        )
+
+
+def document_ids_for(
+    attention_mask: Optional[Bool[Tensor, "batch seq_len"]],
+    segment_ids: Optional[Integer[Tensor, "batch seq_len"]],
+) -> Optional[Integer[Tensor, "batch seq_len"]]:
+    """Per-token document ids, or None when every token may attend to every token.
+
+    ``segment_ids`` alone already isolate documents (padding must carry an id no document
+    uses, e.g. :data:`PAD_DOCUMENT_ID`). ``attention_mask`` (True on real tokens) moves padding
+    into :data:`PAD_DOCUMENT_ID`.
+    """
+    if segment_ids is None and attention_mask is None:
+        return None
+    if segment_ids is None:
+        assert attention_mask is not None
+        segment_ids = torch.zeros(attention_mask.shape, dtype=torch.long, device=attention_mask.device)
+    if attention_mask is None:
+        return segment_ids
+    return torch.where(attention_mask, segment_ids, PAD_DOCUMENT_ID)
+
+
+def build_attention_mask(
+    backend: AttentionBackend, document_ids: Optional[Integer[Tensor, "batch seq_len"]]
+) -> AttentionMask:
+    """The mask every layer shares for one forward pass (None: full attention)."""
+    if document_ids is None:
+        return None
+    if backend == "sdpa":
+        return document_ids[:, None, :, None] == document_ids[:, None, None, :]
+    return document_block_mask(document_ids)
+
+
+def document_block_mask(document_ids: Integer[Tensor, "batch seq_len"]) -> BlockMask:
+    """FlexAttention ``BlockMask`` for "same document", built on ``document_ids``' device."""
+    batch, seq_len = document_ids.shape
+
+    # A lambda on purpose: flex counts the mask_mod's positional args, and the tests' jaxtyping
+    # import hook would wrap a ``def`` (even unannotated) behind ``*args``.
+    same_document = lambda b, h, q_idx, kv_idx: document_ids[b, q_idx] == document_ids[b, kv_idx]  # noqa: E731
+
+    return create_block_mask(same_document, B=batch, H=None, Q_LEN=seq_len, KV_LEN=seq_len,
+                             device=document_ids.device)
+
+
+@functools.cache
+def _compiled_flex_attention():
+    # Compiled once per process; eager flex_attention materialises the full score matrix.
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def attend(
+    query: Float[Tensor, "batch heads seq_len head_dim"],
+    key: Float[Tensor, "batch heads seq_len head_dim"],
+    value: Float[Tensor, "batch heads seq_len head_dim"],
+    backend: AttentionBackend,
+    mask: AttentionMask,
+) -> Float[Tensor, "batch heads seq_len head_dim"]:
+    """Bidirectional attention of ``query`` over ``key``/``value`` under ``mask``."""
+    if backend == "sdpa":
+        if isinstance(mask, BlockMask):
+            raise TypeError("attend: a FlexAttention BlockMask needs backend 'flex', got 'sdpa'")
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    if mask is not None and not isinstance(mask, BlockMask):
+        raise TypeError(f"attend: backend 'flex' needs a BlockMask or None, got {type(mask).__name__}")
+    return _compiled_flex_attention()(query, key, value, block_mask=mask)

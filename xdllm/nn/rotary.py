@@ -1,0 +1,47 @@
+"""Rotary position embeddings (RoPE) with positions given per token.
+
+Positions are an input, not ``arange(seq_len)``: packed rows restart them at 0 in every
+document and left-padded prompts start them at their first real token, so a document is
+embedded the same way wherever it sits in a row.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Integer
+from torch import Tensor, nn
+
+
+class RotaryEmbedding(nn.Module):
+    """Precomputed cos/sin tables for positions ``[0, max_positions)``, looked up per token."""
+
+    def __init__(self, head_dim: int, max_positions: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if head_dim % 2 != 0:
+            raise ValueError(f"RotaryEmbedding: head_dim must be even, got {head_dim}")
+        if max_positions < 1:
+            raise ValueError(f"RotaryEmbedding: max_positions must be >= 1, got {max_positions}")
+        inverse_frequency = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inverse_frequency)
+        # Not persistent: derived from the config, so checkpoints stay free of them.
+        self.register_buffer("cos_table", angles.cos().float(), persistent=False)
+        self.register_buffer("sin_table", angles.sin().float(), persistent=False)
+        self.max_positions = max_positions
+
+    def forward(
+        self, positions: Integer[Tensor, "batch seq_len"]
+    ) -> tuple[Float[Tensor, "batch seq_len half_head_dim"], Float[Tensor, "batch seq_len half_head_dim"]]:
+        """cos and sin of every token's rotation angles (positions must be < max_positions)."""
+        return self.cos_table[positions], self.sin_table[positions]
+
+
+def apply_rotary(
+    x: Float[Tensor, "batch heads seq_len head_dim"],
+    cos: Float[Tensor, "batch seq_len half_head_dim"],
+    sin: Float[Tensor, "batch seq_len half_head_dim"],
+) -> Float[Tensor, "batch heads seq_len head_dim"]:
+    """Rotate pairs ``(x[i], x[i + head_dim/2])`` by each token's angles (computed in float32)."""
+    first, second = x.float().chunk(2, dim=-1)
+    cos, sin = cos[:, None], sin[:, None]
+    rotated = torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
+    return rotated.type_as(x)

@@ -1,0 +1,243 @@
+"""A bidirectional pre-norm transformer with rotary positions, readable top to bottom.
+
+token ids -> embedding -> n_layers x [norm -> attention -> residual, norm -> MLP -> residual]
+-> final norm -> logits. Positions enter only through RoPE, so packed documents (positions
+restarting at 0) and padded batches (positions counting real tokens) embed a document the same
+way wherever it sits. Which tokens see which is decided once per forward by
+:mod:`xdllm.nn.attention`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask
+
+from xdllm.nn.attention import (
+    AttentionBackend,
+    AttentionMask,
+    BackendRequest,
+    attend,
+    build_attention_mask,
+    check_backend_can_run,
+    document_ids_for,
+    resolve_attention_backend,
+)
+from xdllm.nn.rotary import RotaryEmbedding, apply_rotary
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RotaryTransformerConfig:
+    """Size and behaviour of a :class:`RotaryTransformer`. ``d_ff=None`` means ``4 * d_model``."""
+
+    vocab_size: int
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    d_ff: Optional[int] = None
+    max_positions: int = 1024
+    dropout: float = 0.0
+    attn_backend: BackendRequest = "auto"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RotaryTransformerConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"RotaryTransformerConfig: d_model={self.d_model} is not divisible "
+                             f"by n_heads={self.n_heads}")
+        if (self.d_model // self.n_heads) % 2 != 0:
+            raise ValueError(f"RotaryTransformerConfig: head dim d_model/n_heads="
+                             f"{self.d_model // self.n_heads} must be even for RoPE")
+        if self.d_ff is not None and self.d_ff < 1:
+            raise ValueError(f"RotaryTransformerConfig.d_ff must be >= 1 or None, got {self.d_ff}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"RotaryTransformerConfig.dropout must be in [0, 1), got {self.dropout}")
+        if self.norm not in ("rmsnorm", "layernorm"):
+            raise ValueError(f"RotaryTransformerConfig.norm must be 'rmsnorm' or 'layernorm', got {self.norm!r}")
+        resolve_attention_backend(self.attn_backend, torch.device("cpu"))  # validates the name
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+
+def make_norm(config: RotaryTransformerConfig) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.d_model)
+    return nn.LayerNorm(config.d_model, bias=False)
+
+
+def default_positions(
+    seq_len: int,
+    attention_mask: Optional[Bool[Tensor, "batch seq_len"]],
+    segment_ids: Optional[Integer[Tensor, "batch seq_len"]],
+    device: torch.device,
+) -> Integer[Tensor, "batch seq_len"] | Integer[Tensor, "1 seq_len"]:
+    """RoPE positions = number of real tokens before this one in its segment, clamped at 0.
+
+    No mask, no segments: ``arange``. Mask only: ``cumsum(mask) - 1`` clamped at 0, so a
+    left-padded sequence gets the positions it has unpadded. Segments: the same count,
+    restarting wherever the segment id changes (packed documents start at 0).
+    """
+    if attention_mask is None and segment_ids is None:
+        return torch.arange(seq_len, device=device)[None]
+    reference = attention_mask if attention_mask is not None else segment_ids
+    assert reference is not None
+    real = attention_mask.long() if attention_mask is not None else torch.ones_like(reference, dtype=torch.long)
+    real_so_far = real.cumsum(dim=-1)
+    if segment_ids is None:
+        return (real_so_far - 1).clamp_min(0)
+    starts_segment = torch.ones_like(segment_ids, dtype=torch.bool)
+    starts_segment[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    # Real tokens before each segment's first token, carried forward (the count never decreases).
+    real_before_segment = torch.where(starts_segment, real_so_far - real, 0).cummax(dim=-1).values
+    return (real_so_far - real_before_segment - 1).clamp_min(0)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head bidirectional self-attention with rotary queries and keys."""
+
+    def __init__(self, config: RotaryTransformerConfig) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.out = nn.Linear(config.d_model, config.d_model, bias=False)
+
+    def forward(
+        self,
+        x: Float[Tensor, "batch seq_len d_model"],
+        cos: Float[Tensor, "batch seq_len half_head_dim"],
+        sin: Float[Tensor, "batch seq_len half_head_dim"],
+        backend: AttentionBackend,
+        mask: AttentionMask,
+    ) -> Float[Tensor, "batch seq_len d_model"]:
+        batch, seq_len, d_model = x.shape
+        heads = self.qkv(x).view(batch, seq_len, 3, self.n_heads, d_model // self.n_heads)
+        query, key, value = heads.permute(2, 0, 3, 1, 4).unbind(0)  # each [batch, heads, L, head_dim]
+        query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        mixed = attend(query, key, value, backend, mask)
+        return self.out(mixed.transpose(1, 2).reshape(batch, seq_len, d_model))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: RotaryTransformerConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.d_model, config.ff_dim, bias=False)
+        self.down = nn.Linear(config.ff_dim, config.d_model, bias=False)
+
+    def forward(self, x: Float[Tensor, "batch seq_len d_model"]) -> Float[Tensor, "batch seq_len d_model"]:
+        return self.down(F.gelu(self.up(x)))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm residual block: ``x + attn(norm(x))``, then ``x + mlp(norm(x))``."""
+
+    def __init__(self, config: RotaryTransformerConfig) -> None:
+        super().__init__()
+        self.attention_norm = make_norm(config)
+        self.attention = SelfAttention(config)
+        self.mlp_norm = make_norm(config)
+        self.mlp = MLP(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x: Float[Tensor, "batch seq_len d_model"],
+        cos: Float[Tensor, "batch seq_len half_head_dim"],
+        sin: Float[Tensor, "batch seq_len half_head_dim"],
+        backend: AttentionBackend,
+        mask: AttentionMask,
+    ) -> Float[Tensor, "batch seq_len d_model"]:
+        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin, backend, mask))
+        return x + self.dropout(self.mlp(self.mlp_norm(x)))
+
+
+class RotaryTransformer(nn.Module):
+    """Token ids to logits ``[batch, seq_len, vocab]``; see the module docstring.
+
+    No biases: every vector parameter is a norm weight, so grouping by ``ndim`` (matrices
+    decay, vectors do not) is the whole weight-decay rule. The embedding is named
+    ``token_embedding.weight`` for optimizers that also want to exclude it.
+    """
+
+    def __init__(self, config: RotaryTransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.rotary = RotaryEmbedding(config.d_model // config.n_heads, config.max_positions)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
+        self.final_norm = make_norm(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._logged_backend: Optional[AttentionBackend] = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Normal(0, 0.02) weights; residual output projections scaled by 1/sqrt(2 n_layers)."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
+        for block in self.blocks:
+            nn.init.normal_(block.attention.out.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(block.mlp.down.weight, mean=0.0, std=residual_std)
+
+    def attention_backend(self, device: torch.device) -> AttentionBackend:
+        """The backend this model uses on ``device`` (logged once when first chosen)."""
+        backend = resolve_attention_backend(self.config.attn_backend, device)
+        if backend != self._logged_backend:
+            logger.info("RotaryTransformer attention backend: %s (requested %r, device %s)",
+                        backend, self.config.attn_backend, device.type)
+            self._logged_backend = backend
+        return backend
+
+    def forward(
+        self,
+        input_ids: Integer[Tensor, "batch seq_len"],
+        attention_mask: Optional[Bool[Tensor, "batch seq_len"]] = None,
+        positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        block_mask: Optional[BlockMask] = None,
+    ) -> Float[Tensor, "batch seq_len vocab"]:
+        """Logits for every position.
+
+        ``attention_mask``: True on real tokens (keys that may be attended). ``segment_ids``:
+        packed documents; tokens attend only within their segment (padding needs an id of its
+        own, e.g. -1). ``positions``: RoPE positions, defaulting to
+        :func:`default_positions`. ``block_mask``: a prebuilt FlexAttention mask, used as is
+        (``attention_mask`` and ``segment_ids`` then only shape the default positions).
+        """
+        batch, seq_len = input_ids.shape
+        for name, tensor in (("attention_mask", attention_mask), ("positions", positions),
+                             ("segment_ids", segment_ids)):
+            if tensor is not None and tensor.shape != input_ids.shape:
+                raise ValueError(f"RotaryTransformer.forward: {name} has shape {tuple(tensor.shape)}, "
+                                 f"input_ids has {tuple(input_ids.shape)}")
+        backend = self.attention_backend(input_ids.device)
+        check_backend_can_run(backend, input_ids.device)
+        if block_mask is not None:
+            if backend != "flex":
+                raise ValueError("RotaryTransformer.forward: block_mask given but the attention "
+                                 f"backend is {backend!r}; use attn_backend='flex'")
+            mask: AttentionMask = block_mask
+        else:
+            mask = build_attention_mask(backend, document_ids_for(attention_mask, segment_ids))
+        if positions is None:
+            positions = default_positions(seq_len, attention_mask, segment_ids, input_ids.device)
+        cos, sin = self.rotary(positions.expand(batch, seq_len))
+
+        x = self.dropout(self.token_embedding(input_ids))
+        for block in self.blocks:
+            x = block(x, cos, sin, backend, mask)
+        return self.lm_head(self.final_norm(x))
