@@ -9,6 +9,7 @@ from xdllm.data.tasks import (
     SortTask,
     Task,
     VarLenCopyTask,
+    VarLenSortTask,
     draw_sample,
     example,
     get_task,
@@ -19,13 +20,13 @@ from xdllm.data.tokenizer import BUILTIN_SYMBOLS, SymbolTokenizer, builtin_token
 
 
 def test_registry_builds_each_task_and_names_the_choices_on_error():
-    assert set(TASKS) == {"sort", "addition", "varlen_copy"}
+    assert set(TASKS) == {"sort", "addition", "varlen_copy", "varlen_sort"}
     for name in TASKS:
         task = get_task(name)
         assert task.name == name
         assert isinstance(task, Task)
     assert get_task("sort", length=3).length == 3
-    with pytest.raises(ValueError, match="unknown task 'nope'; available: addition, sort, varlen_copy"):
+    with pytest.raises(ValueError, match="unknown task 'nope'; available: addition, sort, varlen_copy, varlen_sort"):
         get_task("nope")
 
 
@@ -73,6 +74,22 @@ def test_varlen_copy_is_a_repeated_unit_with_a_long_tailed_length():
     assert statistics.mean(lengths) > statistics.median(lengths) + 4  # right tail
     assert max(lengths) > 80
     assert task.max_prompt_len == 0 and task.max_target_len == 128
+
+
+def test_varlen_sort_sorts_a_long_tailed_number_of_digits():
+    task = VarLenSortTask()
+    rng = random.Random(3)
+    lengths = []
+    for _ in range(2000):
+        prompt, target = task.generate(rng)
+        assert target == sorted(prompt) and len(prompt) == len(target)
+        assert 2 <= len(prompt) <= 32
+        lengths.append(len(prompt))
+    assert 10 <= statistics.median(lengths) <= 14
+    assert statistics.mean(lengths) > statistics.median(lengths)  # right tail
+    assert max(lengths) >= 28
+    with pytest.raises(ValueError, match="VarLenSortTask.max_length"):
+        VarLenSortTask(min_length=5, max_length=4)
 
 
 def test_samples_are_a_pure_function_of_seed_split_and_index():

@@ -115,17 +115,23 @@ def _cmd_models() -> int:
     return 0
 
 
-def _quiet_third_party() -> None:
+def _configure_output() -> None:
+    """xdllm's own INFO lines on stderr; Lightning keeps its own handler; no warning spam."""
     warnings.filterwarnings("ignore", module="lightning")
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("lightning", "lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    for name in ("xdllm", "xdllm_models"):
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+            logger.propagate = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
-    _quiet_third_party()
+    _configure_output()
     try:
         if arguments.command == "train":
             return _cmd_train(arguments.overrides)

@@ -106,6 +106,59 @@ class AdditionTask:
         return prompt, total[::-1] if self.reverse_sum else total
 
 
+def draw_length(rng: random.Random, median: float | int, sigma: float | int, low: int, high: int,
+                where: str) -> int:
+    """``round(lognormal(ln(median), sigma))`` redrawn until it lies in ``[low, high]`` (a
+    truncated log-normal: long-tailed, no spike at the cap)."""
+    for _ in range(MAX_REDRAWS):
+        length = round(rng.lognormvariate(math.log(median), sigma))
+        if low <= length <= high:
+            return length
+    raise ValueError(f"{where}: {MAX_REDRAWS} lengths drawn around median {median} "
+                     f"(sigma {sigma}) all fell outside [{low}, {high}]")
+
+
+def _check_lengths(median: float | int, sigma: float | int, low: int, high: int, where: str) -> None:
+    _check_at_least(low, 1, f"{where}.min_length")
+    _check_at_least(high, low, f"{where}.max_length")
+    if not median > 0 or not sigma >= 0:
+        raise ValueError(f"{where}: median_length must be > 0 and sigma >= 0, got {median} and {sigma}")
+
+
+@dataclass(frozen=True)
+class VarLenSortTask:
+    """Sort a long-tailed number of digits: lengths are a truncated log-normal (median
+    ``median_length``, ``sigma``, in ``[min_length, max_length]``). The target ends where the
+    prompt's length says, so a model must also learn where to put EOS. Made for packed rows:
+    with the defaults a document (bos + prompt + target + eos) is 28 tokens on average and at
+    most 66, about a quarter of a 128-token row.
+    """
+
+    median_length: float | int = 12.0
+    sigma: float | int = 0.6
+    min_length: int = 2
+    max_length: int = 32
+    name: ClassVar[str] = "varlen_sort"
+
+    def __post_init__(self) -> None:
+        _check_lengths(self.median_length, self.sigma, self.min_length, self.max_length,
+                       "VarLenSortTask")
+
+    @property
+    def max_prompt_len(self) -> int:
+        return self.max_length
+
+    @property
+    def max_target_len(self) -> int:
+        return self.max_length
+
+    def generate(self, rng: random.Random) -> tuple[list[str], list[str]]:
+        length = draw_length(rng, self.median_length, self.sigma, self.min_length, self.max_length,
+                             "VarLenSortTask")
+        digits = [str(rng.randrange(10)) for _ in range(length)]
+        return digits, sorted(digits)
+
+
 @dataclass(frozen=True)
 class VarLenCopyTask:
     """Unconditional documents of long-tailed length: a random letter unit copied over and over.
@@ -124,12 +177,9 @@ class VarLenCopyTask:
     name: ClassVar[str] = "varlen_copy"
 
     def __post_init__(self) -> None:
-        _check_at_least(self.min_length, 1, "VarLenCopyTask.min_length")
-        _check_at_least(self.max_length, self.min_length, "VarLenCopyTask.max_length")
+        _check_lengths(self.median_length, self.sigma, self.min_length, self.max_length,
+                       "VarLenCopyTask")
         _check_at_least(self.max_period, 1, "VarLenCopyTask.max_period")
-        if not self.median_length > 0 or not self.sigma >= 0:
-            raise ValueError(f"VarLenCopyTask: median_length must be > 0 and sigma >= 0, got "
-                             f"{self.median_length} and {self.sigma}")
 
     @property
     def max_prompt_len(self) -> int:
@@ -139,16 +189,9 @@ class VarLenCopyTask:
     def max_target_len(self) -> int:
         return self.max_length
 
-    def _draw_length(self, rng: random.Random) -> int:
-        for _ in range(MAX_REDRAWS):
-            length = round(rng.lognormvariate(math.log(self.median_length), self.sigma))
-            if self.min_length <= length <= self.max_length:
-                return length
-        raise ValueError(f"VarLenCopyTask: {MAX_REDRAWS} lengths drawn around median {self.median_length} "
-                         f"(sigma {self.sigma}) all fell outside [{self.min_length}, {self.max_length}]")
-
     def generate(self, rng: random.Random) -> tuple[list[str], list[str]]:
-        length = self._draw_length(rng)
+        length = draw_length(rng, self.median_length, self.sigma, self.min_length, self.max_length,
+                             "VarLenCopyTask")
         unit = [rng.choice(string.ascii_lowercase) for _ in range(rng.randint(1, self.max_period))]
         return [], [unit[i % len(unit)] for i in range(length)]
 
@@ -157,6 +200,7 @@ TASKS: dict[str, Callable[..., Task]] = {
     SortTask.name: SortTask,
     AdditionTask.name: AdditionTask,
     VarLenCopyTask.name: VarLenCopyTask,
+    VarLenSortTask.name: VarLenSortTask,
 }
 
 
