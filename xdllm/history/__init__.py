@@ -1,0 +1,31 @@
+"""Denoising history: the recorder the predictor calls every step, its files, and its views.
+
+- :class:`HistoryTopKPlugin` records top-k alternatives, canvases and commits per step;
+- :func:`load_history` / :class:`HistoryFile` / :class:`SampleHistory` read them back;
+- :func:`write_tensorboard` renders them for TensorBoard, :func:`format_replay` for a terminal.
+
+File format and usage: ``docs/history.md``.
+"""
+
+from xdllm.history.format import FORMAT_NAME, FORMAT_VERSION, HistoryError, HistoryFormatError
+from xdllm.history.reader import HistoryFile, SampleHistory, iter_samples, load_history
+from xdllm.history.recorder import HistoryTopKPlugin
+from xdllm.history.show import format_replay
+from xdllm.history.storage import find_history_files, read_history_file
+from xdllm.history.tensorboard import write_tensorboard
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "HistoryError",
+    "HistoryFile",
+    "HistoryFormatError",
+    "HistoryTopKPlugin",
+    "SampleHistory",
+    "find_history_files",
+    "format_replay",
+    "iter_samples",
+    "load_history",
+    "read_history_file",
+    "write_tensorboard",
+]

@@ -1,0 +1,91 @@
+"""``xdllm history show`` / ``tensorboard``: output, defaults and one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from xdllm.cli.history import add_history_parser, run_history_command
+from xdllm.data.tokenizer import SymbolTokenizer
+from xdllm.history import HistoryTopKPlugin, load_history
+
+TOKENIZER = SymbolTokenizer(list("abcdefgh"))
+
+
+def _run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="xdllm")
+    add_history_parser(parser.add_subparsers(dest="command"))
+    return run_history_command(parser.parse_args(list(argv)))
+
+
+@pytest.fixture
+def run_dir(tmp_path, generate):
+    recorder = HistoryTopKPlugin(k=3, output_dir=tmp_path / "history", tokenizer=TOKENIZER)
+    generate(recorder, prompt_lens=[2, 3], gen_len=4, commits_per_step=[1, 2], seed=1)
+    generate(recorder, prompt_lens=[2], gen_len=3, commits_per_step=[3], seed=2)
+    return tmp_path
+
+
+def test_show_replays_one_sample(run_dir, capsys):
+    assert _run("history", "show", str(run_dir / "history" / "history-00000.pt"),
+                "--sample", "1", "--k", "2", "--color", "never") == 0
+    out = capsys.readouterr().out
+    sample = load_history(run_dir / "history" / "history-00000.pt").sample(1)
+    name = TOKENIZER.id_to_token
+    lines = out.splitlines()
+    assert lines[0].startswith("sample 1: 2 steps (0..1), output from canvas position 3")
+    first = lines.index("step 0: 2 committed, 2 masks left")
+    expected_canvas = " ".join(
+        f"*{name(t)}*" if c else "_" for t, c in zip(sample.canvas[0].tolist(),
+                                                    sample.committed[0].tolist()))
+    assert lines[first + 1] == "  " + expected_canvas
+    j = sample.committed[0].nonzero()[0].item()
+    ids, probs = sample.topk_ids[0, j, :2].tolist(), sample.topk_probs[0, j, :2].tolist()
+    assert lines[first + 2] == (
+        f"  @{3 + j} {name(ids[0])} (conf {float(sample.confidence_at_commit[j]):.3f}): "
+        f"{name(ids[0])} {probs[0]:.3f}  {name(ids[1])} {probs[1]:.3f}")
+    assert lines[-1] == "output: row 1"
+
+
+def test_show_run_dir_counts_across_files_and_filters_step(run_dir, capsys):
+    assert _run("history", "show", str(run_dir), "--sample", "2", "--step", "0",
+                "--color", "always") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("sample 2: 1 steps (0..0)")
+    assert "\033[1;32m" in out and "step 0: 3 committed, 0 masks left" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["show", "{run}/missing.pt"], "missing.pt: no such file or directory"),
+        (["show", "{run}", "--sample", "3"], "sample 3 out of range (3 samples recorded)"),
+        (["show", "{run}", "--step", "7"], "sample 0 has no step 7 (steps: 0..4)"),
+        (["show", "{run}", "--k", "4"], "k=4 out of range: this history stores top-3"),
+        (["show", "{run}/history/history-00000.pt"], None),
+        (["tensorboard", "{run}/history/history-00000.pt", "--logdir", "{run}/tb"], None),
+    ],
+)
+def test_errors_are_one_line(run_dir, capsys, argv, message):
+    argv = [a.replace("{run}", str(run_dir)) for a in argv]
+    if message is None:  # corrupt the file first
+        (run_dir / "history" / "history-00000.pt").write_bytes(b"not a zip file")
+        message = "history-00000.pt: cannot be read as a history file (corrupt or truncated?)"
+    assert _run("history", *argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("xdllm history: error: ") and message in err
+
+
+def test_tensorboard_default_logdir(run_dir, capsys):
+    assert _run("history", "tensorboard", str(run_dir), "--max-samples", "2") == 0
+    logdir = run_dir / "tensorboard" / "history"
+    assert f"wrote 2 samples to {logdir}" in capsys.readouterr().out
+    assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
+
+
+def test_tensorboard_outside_a_run_needs_logdir(tmp_path, generate, capsys):
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "loose")
+    generate(recorder, prompt_lens=[1], gen_len=2, commits_per_step=[1])
+    assert _run("history", "tensorboard", str(recorder.files_written[0])) == 1
+    assert "not inside a run directory" in capsys.readouterr().err

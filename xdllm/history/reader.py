@@ -1,0 +1,163 @@
+"""Notebook-facing access to recorded histories: ``load_history(path).sample(i)``.
+
+A :class:`HistoryFile` is one validated file (one generation batch); :class:`SampleHistory` is
+one sample's denoising cut down to the steps it actually ran and to its own output region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor
+
+from xdllm.history.format import HistoryError
+from xdllm.history.storage import find_history_files, read_history_file
+
+
+@dataclass(frozen=True)
+class SampleHistory:
+    """One sample's denoising, step by step.
+
+    ``steps`` are the predictor's step numbers of the steps this sample ran (rows that had
+    finished are not listed). Region columns are canvas positions ``output_start + j``.
+
+    Attributes:
+        sample_id: the sample's index in its prediction stream.
+        output_start: canvas position of region column 0.
+        steps: step numbers, ``[S]``.
+        topk_ids: top-k token ids per step and position, best first, ``[S, R, k]``.
+        topk_probs: their probabilities under the distribution the step sampled from.
+        canvas: the canvas after each step, ``[S, R]``.
+        committed: positions unmasked at each step, ``[S, R]``.
+        initial_canvas: the region before the first step, ``[R]``.
+        commit_step: step number of each position's commit, -1 if never committed, ``[R]``.
+        confidence_at_commit: the predictor's confidence score when committed (NaN if never).
+        prompt_ids: the prompt tokens without padding.
+        target_ids: the reference continuation (right-padded as in the batch), if known.
+        text: the predictor's decoded output, if recorded.
+        mask_token_id: the mask id, if known.
+        vocab: token strings for the ids in this file (empty without a tokenizer).
+    """
+
+    sample_id: int
+    output_start: int
+    steps: Integer[Tensor, " steps"]
+    topk_ids: Integer[Tensor, "steps region k"]
+    topk_probs: Float[Tensor, "steps region k"]
+    canvas: Integer[Tensor, "steps region"]
+    committed: Bool[Tensor, "steps region"]
+    initial_canvas: Integer[Tensor, " region"]
+    commit_step: Integer[Tensor, " region"]
+    confidence_at_commit: Float[Tensor, " region"]
+    prompt_ids: Integer[Tensor, " prompt"]
+    target_ids: Integer[Tensor, " target"] | None
+    text: str | None
+    mask_token_id: int | None
+    vocab: dict[int, str]
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.steps.shape[0])
+
+    @property
+    def k(self) -> int:
+        return int(self.topk_ids.shape[-1])
+
+    @property
+    def masked(self) -> Bool[Tensor, "steps region"]:
+        """Masked positions after each step.
+
+        With a known mask id: canvas tokens equal to it. Without one: positions committed at a
+        later step (a position never committed counts as unmasked).
+        """
+        if self.mask_token_id is not None:
+            return self.canvas == self.mask_token_id
+        return self.commit_step.unsqueeze(0) > self.steps.unsqueeze(1)
+
+    @property
+    def masks_remaining(self) -> Integer[Tensor, " steps"]:
+        """Number of masked region positions after each step."""
+        return self.masked.sum(dim=1)
+
+    def token(self, token_id: int) -> str:
+        """The stored string of a token id, or the id itself when no tokenizer was given."""
+        return self.vocab.get(int(token_id), str(int(token_id)))
+
+
+class HistoryFile:
+    """One validated history file. ``len(file)`` samples; ``file.sample(i)`` the i-th."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._data = read_history_file(self.path)
+        self._vocab = dict(zip(self._data["vocab_ids"].tolist(), self._data["vocab_tokens"]))
+
+    def __len__(self) -> int:
+        return int(self._data["sample_ids"].shape[0])
+
+    def __iter__(self) -> Iterator[SampleHistory]:
+        return (self.sample(i) for i in range(len(self)))
+
+    @property
+    def k(self) -> int:
+        return int(self._data["k"])
+
+    @property
+    def sample_ids(self) -> list[int]:
+        return self._data["sample_ids"].tolist()
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The validated payload as stored (see ``docs/history.md`` for every key)."""
+        return self._data
+
+    def sample(self, index: int) -> SampleHistory:
+        """The ``index``-th sample of this file (0-based, in batch order)."""
+        if not 0 <= index < len(self):
+            raise HistoryError(
+                f"{self.path}: sample {index} out of range (file has {len(self)} samples, "
+                f"0..{len(self) - 1})"
+            )
+        data = self._data
+        start = int(data["output_start"][index])
+        column = start - int(data["region_start"])
+        ran = data["active"][index]
+        target = data["target_ids"]
+        return SampleHistory(
+            sample_id=int(data["sample_ids"][index]),
+            output_start=start,
+            steps=data["steps"][ran],
+            topk_ids=data["topk_ids"][index, ran, column:].long(),
+            topk_probs=data["topk_probs"][index, ran, column:].float(),
+            canvas=data["canvas"][index, ran, column:].long(),
+            committed=data["committed"][index, ran, column:],
+            initial_canvas=data["initial_canvas"][index, column:].long(),
+            commit_step=data["commit_step"][index, column:],
+            confidence_at_commit=data["confidence_at_commit"][index, column:],
+            prompt_ids=data["prompt_ids"][index][data["prompt_mask"][index]],
+            target_ids=None if target is None else target[index],
+            text=data["texts"][index] if data["texts"] else None,
+            mask_token_id=data["mask_token_id"],
+            vocab=self._vocab,
+        )
+
+
+def load_history(path: Path | str) -> HistoryFile:
+    """Load and validate one history file (corrupt or truncated files raise, naming the file)."""
+    return HistoryFile(path)
+
+
+def iter_samples(path: Path | str, max_samples: int | None = None) -> Iterator[SampleHistory]:
+    """Samples of a file, a history directory or a run directory, one file in memory at a time."""
+    produced = 0
+    for file_path in find_history_files(path):
+        for sample in load_history(file_path):
+            if max_samples is not None and produced >= max_samples:
+                return
+            yield sample
+            produced += 1

@@ -1,0 +1,99 @@
+"""Reading and writing history files, and finding them in a run directory.
+
+Files are plain ``torch.save`` dictionaries of tensors, strings and ints (readable with
+``torch.load(path, weights_only=True)``), written atomically (temp file, fsync, ``os.replace``)
+so a reader never sees a half-written file. A run keeps them under ``<run_dir>/history/``
+named ``history-00000.pt``, ``history-00001.pt``, ... (one per generation batch).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from xdllm.history.format import HistoryError, HistoryFormatError, payload_checksums, validate_payload
+
+HISTORY_SUBDIR = "history"
+FILE_PATTERN = re.compile(r"^history-(\d{5,})\.pt$")
+
+
+def history_file_name(index: int) -> str:
+    """Name of the ``index``-th history file of a directory."""
+    return f"history-{index:05d}.pt"
+
+
+def next_file_index(directory: Path) -> int:
+    """First index after every history file already in ``directory`` (0 when there is none).
+
+    A recorder starts numbering there, so a second generation into the same directory adds
+    files instead of overwriting the first one's.
+    """
+    if not directory.is_dir():
+        return 0
+    indices = [int(m.group(1)) for p in directory.iterdir() if (m := FILE_PATTERN.match(p.name))]
+    return max(indices, default=-1) + 1
+
+
+def write_history_file(payload: Mapping[str, Any], path: Path) -> None:
+    """Validate ``payload`` (adding its checksums) and write it atomically to ``path``."""
+    record = dict(payload)
+    record["checksums"] = payload_checksums(record)
+    validate_payload(record, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = tempfile.NamedTemporaryFile(
+        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+    )
+    try:
+        with handle:
+            torch.save(record, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, path)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+
+
+def read_history_file(path: Path | str) -> dict[str, Any]:
+    """Load and fully validate one history file.
+
+    Raises :class:`HistoryError` when the file does not exist and :class:`HistoryFormatError`
+    when it is truncated, garbled or does not follow the schema; both name the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise HistoryError(f"{path}: no such history file")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # any failure to unpickle means the file is unusable
+        raise HistoryFormatError(
+            f"{path}: cannot be read as a history file (corrupt or truncated?): "
+            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        ) from error
+    validate_payload(payload, path)
+    return payload
+
+
+def find_history_files(path: Path | str) -> list[Path]:
+    """History files for a file, a history directory, or a run directory (``<run>/history``).
+
+    Files are ordered by index. A path with no history files is a :class:`HistoryError`.
+    """
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise HistoryError(f"{path}: no such file or directory")
+    directory = path / HISTORY_SUBDIR if (path / HISTORY_SUBDIR).is_dir() else path
+    found = sorted(
+        (int(m.group(1)), p) for p in directory.iterdir() if (m := FILE_PATTERN.match(p.name))
+    )
+    if not found:
+        raise HistoryError(f"{path}: no history files (history-NNNNN.pt) found in {directory}")
+    return [p for _, p in found]

@@ -1,0 +1,129 @@
+"""Render recorded histories into TensorBoard event files.
+
+Per sample (tags start with ``sample_NNNNN/``, the sample id):
+
+- ``steps`` (Text, one entry per step): the canvas after the step with masks as ``_`` and the
+  tokens committed at that step in bold, then a table of those commits with their confidence
+  and top-k alternatives;
+- ``summary`` (Text): prompt, target and final output;
+- ``commit_step`` and ``confidence_at_commit`` (Images, step x position): see
+  :mod:`xdllm.history.images`;
+- ``masks_remaining`` (Scalars): masked output positions after each step.
+
+TensorBoard keeps only 10 text entries per tag (a random sample of the steps) unless started
+with e.g. ``--samples_per_plugin=text=1000`` (at least the number of steps; in TensorBoard 2.21
+``text=0`` shows nothing rather than everything).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from collections.abc import Iterable
+
+from torch.utils.tensorboard import SummaryWriter
+
+from xdllm.history.images import commit_image, confidence_image
+from xdllm.history.reader import SampleHistory, iter_samples
+from xdllm.history.render import StepView, step_views, visible_token
+from xdllm.interfaces import Tokenizer
+
+DEFAULT_MAX_SAMPLES = 16
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
+
+
+def sample_tag(sample: SampleHistory) -> str:
+    """Tag prefix of a sample's entries."""
+    return f"sample_{sample.sample_id:05d}"
+
+
+def write_tensorboard(
+    history_paths: str | Path | Iterable[str | Path],
+    logdir: str | Path,
+    max_samples: int | None = DEFAULT_MAX_SAMPLES,
+    tokenizer: Tokenizer | None = None,
+) -> int:
+    """Write TensorBoard views of up to ``max_samples`` samples; return how many were written.
+
+    ``history_paths``: history files, history directories or run directories (``<run>/history``).
+    ``tokenizer`` overrides the token strings stored in the files.
+    """
+    paths = [history_paths] if isinstance(history_paths, (str, Path)) else list(history_paths)
+    token_text = tokenizer.id_to_token if tokenizer is not None else None
+    written = 0
+    with SummaryWriter(log_dir=str(logdir)) as writer:
+        for path in paths:
+            remaining = None if max_samples is None else max_samples - written
+            if remaining is not None and remaining <= 0:
+                break
+            for sample in iter_samples(path, max_samples=remaining):
+                _write_sample(writer, sample, token_text)
+                written += 1
+    return written
+
+
+def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text) -> None:
+    tag = sample_tag(sample)
+    name = token_text or sample.token
+    writer.add_text(f"{tag}/summary", _summary_markdown(sample, name), global_step=0)
+    for view in step_views(sample, token_text=token_text):
+        writer.add_text(f"{tag}/steps", step_markdown(view), global_step=view.step)
+        writer.add_scalar(f"{tag}/masks_remaining", view.masks_remaining, global_step=view.step)
+    if sample.num_steps:
+        last_step = int(sample.steps[-1])
+        writer.add_image(f"{tag}/commit_step", commit_image(sample), global_step=last_step)
+        writer.add_image(
+            f"{tag}/confidence_at_commit", confidence_image(sample), global_step=last_step
+        )
+
+
+def escape_markdown(text: str) -> str:
+    """Backslash-escape characters Markdown would interpret."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def step_markdown(view: StepView) -> str:
+    """Markdown of one step: canvas line, then one table row per committed position."""
+    canvas = " ".join(
+        "\\_" if cell.state == "masked"
+        else f"**{escape_markdown(cell.text)}**" if cell.state == "committed"
+        else escape_markdown(cell.text)
+        for cell in view.cells
+    )
+    lines = [
+        f"**step {view.step}**: {len(view.commits)} committed, "
+        f"{view.masks_remaining} masks left",
+        "",
+        canvas,
+    ]
+    if view.commits:
+        lines += ["", "| position | token | confidence | top-k (probability) |", "|---|---|---|---|"]
+        lines += [
+            f"| {c.position} | {escape_markdown(c.token)} | {_number(c.confidence)} | "
+            + " · ".join(f"{escape_markdown(t)} {p:.3f}" for t, p in c.alternatives)
+            + " |"
+            for c in view.commits
+        ]
+    return "\n".join(lines)
+
+
+def _summary_markdown(sample: SampleHistory, name) -> str:
+    def tokens(ids) -> str:
+        return " ".join(escape_markdown(visible_token(name(i))) for i in ids.tolist())
+
+    lines = [
+        f"**sample {sample.sample_id}**: {sample.num_steps} steps, output from canvas position "
+        f"{sample.output_start}, top-{sample.k} recorded",
+        "",
+        f"**prompt:** {tokens(sample.prompt_ids) or '(none)'}",
+    ]
+    if sample.target_ids is not None:
+        lines += ["", f"**target:** {tokens(sample.target_ids)}"]
+    if sample.text is not None:
+        lines += ["", f"**output:** {escape_markdown(sample.text)}"]
+    return "\n".join(lines)
+
+
+def _number(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.3f}"
