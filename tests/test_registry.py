@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_model_package
+from model_package_factory import write_model_package
 from xdllm.registry import SEARCH_PATH_ENV, ModelRegistryError, discover_families
 
 

@@ -12,7 +12,8 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from hydra.utils import instantiate

@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from xdllm.errors import XdllmError
 from xdllm.registry import ModelRegistryError, discover_families
