@@ -89,16 +89,15 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def default_logdir(path: Path) -> Path:
-    """``<run_dir>/tensorboard/history`` for a run directory, its history dir or a file in it."""
+    """``<run>/tensorboard/history`` for a run directory, its ``history`` folder, or anything
+    below that folder (``history/val-step<N>/``, a single file)."""
+    path = path.resolve()
     if (path / HISTORY_SUBDIR).is_dir():
-        run_dir = path
-    elif path.is_dir() and path.name == HISTORY_SUBDIR:
-        run_dir = path.parent
-    elif path.is_file() and path.parent.name == HISTORY_SUBDIR:
-        run_dir = path.parent.parent
-    else:
-        raise HistoryError(f"{path}: not inside a run directory (<run>/history); pass --logdir")
-    return run_dir / TENSORBOARD_SUBDIR
+        return path / TENSORBOARD_SUBDIR
+    for ancestor in (path, *path.parents):
+        if ancestor.name == HISTORY_SUBDIR:
+            return ancestor.parent / TENSORBOARD_SUBDIR
+    raise HistoryError(f"{path}: not inside a run directory (<run>/history); pass --logdir")
 
 
 def _use_color(mode: str) -> bool:

@@ -81,19 +81,22 @@ def read_history_file(path: Path | str) -> dict[str, Any]:
 
 
 def find_history_files(path: Path | str) -> list[Path]:
-    """History files for a file, a history directory, or a run directory (``<run>/history``).
+    """History files for a file, a history directory, or a run directory (``<run>/history``),
+    searched recursively (a run keeps ``history/val-step<N>/`` folders, generation keeps
+    ``generate/<time>/history/``).
 
-    Files are ordered by index. A path with no history files is a :class:`HistoryError`.
+    Files are ordered by folder, then index. A path with no history files is a
+    :class:`HistoryError`.
     """
     path = Path(path)
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise HistoryError(f"{path}: no such file or directory")
-    directory = path / HISTORY_SUBDIR if (path / HISTORY_SUBDIR).is_dir() else path
     found = sorted(
-        (int(m.group(1)), p) for p in directory.iterdir() if (m := FILE_PATTERN.match(p.name))
+        (p.parent, int(m.group(1)), p) for p in path.rglob("history-*.pt")
+        if (m := FILE_PATTERN.match(p.name))
     )
     if not found:
-        raise HistoryError(f"{path}: no history files (history-NNNNN.pt) found in {directory}")
-    return [p for _, p in found]
+        raise HistoryError(f"{path}: no history files (history-NNNNN.pt) found under {path}")
+    return [p for _, _, p in found]
