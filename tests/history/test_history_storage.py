@@ -120,7 +120,7 @@ def test_finding_files_in_nested_validation_folders(tmp_path, generate):
     for step in (250, 500):
         recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "history" / f"val-step{step:07d}")
         for seed in range(2):
-            generate(recorder, prompt_lens=[1], gen_len=2, commits_per_step=[1, 1], seed=seed)
+            generate(recorder, prompt_lens=[1, 1], gen_len=2, commits_per_step=[1, 1], seed=seed)
     found = find_history_files(tmp_path)
     assert [(p.parent.name, p.name) for p in found] == [
         ("val-step0000250", "history-00000.pt"), ("val-step0000250", "history-00001.pt"),
