@@ -10,7 +10,7 @@ import pytest
 import torch.distributed as dist
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tiny import TINY
+from tiny_run import TINY
 
 
 @pytest.mark.slow

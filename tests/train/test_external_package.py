@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny import TINY_RUN
+from tiny_run import TINY_RUN
 from xdllm.cli.main import main
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tiny import TINY
+from tiny_run import TINY
 from xdllm.cli.main import main
 
 

@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_history_command(arguments)
     except (XdllmError, ModelRegistryError) as error:
-        print(f"xdllm: error: {error}", file=sys.stderr)
+        print(f"xdllm: error: {' '.join(str(error).split())}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -87,8 +87,16 @@ def check_types(config: DictConfig, config_name: str) -> None:
             raise XdllmError(f"{key} must be {expected}, got {value!r}")
 
 
+def _open_predictor_overrides(overrides: Sequence[str]) -> list[str]:
+    """``generate`` merges ``predictor.*`` over the run's predictor config, so any key may be
+    given there: ``predictor.threshold=0.9`` means ``+predictor.threshold=0.9``."""
+    return [f"+{o}" if o.startswith("predictor.") else o for o in overrides]
+
+
 def compose_config(config_name: str, overrides: Sequence[str]) -> ComposedConfig:
     """Compose ``configs/<config_name>.yaml`` with ``overrides``; errors become XdllmError."""
+    if config_name == "generate":
+        overrides = _open_predictor_overrides(overrides)
     families = discover_families(search_path_override(overrides))
     if config_name == "train":
         options = group_options(families)

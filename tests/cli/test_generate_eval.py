@@ -1,0 +1,77 @@
+"""`xdllm generate` and `xdllm eval` on a briefly trained run."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tiny_run import TINY
+from xdllm.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    assert main(["train", *TINY, "trainer.max_steps=6", "trainer.val_check_interval=3",
+                 f"run_dir={run_dir}"]) == 0
+    return run_dir
+
+
+def _summary(capsys) -> dict:
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{"):])
+
+
+@pytest.mark.slow
+def test_generate_on_the_test_split_writes_predictions_and_history(trained_run, tmp_path, capsys):
+    out_dir = tmp_path / "gen"
+    assert main(["generate", f"ckpt={trained_run}", "history=topk", "num_samples=10",
+                 "batch_size=4", f"output_dir={out_dir}"]) == 0
+    summary = _summary(capsys)
+    assert summary["num_samples"] == 10 and 0.0 <= summary["exact_match"] <= 1.0
+    records = [json.loads(line) for line in (out_dir / "predictions.jsonl").read_text().splitlines()]
+    assert len(records) == 10
+    assert sorted(r["sample_index"] for r in records) == list(range(10))
+    assert {"prompt", "text", "target", "ids", "steps_taken", "time_taken", "exact_match"} <= set(records[0])
+    assert all(r["steps_taken"] == 5 for r in records)  # 4 digits + eos, one token per step
+    assert len(list((out_dir / "history").glob("history-*.pt"))) == 3  # batches of 4, 4, 2
+    assert list((out_dir / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_generate_from_a_prompts_file_with_predictor_overrides(trained_run, tmp_path, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("3 1 2 0\n\n9 9 1 5\n")
+    out_dir = tmp_path / "gen"
+    assert main(["generate", f"ckpt={trained_run}", f"prompts_file={prompts}",
+                 "predictor.max_steps=2", "predictor.confidence=entropy",
+                 f"output_dir={out_dir}"]) == 0
+    summary = _summary(capsys)
+    assert summary["num_samples"] == 2 and summary["mean_steps"] == 2
+    assert "exact_match" not in summary
+    records = [json.loads(line) for line in (out_dir / "predictions.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in records] == ["3 1 2 0", "9 9 1 5"]
+    assert all("target" not in r for r in records)
+
+
+def test_prompt_with_an_unknown_symbol_names_file_and_line(trained_run, tmp_path, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("1 2\n1 Q\n")
+    assert main(["generate", f"ckpt={trained_run}", f"prompts_file={prompts}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("xdllm: error: ") and f"{prompts}:2" in err and "Q" in err
+
+
+def test_unknown_predictor_option_is_one_line(trained_run, capsys):
+    assert main(["generate", f"ckpt={trained_run}", "+predictor.no_such_option=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "could not build the predictor" in err[0]
+
+
+@pytest.mark.slow
+def test_eval_reports_loss_and_generation_metrics(trained_run, capsys):
+    assert main(["eval", f"ckpt={trained_run}", "split=validation", "num_samples=8"]) == 0
+    summary = _summary(capsys)
+    assert summary["split"] == "validation" and summary["num_samples"] == 8
+    assert summary["loss"] > 0 and "predictions" not in summary
+    assert 0.0 <= summary["token_accuracy"] <= 1.0
