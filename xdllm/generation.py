@@ -25,11 +25,6 @@ from xdllm.interfaces import Example
 from xdllm.predict.metrics import RegionMatch, match_output_regions
 from xdllm.train.checkpoint import TrainedRun, load_trained
 
-GENERATE_DEFAULTS: dict[str, Any] = {
-    "split": "test", "prompts_file": None, "num_samples": None, "batch_size": 64,
-    "output_dir": None, "history": None, "history_k": 5, "history_tensorboard_samples": 8,
-    "predictor": {}, "seed": 0,
-}
 HISTORY_CHOICES = (None, "topk")
 
 
@@ -107,8 +102,9 @@ def _write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
     os.replace(temporary, path)
 
 
-def _options(config: DictConfig | Mapping[str, Any]) -> DictConfig:
-    options = OmegaConf.merge(OmegaConf.create(GENERATE_DEFAULTS), config)
+def _options(config: DictConfig) -> DictConfig:
+    """Check a composed ``configs/generate.yaml``."""
+    options = config
     if OmegaConf.is_missing(options, "ckpt") or not options.get("ckpt"):
         raise XdllmError("ckpt=<checkpoint file or run directory> is required")
     if options.history not in HISTORY_CHOICES:
@@ -176,16 +172,12 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     return summary
 
 
-def generate_from_config(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+def generate_from_config(config: DictConfig) -> dict[str, Any]:
     options = _options(config)
     return generate(load_trained(options.ckpt), options)
 
 
-def generate_from_checkpoint(checkpoint: str | Path, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    return generate_from_config({"ckpt": str(checkpoint), **overrides})
-
-
-def evaluate_from_config(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
     """Loss (deterministic corruption) and generation metrics on a split; writes nothing."""
     options = _options(config)
     run = load_trained(options.ckpt)

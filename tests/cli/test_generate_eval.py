@@ -13,8 +13,14 @@ from xdllm.cli.main import main
 def trained_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("cli") / "run"
     assert main(["train", *TINY, "trainer.max_steps=6", "trainer.val_check_interval=3",
-                 f"run_dir={run_dir}"]) == 0
+                 "generate_after_train=true", f"run_dir={run_dir}"]) == 0
     return run_dir
+
+
+def test_training_ends_by_generating_on_the_test_split(trained_run):
+    (predictions,) = trained_run.glob("generate/*/predictions.jsonl")
+    assert len(predictions.read_text().splitlines()) == 16  # data.num_test_samples in TINY
+    assert list(predictions.parent.glob("history/history-*.pt"))
 
 
 def _summary(capsys) -> dict:

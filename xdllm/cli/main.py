@@ -37,6 +37,25 @@ def _help_epilog() -> str:
     return "\n".join(lines)
 
 
+GENERATE_EPILOG = """\
+options (KEY=VALUE; defaults in configs/generate.yaml):
+  ckpt=PATH                 checkpoint file or run directory (required)
+  split=test|validation     prompts from the run's task split, or
+  prompts_file=PATH         one prompt per line, tokenized with the run's tokenizer
+  num_samples=N batch_size=N output_dir=PATH
+  history=topk history_k=5 history_tensorboard_samples=8     (generate only)
+  predictor.KEY=VALUE       merged over the run's predictor config:
+      max_steps, max_new_tokens, confidence=top_prob|prob_diff|entropy|null,
+      threshold, noise_schedule=linear|cosine|log_linear, temperature, top_k, top_p,
+      block_size, stop_at_eos, seed, skip_special_tokens   (docs/predictor.md)
+
+examples:
+  xdllm generate ckpt=runs/sort_mlm predictor.threshold=0.9 history=topk
+  xdllm generate ckpt=runs/sort_mlm prompts_file=prompts.txt predictor.temperature=0.7
+  xdllm eval ckpt=runs/sort_mlm split=validation
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     from xdllm.cli.history import add_history_parser
 
@@ -49,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
         ("generate", "run the predictor from a checkpoint and write predictions.jsonl"),
         ("eval", "loss and generation metrics of a checkpoint on a split"),
     ):
-        sub = commands.add_parser(name, help=text, description=text, epilog=_help_epilog(),
+        epilog = _help_epilog() if name == "train" else GENERATE_EPILOG
+        sub = commands.add_parser(name, help=text, description=text, epilog=epilog,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
     commands.add_parser("models", help="list the discovered model-family packages")
@@ -70,7 +90,7 @@ def _split_resume(overrides: Sequence[str]) -> tuple[list[str], str | None]:
 
 def _cmd_train(overrides: Sequence[str]) -> int:
     from xdllm.config.compose import compose_config
-    from xdllm.generation import generate_from_checkpoint
+    from xdllm.generation import generate_from_config
     from xdllm.train.run import train
 
     overrides, resume = _split_resume(overrides)
@@ -81,7 +101,8 @@ def _cmd_train(overrides: Sequence[str]) -> int:
     print(f"run directory: {result.run_dir}")
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if config.generate_after_train and checkpoint is not None:
-        summary = generate_from_checkpoint(checkpoint, {"split": "test", "history": "topk"})
+        options = compose_config("generate", [f"ckpt={checkpoint}", "split=test", "history=topk"])
+        summary = generate_from_config(options.config)
         print(json.dumps(summary, indent=2))
     return 0
 

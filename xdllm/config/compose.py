@@ -71,7 +71,7 @@ TYPED_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
         "history.num_samples": (int,), "history.k": (int,),
     },
     "generate": {
-        "batch_size": (int,), "seed": (int,), "history_k": (int,),
+        "batch_size": (int,), "history_k": (int,),
         "history_tensorboard_samples": (int,),
     },
 }
