@@ -63,6 +63,23 @@ def _place(rows: Sequence[Sequence[int]], starts: Integer[Tensor, " batch"], wid
     return out, placed
 
 
+def supervised_tail(sample: Example, eos_token_id: int, target_length: int | None,
+                    where: str) -> list[int]:
+    """The supervised answer: ``target + [eos]``, or with ``target_length`` the target followed
+    by as many EOS as fill exactly ``target_length`` slots (EOS fill, as in LLaDA-style SFT).
+
+    The fill teaches the model where an answer ends inside a fixed-size canvas, which is what
+    generation gives it: ``max_new_tokens`` masks after the prompt.
+    """
+    target = sample["target_ids"]
+    if target_length is None:
+        return [*target, eos_token_id]
+    if len(target) + 1 > target_length:
+        raise ValueError(f"{where}: sample {sample['sample_index']} has a target of {len(target)} "
+                         f"tokens; target_length={target_length} leaves no room for its EOS")
+    return [*target, *[eos_token_id] * (target_length - len(target))]
+
+
 def _row_max(rows: Sequence[Sequence[int]]) -> int:
     return max(len(row) for row in rows)
 
@@ -94,26 +111,29 @@ class _CorruptingCollator:
     Subclasses choose what is supervised (everything after bos, or target + eos only) and
     whether rows are shifted so every prompt ends at the same column. ``max_length`` bounds each
     sequence (longer is an error, never a truncation); ``eps`` is the minimum masking
-    probability; ``seed`` the run seed the per-sample noise derives from.
+    probability; ``seed`` the run seed the per-sample noise derives from; ``target_length``
+    turns on EOS fill (:func:`supervised_tail`) for variable-length answers.
     """
 
     supervise_prompt: ClassVar[bool]
     align_prompts: ClassVar[bool]
 
     def __init__(self, tokenizer: Tokenizer, seed: int = 0, max_length: int | None = None,
-                 eps: float = 1e-3) -> None:
+                 eps: float = 1e-3, target_length: int | None = None) -> None:
         if seed < 0:
             raise ValueError(f"{type(self).__name__}: seed must be >= 0, got {seed}")
         self.tokenizer = tokenizer
         self.seed = seed
         self.max_length = max_length
         self.eps = eps
+        self.target_length = target_length
 
     def __call__(self, examples: Sequence[Example]) -> MLMBatch:
         where = type(self).__name__
         check_examples(examples, where)
         tokenizer = self.tokenizer
-        sequences = [[tokenizer.bos_token_id, *sample["prompt_ids"], *sample["target_ids"], tokenizer.eos_token_id]
+        sequences = [[tokenizer.bos_token_id, *sample["prompt_ids"],
+                      *supervised_tail(sample, tokenizer.eos_token_id, self.target_length, where)]
                      for sample in examples]
         lengths = torch.tensor([len(seq) for seq in sequences], dtype=torch.long)
         _check_length(examples, lengths.tolist(), self.max_length, "[bos]+prompt+target+[eos]", where)

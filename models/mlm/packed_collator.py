@@ -23,7 +23,7 @@ import torch
 
 from xdllm.data.packing import plan_packing
 from xdllm.interfaces import Example, Tokenizer
-from xdllm_models.mlm.collator import check_examples, corrupt_supervised
+from xdllm_models.mlm.collator import check_examples, corrupt_supervised, supervised_tail
 from xdllm_models.mlm.types import PackedFlexMLMBatch
 
 
@@ -32,11 +32,14 @@ class PackedMLMCollator:
 
     The number of rows varies with the documents; the row length never does (no recompiles
     for a compiled model). ``seed`` is the run seed the per-sample noise derives from; ``eps``
-    the minimum masking probability.
+    the minimum masking probability; ``target_length`` turns on EOS fill of the answer
+    (:func:`~xdllm_models.mlm.collator.supervised_tail`; needs ``add_bos_eos``).
     """
 
     def __init__(self, tokenizer: Tokenizer, row_length: int, seed: int = 0, eps: float = 1e-3,
-                 add_bos_eos: bool = True) -> None:
+                 add_bos_eos: bool = True, target_length: int | None = None) -> None:
+        if target_length is not None and not add_bos_eos:
+            raise ValueError("PackedMLMCollator: target_length (EOS fill) needs add_bos_eos=True")
         if row_length < 1:
             raise ValueError(f"PackedMLMCollator: row_length must be >= 1, got {row_length}")
         if seed < 0:
@@ -46,11 +49,16 @@ class PackedMLMCollator:
         self.seed = seed
         self.eps = eps
         self.add_bos_eos = add_bos_eos
+        self.target_length = target_length
 
     def _documents(self, examples: Sequence[Example]) -> tuple[list[list[int]], list[list[int]]]:
         """Each example's whole document and its supervised tail (target, plus eos)."""
-        bos, eos = ([self.tokenizer.bos_token_id], [self.tokenizer.eos_token_id]) if self.add_bos_eos else ([], [])
-        supervised = [[*sample["target_ids"], *eos] for sample in examples]
+        if self.add_bos_eos:
+            bos = [self.tokenizer.bos_token_id]
+            supervised = [supervised_tail(sample, self.tokenizer.eos_token_id, self.target_length,
+                                          "PackedMLMCollator") for sample in examples]
+        else:
+            bos, supervised = [], [list(sample["target_ids"]) for sample in examples]
         documents = [[*bos, *sample["prompt_ids"], *tail] for sample, tail in zip(examples, supervised)]
         for row, document in enumerate(documents):
             if not document:

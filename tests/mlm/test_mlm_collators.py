@@ -33,6 +33,14 @@ def test_right_padded_layouts_by_hand():
     assert default["input_ids"].tolist() == [[2, 1, 1, 1, 1, 0], [2, 1, 1, 1, 1, 1]]
 
 
+def test_target_length_fills_answers_with_supervised_eos():
+    batch = MLMSeq2SeqTrainCollator(TINY, eps=0.999, target_length=4)(_tiny_examples())
+    assert batch["target_ids"].tolist() == [[2, 4, 5, 6, 3, 3, 0, 0], [2, 4, 5, 6, 7, 3, 3, 3]]
+    assert batch["input_ids"].tolist() == [[2, 4, 1, 1, 1, 1, 0, 0], [2, 4, 5, 6, 1, 1, 1, 1]]
+    with pytest.raises(ValueError, match="sample 0 has a target of 2 tokens; target_length=2"):
+        MLMSeq2SeqTrainCollator(TINY, target_length=2)(_tiny_examples())
+
+
 def test_both_sides_padding_aligns_prompt_ends_by_hand():
     batch = MLMSeq2SeqCollator(TINY, eps=0.999)(_tiny_examples())
     assert batch["target_ids"].tolist() == [[0, 0, 2, 4, 5, 6, 3], [2, 4, 5, 6, 7, 3, 0]]

@@ -127,6 +127,19 @@ def test_long_document_chunks_are_separate_segments_with_restarting_positions():
     assert batch["target_ids"].flatten()[:44].tolist() == clean
 
 
+def test_target_length_fills_each_document_with_eos_like_the_padded_collator():
+    tokenizer = builtin_tokenizer()
+    examples = make_examples([(3, 9), (0, 11), (5, 2)])
+    packed = PackedMLMCollator(tokenizer, row_length=64, target_length=12)(examples)
+    padded = MLMSeq2SeqTrainCollator(tokenizer, target_length=12)(examples)
+    eos = tokenizer.eos_token_id
+    assert (packed["target_ids"] == eos).sum() == (padded["target_ids"] == eos).sum()
+    assert sorted(packed["input_ids"][packed["segment_ids"] >= 0].tolist()) == sorted(
+        padded["input_ids"][padded["attention_mask"]].tolist())  # same noise, other layout
+    with pytest.raises(ValueError, match="needs add_bos_eos=True"):
+        PackedMLMCollator(tokenizer, row_length=64, add_bos_eos=False, target_length=12)
+
+
 def test_bad_examples_are_named():
     with pytest.raises(ValueError, match="row_length must be >= 1"):
         PackedMLMCollator(TOKENIZER, 0)
