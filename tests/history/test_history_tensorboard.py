@@ -100,3 +100,10 @@ def test_images_and_scalars(written):
     assert cells[sample.commit_step[highest], highest].tolist() == list(HIGH_CONFIDENCE_RGB)
     scalars = events.Scalars("sample_00001/masks_remaining")
     assert [(e.step, e.value) for e in scalars] == [(0, 2.0), (1, 0.0)]
+
+
+def test_markdown_escaping_shows_special_tokens_literally():
+    # TensorBoard's Markdown prints "\<" as is, so angle brackets must be HTML entities.
+    assert escape_markdown("<eos>") == "&lt;eos&gt;"
+    assert escape_markdown("a*b_c") == "a\\*b\\_c"
+    assert escape_markdown("x & y") == "x &amp; y"

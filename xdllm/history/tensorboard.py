@@ -30,7 +30,8 @@ from xdllm.history.render import StepView, step_views, visible_token
 from xdllm.interfaces import Tokenizer
 
 DEFAULT_MAX_SAMPLES = 16
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+_HTML_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
 def sample_tag(sample: SampleHistory) -> str:
@@ -79,8 +80,10 @@ def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text) -> N
 
 
 def escape_markdown(text: str) -> str:
-    """Backslash-escape characters Markdown would interpret."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    """Backslash-escape characters Markdown would interpret; ``& < >`` become HTML entities
+    (TensorBoard's Markdown shows ``\\<`` literally, so ``<eos>`` needs ``&lt;eos&gt;``)."""
+    escaped = "".join(_HTML_SPECIAL.get(char, char) for char in text)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", escaped)
 
 
 def step_markdown(view: StepView) -> str:
