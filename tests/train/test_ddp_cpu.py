@@ -1,6 +1,5 @@
 """`trainer_strategy=ddp` trains with 2 gloo processes on CPU."""
 
-import json
 import os
 import subprocess
 import sys

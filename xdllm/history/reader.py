@@ -11,7 +11,6 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
 
-import torch
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 
