@@ -77,9 +77,10 @@ def _records(run: TrainedRun, batch: Mapping[str, Any], prediction: Mapping[str,
     for row, text in enumerate(prediction["text"]):
         start = int(prediction["output_start_idx"][row])
         prompt = batch["input_ids"][row][batch["attention_mask"][row]].tolist()
+        infilling = tokenizer.mask_token_id in prompt  # show the masks that were filled
         record = {
             "sample_index": int(batch["sample_index"][row]) if "sample_index" in batch else row,
-            "prompt": tokenizer.decode(prompt),
+            "prompt": tokenizer.decode(prompt, skip_special_tokens=not infilling),
             "text": text,
             "ids": prediction["ids"][row, start:].tolist(),
             "steps_taken": int(prediction["steps_taken"][row]),

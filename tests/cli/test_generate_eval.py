@@ -60,6 +60,21 @@ def test_generate_from_a_prompts_file_with_predictor_overrides(trained_run, tmp_
     assert all("target" not in r for r in records)
 
 
+@pytest.mark.slow
+def test_infilling_from_a_prompts_file_fills_only_the_masks(trained_run, tmp_path, capsys):
+    prompts = tmp_path / "infill.txt"
+    prompts.write_text("3 <mask> 2 0 0 <mask> 2 3\n")
+    out_dir = tmp_path / "gen"
+    assert main(["generate", f"ckpt={trained_run}", f"prompts_file={prompts}",
+                 "predictor.max_new_tokens=0", f"output_dir={out_dir}"]) == 0
+    assert _summary(capsys)["mean_steps"] == 2  # two masks, one per step
+    (record,) = [json.loads(line) for line in (out_dir / "predictions.jsonl").read_text().splitlines()]
+    assert record["prompt"] == "<bos> 3 <mask> 2 0 0 <mask> 2 3"
+    filled = record["ids"]  # the canvas from the first mask on
+    assert filled[1:4] == [6, 4, 4] and filled[5:] == [6, 7]  # the given tokens are kept
+    assert 1 not in filled  # no mask left (digit d has id d + 4, mask is 1)
+
+
 def test_prompt_with_an_unknown_symbol_names_file_and_line(trained_run, tmp_path, capsys):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("1 2\n1 Q\n")
