@@ -219,8 +219,9 @@ def run_loss_worker(path: str, chunk_size: int, vocab: int, seq_len: int, dim: i
     }, out_file)
 
 
-# (label, path, chunk_size): the materialised reference first, then the fused path at two chunk sizes.
-LOSS_RUNS = [("materialised", "materialised", 1024), ("fused c=1024", "fused", 1024), ("fused c=256", "fused", 256)]
+# (label, path, chunk_size): the materialised reference first, then the fused path at three chunk sizes.
+LOSS_RUNS = [("materialised", "materialised", 1024), ("fused c=1024", "fused", 1024),
+             ("fused c=512", "fused", 512), ("fused c=256", "fused", 256)]
 
 
 def bench_dflash(vocab: int, seq_len: int, dim: int, block_size: int) -> dict:
