@@ -1,4 +1,4 @@
-"""Data: tokenizers, synthetic tasks, the training stream and the Lightning datamodule."""
+"""Data: tokenizers, synthetic tasks, local text files, the training stream and the Lightning datamodule."""
 
 from xdllm.data.datamodule import DiffusionDataModule, TrainStream
 from xdllm.data.samplers import FixedBatchSampler, StreamIndex, TrainStreamBatchSampler, even_shard_batches
@@ -8,12 +8,15 @@ from xdllm.data.tasks import (
     AdditionTask,
     SortTask,
     Task,
+    TokenizedTask,
     VarLenCopyTask,
+    VarLenSortTask,
     draw_sample,
     example,
     get_task,
     held_out_keys,
 )
+from xdllm.data.text_corpus import TextFileTask
 from xdllm.data.tokenizer import HFTokenizerFile, SymbolTokenizer, builtin_tokenizer, load_tokenizer
 
 __all__ = [
@@ -27,9 +30,12 @@ __all__ = [
     "StreamIndex",
     "SymbolTokenizer",
     "Task",
+    "TextFileTask",
+    "TokenizedTask",
     "TrainStream",
     "TrainStreamBatchSampler",
     "VarLenCopyTask",
+    "VarLenSortTask",
     "builtin_tokenizer",
     "draw_sample",
     "even_shard_batches",

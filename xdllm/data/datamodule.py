@@ -15,7 +15,7 @@ import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
 from xdllm.data.samplers import FixedBatchSampler, StreamIndex, TrainStreamBatchSampler, even_shard_batches
-from xdllm.data.tasks import SampleKey, Task, example, held_out_keys
+from xdllm.data.tasks import SampleKey, Task, TokenizedTask, example, held_out_keys
 from xdllm.interfaces import Example, Tokenizer
 
 Collate = Callable[[Sequence[Example]], Any]
@@ -24,7 +24,8 @@ Collate = Callable[[Sequence[Example]], Any]
 class TrainStream(Dataset):
     """Training sample at a :class:`StreamIndex`, redrawn away from the held-out samples."""
 
-    def __init__(self, task: Task, tokenizer: Tokenizer, seed: int, exclude: frozenset[SampleKey]) -> None:
+    def __init__(self, task: Task | TokenizedTask, tokenizer: Tokenizer, seed: int,
+                 exclude: frozenset[SampleKey]) -> None:
         self.task = task
         self.tokenizer = tokenizer
         self.seed = seed
@@ -52,8 +53,8 @@ class DiffusionDataModule(L.LightningDataModule):
 
     validation_roles = ("loss", "prediction")
 
-    def __init__(self, task: Task, tokenizer: Tokenizer, train_collator: Collate, val_collator: Collate,
-                 prediction_collator: Collate, batch_size: int = 64, eval_batch_size: int = 128,
+    def __init__(self, task: Task | TokenizedTask, tokenizer: Tokenizer, train_collator: Collate,
+                 val_collator: Collate, prediction_collator: Collate, batch_size: int = 64, eval_batch_size: int = 128,
                  num_val_samples: int = 512, num_predict_samples: int = 512, seed: int = 0,
                  num_workers: int = 0, max_steps: int | None = None) -> None:
         super().__init__()

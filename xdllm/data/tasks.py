@@ -19,14 +19,16 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
+from xdllm.data.text_corpus import TextFileTask
 from xdllm.interfaces import Example, Tokenizer
 
 SPLITS = ("train", "validation", "test")
 MAX_REDRAWS = 1000
 """How many times a training sample is redrawn to avoid the held-out set before giving up."""
 
-SampleKey = tuple[tuple[str, ...], tuple[str, ...]]
-"""A sample as hashable ``(prompt symbols, target symbols)``; held-out sets are sets of these."""
+SampleKey = tuple[tuple[str | int, ...], tuple[str | int, ...]]
+"""A sample as hashable ``(prompt, target)`` (symbols, or token ids for tokenized tasks);
+held-out sets are sets of these."""
 
 
 @runtime_checkable
@@ -42,6 +44,22 @@ class Task(Protocol):
     def max_target_len(self) -> int: ...
 
     def generate(self, rng: random.Random) -> tuple[list[str], list[str]]: ...
+
+
+@runtime_checkable
+class TokenizedTask(Protocol):
+    """A task that draws token ids itself (real text, tokenized by the run's tokenizer), built
+    with ``tokenizer=`` by :func:`get_task`."""
+
+    name: str
+
+    @property
+    def max_prompt_len(self) -> int: ...
+
+    @property
+    def max_target_len(self) -> int: ...
+
+    def generate_ids(self, rng: random.Random) -> tuple[list[int], list[int]]: ...
 
 
 def _check_at_least(value: int, minimum: int, what: str) -> None:
@@ -196,19 +214,26 @@ class VarLenCopyTask:
         return [], [unit[i % len(unit)] for i in range(length)]
 
 
-TASKS: dict[str, Callable[..., Task]] = {
+TASKS: dict[str, Callable[..., Task | TokenizedTask]] = {
     SortTask.name: SortTask,
     AdditionTask.name: AdditionTask,
     VarLenCopyTask.name: VarLenCopyTask,
     VarLenSortTask.name: VarLenSortTask,
+    TextFileTask.name: TextFileTask,
 }
 
 
-def get_task(name: str, **kwargs: object) -> Task:
-    """The built-in task ``name`` built with ``kwargs``."""
+def get_task(name: str, tokenizer: Tokenizer | None = None, **kwargs: object) -> Task | TokenizedTask:
+    """The built-in task ``name`` built with ``kwargs`` (and ``tokenizer`` for tasks that need
+    one, such as ``text_file``)."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; available: {', '.join(sorted(TASKS))}")
-    return TASKS[name](**kwargs)
+    factory = TASKS[name]
+    if getattr(factory, "needs_tokenizer", False):
+        if tokenizer is None:
+            raise ValueError(f"task {name!r} needs the run's tokenizer")
+        return factory(tokenizer=tokenizer, **kwargs)
+    return factory(**kwargs)
 
 
 def sample_rng(seed: int, split: str, index: int) -> random.Random:
@@ -221,12 +246,14 @@ def sample_rng(seed: int, split: str, index: int) -> random.Random:
     return random.Random(int.from_bytes(digest, "little"))
 
 
-def draw_sample(task: Task, split: str, index: int, seed: int,
-                exclude: AbstractSet[SampleKey] = frozenset()) -> tuple[list[str], list[str]]:
-    """Sample ``index`` of ``split`` as symbols, redrawn from its own generator while in ``exclude``."""
+def draw_sample(task: Task | TokenizedTask, split: str, index: int, seed: int,
+                exclude: AbstractSet[SampleKey] = frozenset()) -> tuple[list, list]:
+    """Sample ``index`` of ``split`` as symbols (token ids for a :class:`TokenizedTask`),
+    redrawn from its own generator while in ``exclude``."""
     rng = sample_rng(seed, split, index)
+    draw = task.generate_ids if isinstance(task, TokenizedTask) else task.generate
     for _ in range(MAX_REDRAWS):
-        prompt, target = task.generate(rng)
+        prompt, target = draw(rng)
         if (tuple(prompt), tuple(target)) not in exclude:
             return prompt, target
     raise RuntimeError(f"task {task.name!r}: sample {index} of split {split!r} matched the held-out set "
@@ -234,7 +261,7 @@ def draw_sample(task: Task, split: str, index: int, seed: int,
                        "nearly the whole task space; use fewer held-out samples or a larger task")
 
 
-def held_out_keys(task: Task, split: str, seed: int, count: int) -> frozenset[SampleKey]:
+def held_out_keys(task: Task | TokenizedTask, split: str, seed: int, count: int) -> frozenset[SampleKey]:
     """The first ``count`` samples of ``split``, as the set the training stream must avoid."""
     keys = set()
     for index in range(count):
@@ -252,7 +279,7 @@ def encode_symbols(tokenizer: Tokenizer, symbols: list[str], where: str) -> list
     return ids
 
 
-def example(task: Task, tokenizer: Tokenizer, split: str, index: int, seed: int, *, step: int = 0,
+def example(task: Task | TokenizedTask, tokenizer: Tokenizer, split: str, index: int, seed: int, *, step: int = 0,
             exclude: AbstractSet[SampleKey] = frozenset()) -> Example:
     """Sample ``index`` of ``split`` as an :class:`~xdllm.interfaces.Example` (ids without bos/eos).
 
@@ -260,6 +287,8 @@ def example(task: Task, tokenizer: Tokenizer, split: str, index: int, seed: int,
     held-out samples a training draw must not equal.
     """
     prompt, target = draw_sample(task, split, index, seed, exclude)
+    if isinstance(task, TokenizedTask):
+        return Example(prompt_ids=prompt, target_ids=target, sample_index=index, step=step)
     where = f"task {task.name!r}, split {split!r}, sample {index}"
     return Example(prompt_ids=encode_symbols(tokenizer, prompt, where),
                    target_ids=encode_symbols(tokenizer, target, where),

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import MissingMandatoryValue
 
 from xdllm.data import DiffusionDataModule, get_task, load_tokenizer
 from xdllm.errors import XdllmError
@@ -64,9 +65,12 @@ def build_components(config: DictConfig) -> RunComponents:
     _require_keys(config)
     try:
         tokenizer = load_tokenizer(config.tokenizer)
-        task = get_task(config.task.name, **OmegaConf.to_container(config.task.get("params", {})))
-    except (ValueError, FileNotFoundError, KeyError) as error:
-        raise XdllmError(str(error)) from error
+        params = OmegaConf.to_container(config.task.get("params", {}), throw_on_missing=True)
+        task = get_task(config.task.name, tokenizer=tokenizer, **params)
+    except MissingMandatoryValue as error:
+        raise XdllmError(f"task {config.task.name} needs a value for {error.full_key}") from error
+    except (ValueError, FileNotFoundError, KeyError, TypeError) as error:
+        raise XdllmError(f"task {config.task.name}: {error}") from error
     fill_derived(config, tokenizer, task)
     collators = {
         role: _instantiate(node, f"collator.{role}", tokenizer=tokenizer)

@@ -1,0 +1,61 @@
+"""A local text file as a task: unconditional documents for real-text training.
+
+Each non-empty line of a UTF-8 file is one document, tokenized once by the run's tokenizer (for
+real text, a local Hugging Face ``tokenizers`` JSON: ``tokenizer=/path/tokenizer.json``). A line
+longer than ``max_tokens`` tokens becomes several consecutive documents of at most
+``max_tokens`` tokens: nothing is truncated or dropped. Samples are documents drawn uniformly
+with the sample's seeded generator; the held-out splits are the first draws of their own
+generators, and training redraws any document equal to a held-out one (``xdllm.data.tasks``).
+Nothing is downloaded: the path must name a local file.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import ClassVar
+
+from xdllm.interfaces import Tokenizer
+
+
+class TextFileTask:
+    """Documents from ``path``: ``generate_ids`` returns ``([], document token ids)``."""
+
+    name: ClassVar[str] = "text_file"
+    needs_tokenizer: ClassVar[bool] = True
+
+    def __init__(self, path: str | Path, tokenizer: Tokenizer, max_tokens: int = 128) -> None:
+        if max_tokens < 1:
+            raise ValueError(f"TextFileTask.max_tokens must be >= 1, got {max_tokens}")
+        self.path = Path(path).expanduser()
+        if not self.path.is_file():
+            raise FileNotFoundError(f"text_file task: no such file {self.path}")
+        self.max_tokens = max_tokens
+        self.documents = self._read_documents(tokenizer)
+        if not self.documents:
+            raise ValueError(f"text_file task: {self.path} has no non-empty line")
+
+    def _read_documents(self, tokenizer: Tokenizer) -> list[tuple[int, ...]]:
+        documents = []
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as error:
+            raise ValueError(f"text_file task: {self.path} is not UTF-8 text ({error})") from error
+        for line in lines:
+            if not line.strip():
+                continue
+            ids = tokenizer.encode(line)
+            documents.extend(tuple(ids[start:start + self.max_tokens])
+                             for start in range(0, len(ids), self.max_tokens))
+        return documents
+
+    @property
+    def max_prompt_len(self) -> int:
+        return 0
+
+    @property
+    def max_target_len(self) -> int:
+        return self.max_tokens
+
+    def generate_ids(self, rng: random.Random) -> tuple[list[int], list[int]]:
+        return [], list(rng.choice(self.documents))
