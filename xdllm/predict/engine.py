@@ -331,6 +331,11 @@ def _step_state(step: int, ids: Tensor, active: Tensor, outcome: _StepOutcome,
         1, window_index, scores * valid)
     row_committed = torch.zeros_like(ids[:n_active]).scatter_add(
         1, window_index, (outcome.committed & window_valid).long()) > 0
+    if n_active == n_rows:  # every row ran: ``active`` is 0..n-1, the row tensors are the batch's
+        return DenoisingStep(
+            step=step, canvas=ids.clone(), probs=row_probs, committed=row_committed,
+            confidence=row_scores, active=torch.ones(n_rows, dtype=torch.bool, device=ids.device),
+            output_start=output_start)
     return DenoisingStep(
         step=step, canvas=ids.clone(),
         probs=probs.new_zeros((n_rows, seq_len, vocab)).index_copy(0, active, row_probs),
