@@ -1,5 +1,8 @@
 """A model package outside the repo is discovered and trained without touching xdllm."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,13 @@ def test_external_package_trains_from_the_search_path(external_models: Path, tmp
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     assert "model_family: toyfam" in (run_dir / "config.yaml").read_text()
     assert "ToyBagModel" in (run_dir / "config.yaml").read_text()
+    # A fresh process finds the uninstalled family again through the checkpoint's search path.
+    env = {k: v for k, v in os.environ.items() if k != "XDLLM_MODEL_PATH"}
+    result = subprocess.run(
+        [sys.executable, "-m", "xdllm.cli.main", "generate", f"ckpt={run_dir}", "num_samples=4",
+         f"output_dir={tmp_path / 'gen'}"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "gen" / "predictions.jsonl").read_text().splitlines()) == 4
 
 
 def test_external_package_listed_by_models_command(external_models: Path, monkeypatch, capsys):

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.data import DiffusionDataModule
 from xdllm.errors import XdllmError
 from xdllm.interfaces import Tokenizer
+from xdllm.registry import discover_families
 from xdllm.train.build import RunComponents, build_components, build_datamodule
 
 CHECKPOINT_DIR = "checkpoints"
@@ -70,6 +71,7 @@ def load_trained(path: str | Path, map_location: str = "cpu") -> TrainedRun:
     if CONFIG_KEY not in checkpoint or "state_dict" not in checkpoint:
         raise XdllmError(f"{checkpoint_path} is not an xdllm checkpoint (no {CONFIG_KEY} or state_dict)")
     config = OmegaConf.create(checkpoint[CONFIG_KEY])
+    discover_families(config.get("model_search_path") or [])  # an uninstalled family's modules
     components = build_components(config)
     prefix = "model."
     state = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
