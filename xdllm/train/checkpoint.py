@@ -18,13 +18,17 @@ CHECKPOINT_DIR = "checkpoints"
 CONFIG_KEY = "xdllm_config"
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint file as given, or a run directory's best checkpoint (else its last)."""
+def resolve_checkpoint(path: str | Path, prefer: str = "best") -> Path:
+    """A checkpoint file as given, or from a run directory: ``prefer="best"`` (generation) takes
+    ``best.ckpt``, else ``last.ckpt``; ``prefer="last"`` (resuming) the other way round."""
+    if prefer not in ("best", "last"):
+        raise ValueError(f"prefer must be 'best' or 'last', got {prefer!r}")
     path = Path(path).expanduser()
     if path.is_file():
         return path
     if path.is_dir():
-        for candidate in (path / CHECKPOINT_DIR / "best.ckpt", path / CHECKPOINT_DIR / "last.ckpt"):
+        order = ("best", "last") if prefer == "best" else ("last", "best")
+        for candidate in (path / CHECKPOINT_DIR / f"{name}.ckpt" for name in order):
             if candidate.is_file():
                 return candidate
         raise XdllmError(f"no checkpoint in run directory {path} (looked for "

@@ -122,7 +122,7 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
         )
     except (TypeError, ValueError) as error:
         raise XdllmError(f"invalid trainer configuration: {error}") from error
-    ckpt_path = str(resolve_checkpoint(resume)) if resume else None
+    ckpt_path = str(resolve_checkpoint(resume, prefer="last")) if resume else None
     if trainer.is_global_zero:
         _save_config(OmegaConf.create(resolved), run_dir)
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
