@@ -21,7 +21,7 @@ from itertools import chain
 
 import torch
 
-from xdllm.data.packing import plan_packing
+from xdllm.data.packing import PAD_SEGMENT_ID, plan_packing
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.mlm.collator import check_examples, corrupt_supervised, supervised_tail
 from xdllm_models.mlm.types import PackedFlexMLMBatch
@@ -33,11 +33,16 @@ class PackedMLMCollator:
     The number of rows varies with the documents; the row length never does (no recompiles
     for a compiled model). ``seed`` is the run seed the per-sample noise derives from; ``eps``
     the minimum masking probability; ``target_length`` turns on EOS fill of the answer
-    (:func:`~xdllm_models.mlm.collator.supervised_tail`; needs ``add_bos_eos``).
+    (:func:`~xdllm_models.mlm.collator.supervised_tail`; needs ``add_bos_eos``). ``num_rows``
+    pads every batch with all-padding rows to exactly that many rows, so a compiled model sees
+    one shape (a batch that needs more rows is an error naming both numbers).
     """
 
     def __init__(self, tokenizer: Tokenizer, row_length: int, seed: int = 0, eps: float = 1e-3,
-                 add_bos_eos: bool = True, target_length: int | None = None) -> None:
+                 add_bos_eos: bool = True, target_length: int | None = None,
+                 num_rows: int | None = None) -> None:
+        if num_rows is not None and num_rows < 1:
+            raise ValueError(f"PackedMLMCollator: num_rows must be >= 1, got {num_rows}")
         if target_length is not None and not add_bos_eos:
             raise ValueError("PackedMLMCollator: target_length (EOS fill) needs add_bos_eos=True")
         if row_length < 1:
@@ -50,6 +55,7 @@ class PackedMLMCollator:
         self.eps = eps
         self.add_bos_eos = add_bos_eos
         self.target_length = target_length
+        self.num_rows = num_rows
 
     def _documents(self, examples: Sequence[Example]) -> tuple[list[list[int]], list[list[int]]]:
         """Each example's whole document and its supervised tail (target, plus eos)."""
@@ -82,9 +88,24 @@ class PackedMLMCollator:
                                                    self.seed, self.eps)
         plan = plan_packing(lengths.tolist(), self.row_length)
         pad_id = self.tokenizer.pad_token_id
-        return PackedFlexMLMBatch(
+        batch = PackedFlexMLMBatch(
             input_ids=plan.gather(noisy, pad_id),
             target_ids=plan.gather(clean, pad_id),
             positions=plan.positions,
             segment_ids=plan.segment_ids,
         )
+        return batch if self.num_rows is None else self._pad_rows(batch, plan.num_rows)
+
+    def _pad_rows(self, batch: PackedFlexMLMBatch, rows: int) -> PackedFlexMLMBatch:
+        """Append all-padding rows (pad ids, position 0, the padding segment) up to ``num_rows``."""
+        if rows > self.num_rows:
+            raise ValueError(f"PackedMLMCollator: this batch packs into {rows} rows of "
+                             f"{self.row_length}, more than num_rows={self.num_rows}; raise num_rows "
+                             "or lower data.batch_size")
+        extra = self.num_rows - rows
+        pad_id = self.tokenizer.pad_token_id
+        fills = {"input_ids": pad_id, "target_ids": pad_id, "positions": 0,
+                 "segment_ids": PAD_SEGMENT_ID}
+        return PackedFlexMLMBatch(**{
+            key: torch.cat([batch[key], batch[key].new_full((extra, self.row_length), fill)])
+            for key, fill in fills.items()})

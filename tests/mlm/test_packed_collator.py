@@ -140,6 +140,22 @@ def test_target_length_fills_each_document_with_eos_like_the_padded_collator():
         PackedMLMCollator(tokenizer, row_length=64, add_bos_eos=False, target_length=12)
 
 
+def test_num_rows_pads_batches_to_one_shape_and_the_loss_ignores_the_padding():
+    tokenizer = builtin_tokenizer()
+    free = PackedMLMCollator(tokenizer, row_length=32, eps=0.5)(EXAMPLES)
+    fixed = PackedMLMCollator(tokenizer, row_length=32, eps=0.5, num_rows=6)(EXAMPLES)
+    rows = free["input_ids"].shape[0]
+    assert rows < 6 and fixed["input_ids"].shape == (6, 32)
+    for key in free:
+        assert torch.equal(fixed[key][:rows], free[key])
+    assert (fixed["segment_ids"][rows:] == -1).all() and (fixed["input_ids"][rows:] == 0).all()
+    model = make_model()
+    loss = MLMLoss(tokenizer.mask_token_id)
+    torch.testing.assert_close(loss(model, fixed)["loss"], loss(model, free)["loss"])
+    with pytest.raises(ValueError, match=f"packs into {rows} rows of 32, more than num_rows=1"):
+        PackedMLMCollator(tokenizer, row_length=32, num_rows=1)(EXAMPLES)
+
+
 def test_bad_examples_are_named():
     with pytest.raises(ValueError, match="row_length must be >= 1"):
         PackedMLMCollator(TOKENIZER, 0)
