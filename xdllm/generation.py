@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from hydra.utils import instantiate
+from torch.utils.data import DataLoader
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.errors import XdllmError
@@ -50,47 +51,46 @@ def _prompt_file_batches(run: TrainedRun, path: Path, batch_size: int) -> Iterat
         yield batch
 
 
-def _split_batches(run: TrainedRun, split: str, num_samples: int | None,
-                   batch_size: int) -> Iterator[Mapping[str, Any]]:
+SPLIT_SIZES = {"test": "num_test_samples", "validation": "num_val_samples"}
+
+
+def _held_out_loader(run: TrainedRun, options: DictConfig, role: str) -> DataLoader:
+    """The run's ``options.split`` (its first ``num_samples``) collated for ``role``."""
+    if options.split not in SPLIT_SIZES:
+        raise XdllmError(f"unknown split '{options.split}'; use test or validation (or prompts_file=...)")
     data = run.config.data
-    data.eval_batch_size = batch_size
-    if split == "test":
-        if num_samples is not None:
-            data.num_test_samples = num_samples
-        datamodule = run.datamodule()
-        datamodule.setup("test")
-        yield from datamodule.test_dataloader()
-    elif split == "validation":
-        if num_samples is not None:
-            data.num_val_samples = num_samples
-        datamodule = run.datamodule()
-        datamodule.setup("validate")
-        roles = list(datamodule.validation_roles)
-        yield from datamodule.val_dataloader()[roles.index("prediction")]
-    else:
-        raise XdllmError(f"unknown split '{split}'; use test or validation (or prompts_file=...)")
+    data.eval_batch_size = options.batch_size
+    if options.num_samples is not None:
+        data[SPLIT_SIZES[options.split]] = options.num_samples
+    return run.datamodule().held_out_dataloader(options.split, role)
 
 
 def _records(run: TrainedRun, batch: Mapping[str, Any], prediction: Mapping[str, Any],
              match: RegionMatch | None) -> Iterator[dict[str, Any]]:
+    """One JSON record per sample; tensors are copied to Python once per batch."""
     tokenizer = run.tokenizer
+    ids, starts = prediction["ids"].tolist(), prediction["output_start_idx"].tolist()
+    prompts, real = batch["input_ids"].tolist(), batch["attention_mask"].tolist()
+    indices = batch["sample_index"].tolist() if "sample_index" in batch else range(len(ids))
+    if match is not None:
+        targets = batch["target_ids"].tolist()
+        exact, correct, length = match.exact.tolist(), match.correct.tolist(), match.length.tolist()
     for row, text in enumerate(prediction["text"]):
-        start = int(prediction["output_start_idx"][row])
-        prompt = batch["input_ids"][row][batch["attention_mask"][row]].tolist()
+        prompt = [token for token, keep in zip(prompts[row], real[row]) if keep]
         infilling = tokenizer.mask_token_id in prompt  # show the masks that were filled
         record = {
-            "sample_index": int(batch["sample_index"][row]) if "sample_index" in batch else row,
+            "sample_index": indices[row],
             "prompt": tokenizer.decode(prompt, skip_special_tokens=not infilling),
             "text": text,
-            "ids": prediction["ids"][row, start:].tolist(),
-            "steps_taken": int(prediction["steps_taken"][row]),
-            "time_taken": float(prediction["time_taken"][row]),
+            "ids": ids[row][starts[row]:],
+            "steps_taken": prediction["steps_taken"][row],
+            "time_taken": prediction["time_taken"][row],
         }
         if match is not None:
-            record["target"] = tokenizer.decode(batch["target_ids"][row].tolist())
-            record["exact_match"] = bool(match.exact[row])
-            record["correct_tokens"] = int(match.correct[row])
-            record["target_tokens"] = int(match.length[row])
+            record["target"] = tokenizer.decode(targets[row])
+            record["exact_match"] = exact[row]
+            record["correct_tokens"] = correct[row]
+            record["target_tokens"] = length[row]
         yield record
 
 
@@ -105,14 +105,13 @@ def _write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
 
 def _options(config: DictConfig) -> DictConfig:
     """Check a composed ``configs/generate.yaml``."""
-    options = config
-    if OmegaConf.is_missing(options, "ckpt") or not options.get("ckpt"):
+    if OmegaConf.is_missing(config, "ckpt") or not config.get("ckpt"):
         raise XdllmError("ckpt=<checkpoint file or run directory> is required")
-    if options.history not in HISTORY_CHOICES:
-        raise XdllmError(f"history must be one of {HISTORY_CHOICES}, got {options.history!r}")
-    if options.batch_size < 1:
-        raise XdllmError(f"batch_size must be >= 1, got {options.batch_size}")
-    return options
+    if config.history not in HISTORY_CHOICES:
+        raise XdllmError(f"history must be one of {HISTORY_CHOICES}, got {config.history!r}")
+    if config.batch_size < 1:
+        raise XdllmError(f"batch_size must be >= 1, got {config.batch_size}")
+    return config
 
 
 def _build_predictor(run: TrainedRun, options: DictConfig):
@@ -132,7 +131,7 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     if options.prompts_file:
         batches = _prompt_file_batches(run, Path(options.prompts_file), options.batch_size)
     else:
-        batches = _split_batches(run, options.split, options.num_samples, options.batch_size)
+        batches = _held_out_loader(run, options, "prediction")
     records: list[dict[str, Any]] = []
     generated_tokens, started = 0, time.perf_counter()
     with torch.inference_mode():
@@ -184,20 +183,9 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
     run = load_trained(options.ckpt)
     if options.prompts_file:
         raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
-    data = run.config.data
-    data.eval_batch_size = options.batch_size
-    if options.num_samples is not None:
-        data.num_val_samples = options.num_samples
-        data.num_test_samples = options.num_samples
-    datamodule = run.datamodule()
-    stage = {"test": "test", "validation": "validate"}.get(options.split)
-    if stage is None:
-        raise XdllmError(f"unknown split '{options.split}'; use test or validation")
-    datamodule.setup(stage)
-    loss_loader = datamodule.eval_loss_dataloader(options.split)
     total_loss, total_samples = 0.0, 0
     with torch.inference_mode():
-        for batch in loss_loader:
+        for batch in _held_out_loader(run, options, "loss"):
             size = batch["input_ids"].shape[0]
             total_loss += float(run.components.loss(run.model, batch)["loss"]) * size
             total_samples += size

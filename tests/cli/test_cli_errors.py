@@ -21,6 +21,8 @@ def _error_line(capsys) -> str:
     (["experiment=no_such_experiment"], "unknown experiment 'no_such_experiment'; available: "),
     (["model=no_such_model"], "unknown model 'no_such_model'; available: "),
     (["task=no_such_task"], "unknown task 'no_such_task'"),
+    (["collator=no_such_collator"], "unknown collator 'no_such_collator'; available: packed_mlm"),
+    (["trainer_strategy=fsdp"], "unknown trainer_strategy 'fsdp'; available: ddp, single"),
     (["trainer.max_stepz=3"], "invalid configuration or override"),
     (["trainer.max_steps=three"], "trainer.max_steps must be int, got 'three'"),
     (["not-an-override"], "invalid configuration or override"),

@@ -59,16 +59,17 @@ examples:
 def _parser() -> argparse.ArgumentParser:
     from xdllm.cli.history import add_history_parser
 
+    train_epilog = _help_epilog()
     parser = argparse.ArgumentParser(
         prog="xdllm", description="Diffusion language models: train, generate, inspect.",
-        epilog=_help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=train_epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, text in (
         ("train", "train a model (Hydra overrides; resume=<ckpt or run dir> to continue)"),
         ("generate", "run the predictor from a checkpoint and write predictions.jsonl"),
         ("eval", "loss and generation metrics of a checkpoint on a split"),
     ):
-        epilog = _help_epilog() if name == "train" else GENERATE_EPILOG
+        epilog = train_epilog if name == "train" else GENERATE_EPILOG
         sub = commands.add_parser(name, help=text, description=text, epilog=epilog,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
@@ -94,7 +95,7 @@ def _cmd_train(overrides: Sequence[str]) -> int:
     from xdllm.train.run import train
 
     overrides, resume = _split_resume(overrides)
-    config = compose_config("train", overrides).config
+    config = compose_config("train", overrides)
     result = train(config, resume=resume)
     if not result.is_global_zero:
         return 0
@@ -102,7 +103,7 @@ def _cmd_train(overrides: Sequence[str]) -> int:
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if config.generate_after_train and checkpoint is not None:
         options = compose_config("generate", [f"ckpt={checkpoint}", "split=test", "history=topk"])
-        summary = generate_from_config(options.config)
+        summary = generate_from_config(options)
         print(json.dumps(summary, indent=2))
     return 0
 
@@ -111,7 +112,7 @@ def _cmd_generate(overrides: Sequence[str]) -> int:
     from xdllm.config.compose import compose_config
     from xdllm.generation import generate_from_config
 
-    config = compose_config("generate", overrides).config
+    config = compose_config("generate", overrides)
     print(json.dumps(generate_from_config(config), indent=2))
     return 0
 
@@ -120,7 +121,7 @@ def _cmd_eval(overrides: Sequence[str]) -> int:
     from xdllm.config.compose import compose_config
     from xdllm.generation import evaluate_from_config
 
-    config = compose_config("generate", overrides).config
+    config = compose_config("generate", overrides)
     print(json.dumps(evaluate_from_config(config), indent=2))
     return 0
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Sequence
 
@@ -18,22 +17,14 @@ ROOT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 SEARCH_PATH_KEY = "model_search_path"
 
 
-@dataclass(frozen=True)
-class ComposedConfig:
-    config: DictConfig
-    families: dict[str, RegisteredFamily]
-
-
 def search_path_override(overrides: Sequence[str]) -> list[str]:
     """The ``model_search_path=[...]`` override, read before composition (it decides what can
     be composed)."""
     for override in overrides:
         key, _, value = override.partition("=")
         if key.lstrip("+") == SEARCH_PATH_KEY:
-            parsed = OmegaConf.create({"v": OmegaConf.from_dotlist([f"v={value}"]).v}).v
-            if isinstance(parsed, str):
-                return [parsed]
-            return [str(p) for p in parsed]
+            parsed = OmegaConf.from_dotlist([f"value={value}"]).value
+            return [parsed] if isinstance(parsed, str) else [str(p) for p in parsed]
     return []
 
 
@@ -51,12 +42,14 @@ def group_options(families: dict[str, RegisteredFamily]) -> dict[str, list[str]]
     return {name: sorted(options) for name, options in sorted(groups.items())}
 
 
-def _check_choice(overrides: Sequence[str], group: str, options: dict[str, list[str]]) -> None:
+def check_group_choices(overrides: Sequence[str], options: dict[str, list[str]]) -> None:
+    """``GROUP=OPTION`` for any config group must name an existing option. Hydra would say so
+    too, but in a message of many lines that ends with its whole search path."""
     for override in overrides:
         key, _, value = override.partition("=")
-        if key == group and value not in options.get(group, []):
-            known = ", ".join(options.get(group, [])) or "none"
-            raise XdllmError(f"unknown {group} '{value}'; available: {known}")
+        group = key.lstrip("+~")
+        if group in options and value not in (*options[group], "null"):
+            raise XdllmError(f"unknown {group} '{value}'; available: {', '.join(options[group])}")
 
 
 # Leaves whose type xdllm checks right after composition, so a typo'd value fails with its key
@@ -93,15 +86,13 @@ def _open_predictor_overrides(overrides: Sequence[str]) -> list[str]:
     return [f"+{o}" if o.startswith("predictor.") else o for o in overrides]
 
 
-def compose_config(config_name: str, overrides: Sequence[str]) -> ComposedConfig:
+def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     """Compose ``configs/<config_name>.yaml`` with ``overrides``; errors become XdllmError."""
     if config_name == "generate":
         overrides = _open_predictor_overrides(overrides)
     families = discover_families(search_path_override(overrides))
     if config_name == "train":
-        options = group_options(families)
-        for group in ("experiment", "model", "task"):
-            _check_choice(overrides, group, options)
+        check_group_choices(overrides, group_options(families))
     search_path = ",".join(f"file://{d}" for d in config_dirs(families)[1:])
     try:
         with initialize_config_dir(config_dir=str(ROOT_CONFIG_DIR), version_base="1.3"):
@@ -113,4 +104,4 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> ComposedConfig
         message = str(error).strip().splitlines()[0]
         raise XdllmError(f"invalid configuration or override: {message}") from error
     check_types(config, config_name)
-    return ComposedConfig(config=config, families=families)
+    return config

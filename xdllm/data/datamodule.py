@@ -134,24 +134,24 @@ class DiffusionDataModule(L.LightningDataModule):
         return DataLoader(stream, batch_sampler=self.train_sampler(), collate_fn=self.train_collator,
                           num_workers=self.num_workers)
 
-    def _eval_loader(self, split: str, collator: Collate) -> DataLoader:
+    def held_out_dataloader(self, split: str, role: str) -> DataLoader:
+        """``split`` ("validation" or "test") collated for ``role``: "loss" (the val collator,
+        deterministic corruption) or "prediction" (the prediction collator); sharded by rank."""
+        collators = {"loss": self.val_collator, "prediction": self.prediction_collator}
+        if role not in collators:
+            raise ValueError(f"DiffusionDataModule: role must be 'loss' or 'prediction', got {role!r}")
         examples = self.held_out_examples(split)
         rank, world_size = self._rank_and_world_size()
         batches = even_shard_batches(len(examples), self.eval_batch_size, rank, world_size)
-        return DataLoader(examples, batch_sampler=FixedBatchSampler(batches), collate_fn=collator,
+        return DataLoader(examples, batch_sampler=FixedBatchSampler(batches), collate_fn=collators[role],
                           num_workers=self.num_workers)
 
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per entry of :attr:`validation_roles`, in that order."""
-        return [self._eval_loader("validation", self.val_collator),
-                self._eval_loader("validation", self.prediction_collator)]
-
-    def eval_loss_dataloader(self, split: str) -> DataLoader:
-        """A held-out split collated for the loss (deterministic corruption), for ``xdllm eval``."""
-        return self._eval_loader(split, self.val_collator)
+        return [self.held_out_dataloader("validation", role) for role in self.validation_roles]
 
     def test_dataloader(self) -> DataLoader:
-        return self._eval_loader("test", self.prediction_collator)
+        return self.held_out_dataloader("test", "prediction")
 
     def predict_dataloader(self) -> DataLoader:
-        return self._eval_loader("test", self.prediction_collator)
+        return self.held_out_dataloader("test", "prediction")
