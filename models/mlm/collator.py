@@ -85,22 +85,18 @@ def _row_max(rows: Sequence[Sequence[int]]) -> int:
 
 
 def corrupt_supervised(examples: Sequence[Example], supervised: Sequence[Sequence[int]], mask_token_id: int,
-                        seed: int, eps: float) -> Integer[Tensor, " num_supervised"]:
+                       seed: int, eps: float) -> Integer[Tensor, " num_supervised"]:
     """The corrupted supervised tokens of all examples, concatenated in order.
 
-    Noise is drawn on the canonical layout (each row's supervised tokens from column 0). Rows
-    are grouped by ``step`` because one ``corrupt_per_sample`` call takes one global step.
+    Noise is drawn on the canonical layout (each row's supervised tokens from column 0), so it
+    does not depend on where the tokens sit in the batch; each row uses its own ``step``.
     """
     clean, placed = _place(supervised, torch.zeros(len(supervised), dtype=torch.long), _row_max(supervised), 0)
-    noisy = clean.clone()
-    steps = [int(sample["step"]) for sample in examples]
-    sample_index = torch.tensor([int(sample["sample_index"]) for sample in examples], dtype=torch.long)
-    for step in sorted(set(steps)):
-        rows = torch.tensor([row for row, row_step in enumerate(steps) if row_step == step])
-        corrupted, _, _ = corrupt_per_sample(
-            corrupt_uniform, clean[rows], placed[rows], base_seed=seed, global_step=step,
-            sample_indices=sample_index[rows], mask_token_id=mask_token_id, eps=eps)
-        noisy[rows] = corrupted
+    noisy, _, _ = corrupt_per_sample(
+        corrupt_uniform, clean, placed, base_seed=seed,
+        global_step=[int(sample["step"]) for sample in examples],
+        sample_indices=[int(sample["sample_index"]) for sample in examples],
+        mask_token_id=mask_token_id, eps=eps)
     return noisy[placed]
 
 
@@ -135,17 +131,18 @@ class _CorruptingCollator:
         sequences = [[tokenizer.bos_token_id, *sample["prompt_ids"],
                       *supervised_tail(sample, tokenizer.eos_token_id, self.target_length, where)]
                      for sample in examples]
-        lengths = torch.tensor([len(seq) for seq in sequences], dtype=torch.long)
-        _check_length(examples, lengths.tolist(), self.max_length, "[bos]+prompt+target+[eos]", where)
+        lengths = [len(seq) for seq in sequences]
+        _check_length(examples, lengths, self.max_length, "[bos]+prompt+target+[eos]", where)
         prefix_lengths = torch.tensor([1 + len(sample["prompt_ids"]) for sample in examples], dtype=torch.long)
         starts = (prefix_lengths.max() - prefix_lengths if self.align_prompts
                   else torch.zeros(len(examples), dtype=torch.long))
-        width = int((starts + lengths).max())
+        width = int((starts + torch.tensor(lengths)).max())
         target_ids, attention_mask = _place(sequences, starts, width, tokenizer.pad_token_id)
 
         unsupervised = torch.ones_like(prefix_lengths) if self.supervise_prompt else prefix_lengths
         supervised = [seq[skip:] for seq, skip in zip(sequences, unsupervised.tolist())]
-        _, supervised_placed = _place(supervised, starts + unsupervised, width, tokenizer.pad_token_id)
+        # Supervised = the real tokens from each row's first supervised column on.
+        supervised_placed = attention_mask & (torch.arange(width) >= (starts + unsupervised)[:, None])
         input_ids = target_ids.clone()
         input_ids[supervised_placed] = corrupt_supervised(examples, supervised, tokenizer.mask_token_id,
                                                            self.seed, self.eps)

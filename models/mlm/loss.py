@@ -6,16 +6,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from xdllm.losses.token_nll import _compute_per_token_nll, masked_normalised_sum, prepare_logits
 from xdllm_models.mlm.types import MLMLossDict
 
 
 class MLMLoss:
-    """Mean cross-entropy over positions where ``input_ids == mask_token_id``.
+    """Mean cross-entropy (float32) over positions where ``input_ids == mask_token_id``.
 
     The batch comes from an MLM collator (corruption already applied, per sample and seeded).
-    An empty mask gives a zero loss that still back-propagates, never NaN.
+    Built on the dLLM losses' helpers (``xdllm.losses.token_nll``): vocab-sharded logits are
+    gathered, and an empty mask gives a zero loss that still back-propagates, never NaN.
     """
 
     def __init__(self, mask_token_id: int) -> None:
@@ -35,7 +36,7 @@ class MLMLoss:
             segment_ids=batch.get("segment_ids"),
         )
         masked = input_ids == self.mask_token_id
-        nll = F.cross_entropy(logits.float().flatten(0, 1), target_ids.flatten(), reduction="none")
+        nll = _compute_per_token_nll(prepare_logits(logits, fp32_upcast=True), target_ids)
         num_masked = masked.sum()
-        loss = (nll * masked.flatten()).sum() / num_masked.clamp(min=1)
-        return {"loss": loss, "masked_tokens": num_masked.float()}
+        return {"loss": masked_normalised_sum(nll, masked, num_masked, None),
+                "masked_tokens": num_masked.float()}

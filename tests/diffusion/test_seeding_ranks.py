@@ -92,7 +92,7 @@ def test_each_row_is_the_kernel_on_that_row_with_its_sample_generator(kernel, kw
 
 def test_corrupt_per_sample_rejects_a_generator_and_a_wrong_index_count():
     ids, loss_mask = _global_batch()
-    with pytest.raises(ValueError, match="3 sample_indices for a batch of 32 rows"):
+    with pytest.raises(ValueError, match="3 sample_indices and 3 global steps for a batch of 32 rows"):
         corrupt_per_sample(
             corrupt_uniform, ids, loss_mask, base_seed=0, global_step=0, sample_indices=[0, 1, 2], mask_token_id=0
         )
@@ -107,3 +107,34 @@ def test_corrupt_per_sample_rejects_a_generator_and_a_wrong_index_count():
             mask_token_id=0,
             generator=torch.Generator(),
         )
+
+
+KERNELS_PER_SEQUENCE = KERNELS + [
+    pytest.param(corrupt_blockwise, {"mask_token_id": 0}, id="blockwise-per-sequence"),
+    pytest.param(corrupt_uniform_random, {"vocab_size": 97}, id="uniform_random-per-sequence"),
+]
+
+
+@pytest.mark.parametrize("kernel, kwargs", KERNELS_PER_SEQUENCE)
+def test_padding_a_batch_wider_does_not_change_a_sample_s_noise(kernel, kwargs):
+    ids, loss_mask = _global_batch()
+    loss_mask[:, 30:] = 0  # content ends at 30: the batch's padded width is then free
+    narrow = _corrupt_rows(kernel, kwargs, ids[:, :32], loss_mask[:, :32], list(range(8)), step=3)
+    wide_ids = torch.cat([ids[:8], torch.zeros(8, 57, dtype=ids.dtype)], dim=1)
+    wide_mask = torch.cat([loss_mask[:8], torch.zeros(8, 57)], dim=1)
+    wide = corrupt_per_sample(kernel, wide_ids, wide_mask, base_seed=BASE_SEED, global_step=3,
+                              sample_indices=list(range(8)), **kwargs)
+    for narrow_part, wide_part in zip(narrow, wide):
+        assert torch.equal(wide_part[:, :30], narrow_part[:, :30])
+    assert torch.equal(wide[0][:, 32:], wide_ids[:, 32:]) and not wide[1][:, 30:].any()
+
+
+def test_one_step_per_row_equals_one_call_per_step():
+    ids, loss_mask = _global_batch()
+    rows = list(range(6))
+    steps = [0, 4, 4, 0, 9, 4]
+    mixed = corrupt_per_sample(corrupt_uniform, ids[:6], loss_mask[:6], base_seed=BASE_SEED,
+                               global_step=steps, sample_indices=rows, mask_token_id=0)
+    for row, step in zip(rows, steps):
+        alone = _corrupt_rows(corrupt_uniform, {"mask_token_id": 0}, ids, loss_mask, [row], step)
+        assert all(torch.equal(m[row], a[0]) for m, a in zip(mixed, alone))

@@ -47,43 +47,72 @@ def sample_generators(base_seed: int, global_step: int, sample_indices: Sequence
     return generators
 
 
+def _row_extent(loss_mask: Tensor | None, row: int, seq_len: int, block_size: int | None) -> int:
+    """Columns a row's noise is drawn over: through its last supervised position, rounded up to
+    whole blocks; the padded batch width never enters."""
+    if loss_mask is None:
+        return seq_len
+    supervised = loss_mask[row].nonzero()
+    if supervised.numel() == 0:
+        return 0
+    extent = int(supervised[-1]) + 1
+    if block_size:
+        extent = -(-extent // block_size) * block_size
+    return min(extent, seq_len)
+
+
 def corrupt_per_sample(
     kernel: Callable[..., tuple[Tensor, Tensor, Tensor]],
     input_ids: Integer[Tensor, "batch seq_len"],
     loss_mask: Shaped[Tensor, "batch seq_len"] | None,
     *,
     base_seed: int,
-    global_step: int,
+    global_step: int | Sequence[int] | Integer[Tensor, " batch"],
     sample_indices: Sequence[int] | Integer[Tensor, " batch"],
     **kernel_kwargs: Any,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Run a corruption kernel so each row's noise depends only on (seed, step, sample index).
 
-    Row ``i`` is corrupted by ``kernel`` on its own, with the generator of
-    ``sample_indices[i]`` from :func:`sample_generators`; the rows are then stacked. Splitting a
-    global batch across devices, or resuming at a step, therefore reproduces every sample's
-    noise exactly. ``kernel_kwargs`` (``mask_token_id``, ``block_size``, ...) go to every call.
-    The per-row loop costs one small kernel launch per sample: the price of layout-independent
-    noise (``scripts/bench_kernels.py`` measures it).
+    Row ``i`` is corrupted by ``kernel`` on its own, with the generator seeded from
+    ``(base_seed, global_step[i], sample_indices[i])`` (``global_step`` may be one step for the
+    whole batch), over its own extent: columns up to its last supervised position, rounded up to
+    whole ``block_size`` blocks. So neither the rank a sample lands on, nor the samples beside
+    it, nor how far the batch is padded changes its noise; a resumed run reproduces it exactly.
+    Columns past the extent keep their token, are never in ``noise_mask`` and repeat the last
+    ``p_mask`` value of the extent. ``kernel_kwargs`` (``mask_token_id``, ``block_size``, ...) go
+    to every call. The per-row loop costs one small kernel launch per sample: the price of
+    layout-independent noise (``scripts/bench_kernels.py`` measures it).
     """
     if "generator" in kernel_kwargs:
         raise ValueError("corrupt_per_sample: pass no generator; each row gets its own from the seeds")
     indices = sample_indices.tolist() if isinstance(sample_indices, Tensor) else list(sample_indices)
-    if len(indices) != input_ids.shape[0]:
-        raise ValueError(
-            f"corrupt_per_sample: {len(indices)} sample_indices for a batch of {input_ids.shape[0]} rows"
-        )
+    batch, seq_len = input_ids.shape
+    if isinstance(global_step, int):
+        steps = [global_step] * len(indices)
+    else:
+        steps = global_step.tolist() if isinstance(global_step, Tensor) else list(global_step)
+    if len(indices) != batch or len(steps) != batch:
+        raise ValueError(f"corrupt_per_sample: {len(indices)} sample_indices and {len(steps)} "
+                         f"global steps for a batch of {batch} rows")
     if not indices:
         return kernel(input_ids, loss_mask, **kernel_kwargs)
-    generators = sample_generators(base_seed, global_step, indices, device=input_ids.device)
-    rows = [
-        kernel(
-            input_ids[row : row + 1],
-            None if loss_mask is None else loss_mask[row : row + 1],
-            generator=generator,
-            **kernel_kwargs,
-        )
-        for row, generator in enumerate(generators)
-    ]
-    noisy, noise_mask, p_mask = (torch.cat(parts) for parts in zip(*rows))
+    if loss_mask is not None:
+        loss_mask = loss_mask.bool()
+    noisy, noise_mask = input_ids.clone(), torch.zeros(input_ids.shape, dtype=torch.bool,
+                                                       device=input_ids.device)
+    p_mask = torch.ones(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    for row, (index, step) in enumerate(zip(indices, steps)):
+        extent = _row_extent(loss_mask, row, seq_len, kernel_kwargs.get("block_size"))
+        if extent == 0:
+            continue
+        generator = torch.Generator(device=input_ids.device)
+        generator.manual_seed(sample_seed(base_seed, int(step), int(index)))
+        row_noisy, row_noise, row_p = kernel(
+            input_ids[row:row + 1, :extent],
+            None if loss_mask is None else loss_mask[row:row + 1, :extent],
+            generator=generator, **kernel_kwargs)
+        noisy[row, :extent] = row_noisy[0]
+        noise_mask[row, :extent] = row_noise[0]
+        p_mask[row, :extent] = row_p[0]
+        p_mask[row, extent:] = row_p[0, -1]
     return noisy, noise_mask, p_mask
