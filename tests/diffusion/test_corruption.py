@@ -346,3 +346,14 @@ def test_kernels_reject_mismatched_shapes(kernel, kwargs, is_mask_kernel):
 def test_kernels_reject_bad_arguments(call, message):
     with pytest.raises(ValueError, match=message):
         call(torch.ones(2, 8, dtype=torch.long))
+
+
+def test_a_non_contiguous_loss_mask_is_accepted():
+    ids = torch.arange(24).reshape(2, 12) + 5
+    mask_t = torch.ones(12, 2, dtype=torch.bool).t()  # a transposed view: not contiguous
+    assert not mask_t.is_contiguous()
+    dense = corrupt_blockwise(ids, mask_t.contiguous(), 1, block_size=4,
+                              generator=torch.Generator().manual_seed(0))
+    strided = corrupt_blockwise(ids, mask_t, 1, block_size=4,
+                                generator=torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip(dense, strided))

@@ -178,3 +178,14 @@ def test_fused_path_keeps_no_logits_chunk_for_backward():
         lambda: loss.forward_fused(hidden, weight, targets, block_mask, block_size=5))
     assert materialised >= batch * num_predicted * vocab
     assert fused < chunk * vocab
+
+
+def test_bf16_logits_are_scored_in_float32():
+    g = torch.Generator().manual_seed(9)
+    logits = (torch.randn(1, 16, 1000, generator=g) * 4).to(torch.bfloat16)
+    targets = torch.randint(0, 1000, (1, 16), generator=g)
+    loss = DFlashDecayLoss(loss_gamma=None)(logits, targets, torch.ones(1, 16)).total_loss
+    bf16 = F.cross_entropy(logits.reshape(-1, 1000), targets.reshape(-1)).item()
+    assert loss.dtype == torch.float32
+    assert loss.item() == pytest.approx(reference_nll(logits.float(), targets).mean().item(), rel=1e-6)
+    assert abs(loss.item() - bf16) > 1e-3

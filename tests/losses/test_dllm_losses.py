@@ -266,3 +266,28 @@ def test_encoder_ar_loss_counts_pairs_where_both_positions_are_valid():
     assert encoder_ar_loss(logits, ids).item() == pytest.approx(all_pairs.mean().item(), abs=1e-6)
     empty = encoder_ar_loss(logits, ids, torch.zeros(2, 5, dtype=torch.bool))
     assert empty.item() == 0.0
+
+
+def test_hybrid_ar_term_is_upcast_too():
+    g = torch.Generator().manual_seed(7)
+    causal = (torch.randn(2, 8, 1000, generator=g) * 4).to(torch.bfloat16)
+    targets = torch.randint(0, 1000, (2, 8), generator=g)
+    ones, nothing = torch.ones(2, 8), torch.zeros(2, 8, dtype=torch.bool)
+    loss = HybridDiffusionLLMLoss(fp32_upcast=True)(
+        causal, targets, nothing, ones, ones, loss_mask_ar=ones, causal_logits=causal).total_loss
+    float32_reference = reference_nll(causal[:, :-1].float(), targets[:, 1:]).mean().item()
+    bf16 = F.cross_entropy(causal[:, :-1].reshape(-1, 1000), targets[:, 1:].reshape(-1)).item()
+    assert loss.dtype == torch.float32
+    assert loss.item() == pytest.approx(float32_reference, abs=1e-5, rel=1e-6)
+    assert abs(loss.item() - bf16) > 1e-3
+
+
+def test_a_python_global_count_and_a_tensor_count_give_the_same_loss():
+    g = torch.Generator().manual_seed(8)
+    logits, targets = torch.randn(2, 5, 7, generator=g), torch.randint(0, 7, (2, 5), generator=g)
+    masks = (torch.ones(2, 5, dtype=torch.bool), torch.ones(2, 5), torch.ones(2, 5))
+    as_int = MDLMCrossEntropyLoss()(logits, targets, *masks, num_diffusion_tokens=40).total_loss
+    as_tensor = MDLMCrossEntropyLoss()(logits, targets, *masks,
+                                       num_diffusion_tokens=torch.tensor(40)).total_loss
+    assert as_int.item() == pytest.approx(as_tensor.item())
+    assert as_int.item() == pytest.approx(reference_nll(logits, targets).sum().item() / 40)

@@ -1,4 +1,4 @@
-"""Noise schedules: endpoints, monotonicity, derivatives, construction by name."""
+"""Noise schedules: endpoints, monotonicity, construction by name."""
 
 import math
 
@@ -12,15 +12,12 @@ from xdllm.diffusion.schedules import (CosineSchedule, LinearSchedule, LogLinear
 @pytest.mark.parametrize("schedule, at_half", [
     (LinearSchedule(), 0.5), (CosineSchedule(), math.sin(math.pi / 4)),
     (LogLinearSchedule(eps=0.1), 0.45)])
-def test_mask_prob_values_and_derivative(schedule, at_half):
+def test_mask_prob_values_and_monotonicity(schedule, at_half):
     t = torch.linspace(0, 1, 101, dtype=torch.float64)
     m = schedule.mask_prob(t)
     assert m[0] == 0 and (m.diff() > 0).all()
     assert math.isclose(schedule.mask_prob(torch.tensor(0.5, dtype=torch.float64)).item(),
                         at_half, rel_tol=1e-12)
-    numeric = (schedule.mask_prob(t[1:]) - schedule.mask_prob(t[:-1])) / t.diff()
-    mid = schedule.mask_prob_derivative((t[1:] + t[:-1]) / 2)
-    assert torch.allclose(numeric, mid, atol=1e-4)
 
 
 def test_endpoints_and_names():

@@ -247,7 +247,7 @@ def corrupt_blockwise(
     scope_len, num_scopes = _num_scopes(seq_len, block_size)
     padded_len = scope_len * num_scopes
     # One row per scope; padding past seq_len is unsupervised, so it is never picked.
-    supervised_scopes = F.pad(supervised, (0, padded_len - seq_len)).view(batch * num_scopes, scope_len)
+    supervised_scopes = F.pad(supervised, (0, padded_len - seq_len)).reshape(batch * num_scopes, scope_len)
     num_supervised = supervised_scopes.sum(dim=1)
 
     levels = _draw_levels((batch * num_scopes,), eps, generator, device)

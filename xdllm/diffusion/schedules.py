@@ -7,8 +7,7 @@ mask_prob(t)`` is the probability that it is still clean. Every schedule here is
 ``t`` from 1 to 0 ends with nothing masked.
 
 The predictor uses a schedule to decide how many tokens to unmask per step (see
-``xdllm.predict.unmask_count``); losses can use ``mask_prob_derivative`` for the MDLM weight
-``-alpha'(t) / (1 - alpha(t))``.
+``xdllm.predict.unmask_count``).
 """
 
 from __future__ import annotations
@@ -27,8 +26,6 @@ class NoiseSchedule(Protocol):
 
     def mask_prob(self, t: Float[Tensor, "*shape"]) -> Float[Tensor, "*shape"]: ...
 
-    def mask_prob_derivative(self, t: Float[Tensor, "*shape"]) -> Float[Tensor, "*shape"]: ...
-
 
 def _check_time(t: Tensor) -> None:
     if not torch.is_floating_point(t):
@@ -42,9 +39,6 @@ class LinearSchedule:
         _check_time(t)
         return t.clone()
 
-    def mask_prob_derivative(self, t: Float[Tensor, "*shape"]) -> Float[Tensor, "*shape"]:
-        _check_time(t)
-        return torch.ones_like(t)
 
     def __repr__(self) -> str:
         return "LinearSchedule()"
@@ -60,9 +54,6 @@ class CosineSchedule:
         _check_time(t)
         return torch.sin(0.5 * math.pi * t)
 
-    def mask_prob_derivative(self, t: Float[Tensor, "*shape"]) -> Float[Tensor, "*shape"]:
-        _check_time(t)
-        return 0.5 * math.pi * torch.cos(0.5 * math.pi * t)
 
     def __repr__(self) -> str:
         return "CosineSchedule()"
@@ -84,9 +75,6 @@ class LogLinearSchedule:
         _check_time(t)
         return (1.0 - self.eps) * t
 
-    def mask_prob_derivative(self, t: Float[Tensor, "*shape"]) -> Float[Tensor, "*shape"]:
-        _check_time(t)
-        return torch.full_like(t, 1.0 - self.eps)
 
     def __repr__(self) -> str:
         return f"LogLinearSchedule(eps={self.eps})"

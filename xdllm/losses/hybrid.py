@@ -13,6 +13,7 @@ from xdllm.losses.token_nll import (
     Count,
     _compute_per_token_nll,
     gather_vocab_shards,
+    prepare_logits,
     masked_normalised_sum,
     next_token_nll,
 )
@@ -69,7 +70,7 @@ class HybridDiffusionLLMLoss(nn.Module):
         branches (legacy) when ``causal_logits`` is None."""
         diffusion_logits, causal_logits = split_branches(
             gather_vocab_shards(logits), target_ids.shape[1], causal_logits)
-        token_nll = _compute_per_token_nll(self._upcast(diffusion_logits), target_ids)
+        token_nll = _compute_per_token_nll(prepare_logits(diffusion_logits, self.fp32_upcast), target_ids)
         scaled_diffusion = self.alpha * masked_diffusion_term(
             token_nll, noise_mask, p_mask, loss_mask, num_diffusion_tokens)
         total = scaled_diffusion
@@ -81,12 +82,9 @@ class HybridDiffusionLLMLoss(nn.Module):
             total = total + self._ar_term(causal_logits, target_ids, loss_mask_ar, num_ar_tokens)
         return DLLMLossOutput(total, scaled_diffusion.detach())
 
-    def _upcast(self, logits: Tensor) -> Tensor:
-        return logits.float() if self.fp32_upcast else logits
-
     def _ar_term(self, causal_logits: Tensor, target_ids: Tensor, loss_mask_ar: Tensor,
                  num_ar_tokens: Optional[Count]) -> Tensor:
         """Next-token CE of the causal branch on ``loss_mask_ar[:, 1:]``."""
-        token_nll = next_token_nll(self._upcast(gather_vocab_shards(causal_logits)), target_ids)
+        token_nll = next_token_nll(prepare_logits(causal_logits, self.fp32_upcast), target_ids)
         supervised = loss_mask_ar[:, 1:] != 0
         return masked_normalised_sum(token_nll, supervised, supervised.sum(), num_ar_tokens)

@@ -46,16 +46,17 @@ def prepare_logits(logits: Tensor, fp32_upcast: bool) -> Tensor:
     return logits.float() if fp32_upcast else logits
 
 
-def clamped_denominator(local_count: Tensor, global_count: Count | None) -> Tensor:
-    """The global count when given, else the local one, as a float tensor clamped to >= 1.
+def clamped_denominator(local_count: Tensor, global_count: Count | None) -> Tensor | float:
+    """The global count when given, else the local one, clamped to >= 1.
 
-    The clamp makes an empty mask give a loss of 0 (an all-zero numerator) instead of NaN.
+    The clamp makes an empty mask give a loss of 0 (an all-zero numerator) instead of NaN. A
+    Python number stays a Python number: copying it to a GPU tensor would wait for the device.
     """
     if global_count is None:
-        count = local_count
-    else:
-        count = torch.as_tensor(global_count, device=local_count.device)
-    return count.to(torch.float32).clamp_min(1.0)
+        return local_count.to(torch.float32).clamp_min(1.0)
+    if isinstance(global_count, Tensor):
+        return global_count.to(local_count.device, torch.float32, non_blocking=True).clamp_min(1.0)
+    return max(float(global_count), 1.0)
 
 
 def next_token_nll(
@@ -77,4 +78,5 @@ def masked_normalised_sum(
     ``torch.where`` rather than a product, so an inf on an unselected position cannot leak NaN.
     """
     total = torch.where(mask, values, 0).sum()
-    return total / clamped_denominator(local_count, global_count).to(values.dtype)
+    denominator = clamped_denominator(local_count, global_count)
+    return total / (denominator.to(values.dtype) if isinstance(denominator, Tensor) else denominator)
