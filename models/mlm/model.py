@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor, nn
@@ -16,7 +16,8 @@ class RotaryTransformerMLMModel(nn.Module):
     """Seed 004's model: maps a (partly masked) canvas ``x_t`` to logits ``[batch, L, vocab]``.
 
     ``attn_backend``: ``"auto"`` (FlexAttention on CUDA, SDPA elsewhere), ``"sdpa"`` or
-    ``"flex"`` (CPU only for inference). See :mod:`xdllm.nn.attention`.
+    ``"flex"`` (CPU only for inference). See :mod:`xdllm.nn.attention`. ``norm``:
+    ``"rmsnorm"`` or ``"layernorm"``.
     """
 
     def __init__(
@@ -29,11 +30,12 @@ class RotaryTransformerMLMModel(nn.Module):
         max_positions: int = 1024,
         dropout: float = 0.0,
         attn_backend: BackendRequest = "auto",
+        norm: Literal["rmsnorm", "layernorm"] = "rmsnorm",
     ) -> None:
         super().__init__()
         self.config = RotaryTransformerConfig(
             vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff,
-            max_positions=max_positions, dropout=dropout, attn_backend=attn_backend,
+            max_positions=max_positions, dropout=dropout, attn_backend=attn_backend, norm=norm,
         )
         self.transformer = RotaryTransformer(self.config)
 

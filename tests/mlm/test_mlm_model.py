@@ -66,3 +66,9 @@ def test_flex_and_sdpa_agree_on_a_packed_row_and_match_documents_alone():
             start += len(document)
     torch.testing.assert_close(flex_logits, sdpa_logits, atol=1e-5, rtol=0)
     print(f"flex compile + first forward: {compile_and_run_s:.1f} s")
+
+
+def test_layernorm_is_selectable_from_the_model_config():
+    model = RotaryTransformerMLMModel(VOCAB, d_model=32, n_layers=1, n_heads=2, norm="layernorm")
+    norms = [m for m in model.modules() if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm))]
+    assert norms and all(isinstance(m, torch.nn.LayerNorm) for m in norms)

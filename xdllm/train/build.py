@@ -104,5 +104,4 @@ def build_datamodule(components: RunComponents) -> DiffusionDataModule:
         num_predict_samples=config.data.num_test_samples,
         seed=config.seed,
         num_workers=config.data.num_workers,
-        max_steps=config.trainer.max_steps,
     )
