@@ -130,7 +130,8 @@ class DenoisingStep:
     Positions are canvas positions; ``output_start`` marks where each row's output region
     begins (``output_start[b] .. canvas_len``). ``probs`` are the final token distributions the
     step sampled from (after temperature / top-k / top-p). ``active`` marks rows that used a
-    forward pass in this step; finished rows are carried unchanged.
+    forward pass in this step; finished rows are carried unchanged. The tensors belong to the
+    predictor: a recorder copies what it keeps.
     """
 
     step: int

@@ -153,3 +153,33 @@ def test_finished_rows_leave_the_forward_pass():
     assert history.commit_order(1) == [[4], [3], [2], [1]]
     assert len(prediction["time_taken"]) == 2
     assert prediction["time_taken"][0] <= prediction["time_taken"][1]
+
+
+def test_step_states_hold_each_active_row_s_window_distributions_and_nothing_else():
+    # Right-aligned infilling windows of different starts (the gather path); row 0 finishes
+    # after one step, so later states must carry zeros for it.
+    ids = torch.tensor([[2, letter("a"), MASK, letter("b"), 4, 4],
+                        [2, MASK, MASK, MASK, MASK, letter("c")]])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool)}
+    rows = {p: {letter("e"): 0.5 + 0.1 * p, letter("f"): 0.5 - 0.1 * p} for p in range(5)}
+    _, history, _ = run(rows, max_new_tokens=None, max_steps=4, confidence="top_prob", batch=batch)
+    table = position_table(rows).softmax(-1)
+    windows = {0: [2], 1: [1, 2, 3, 4]}
+    for state in history.steps:
+        for row, columns in windows.items():
+            outside = [c for c in range(6) if not (bool(state.active[row]) and c in columns)]
+            assert not state.probs[row, outside].any() and not state.confidence[row, outside].any()
+            if bool(state.active[row]):
+                torch.testing.assert_close(state.probs[row, columns], table[columns])
+                for column in state.committed[row].nonzero().flatten().tolist():
+                    assert state.confidence[row, column] == pytest.approx(table[column].max().item())
+    assert [bool(s.active[0]) for s in history.steps] == [True, False, False, False]
+
+
+def test_a_token_padded_away_after_eos_is_not_committed_again():
+    rows = {2: {letter("a"): 0.5, letter("b"): 0.5}, 3: {EOS: 0.6, letter("d"): 0.4},
+            4: {letter("c"): 0.9, letter("d"): 0.1}}
+    prediction, history, _ = run(rows, max_new_tokens=3, max_steps=3, confidence="top_prob",
+                                 stop_at_eos=True)
+    assert history.commit_order(0) == [[4], [3], [2]]
+    assert prediction["ids"][0, 2:].tolist() == [letter("a"), EOS, PAD]

@@ -170,8 +170,9 @@ class UnmaskingPredictor(nn.Module):
                 raise KeyError(f"prediction batch has no {key!r} (keys: {sorted(batch)})")
         input_ids = batch["input_ids"].to(device)
         attention_mask = batch["attention_mask"].to(device)
-        has_masks = bool(((input_ids == tok.mask_token_id) & attention_mask.bool()).any())
-        infill = bool(batch.get("infill", False)) or (not self.max_new_tokens and has_masks)
+        infill = bool(batch.get("infill", False)) or (
+            not self.max_new_tokens
+            and bool(((input_ids == tok.mask_token_id) & attention_mask.bool()).any()))
         if infill:
             return infill_canvas(input_ids, attention_mask, tok.pad_token_id, tok.mask_token_id)
         if not self.max_new_tokens:
@@ -233,7 +234,7 @@ class UnmaskingPredictor(nn.Module):
         if self.stop_at_eos:
             new_window, padded = fill_after_eos(new_window, rows.window_valid, tok.eos_token_id,
                                                 tok.mask_token_id, tok.pad_token_id)
-            committed = committed | padded
+            committed = committed | (padded & masked)  # a token padded away was committed before
         return _StepOutcome(
             ids=_write_window(rows.ids, rows.window_index, rows.window_valid, shared_start,
                               window_ids, new_window),
@@ -260,7 +261,7 @@ class UnmaskingPredictor(nn.Module):
         blocks.check_step_budget(n_blocks, self.max_steps)
         shared_start = canvas.window_start
         state = _Rows(
-            ids=canvas.ids.clone(), attention_mask=canvas.attention_mask,
+            ids=canvas.ids, attention_mask=canvas.attention_mask,
             positions=canvas.positions, window_index=canvas.window_index,
             window_valid=canvas.window_valid,
             keys=streams.row_keys(self.seed, self._sample_index(batch, n_rows, device)),
@@ -270,7 +271,7 @@ class UnmaskingPredictor(nn.Module):
                       & canvas.window_valid).any(1)
         steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
         if history is not None:
-            history.begin(batch, state.ids.clone(), canvas.output_start)
+            history.begin(batch, state.ids, canvas.output_start)
         elapsed: list[float] = []
         for step in range(self.max_steps + 1):
             active = unfinished.nonzero().flatten()  # the step's one host sync
@@ -319,7 +320,9 @@ def _step_state(step: int, ids: Tensor, active: Tensor, outcome: _StepOutcome,
     """The step's window tensors scattered back to canvas coordinates (zeros elsewhere).
 
     Past a row's region end the window repeats a clamped column, so values are added with the
-    invalid offsets zeroed rather than written (a plain scatter would race there).
+    invalid offsets zeroed rather than written (a plain scatter would race there). The canvas
+    is handed over as is: the engine never writes ``ids`` in place, and recorders copy what
+    they keep.
     """
     n_rows, seq_len = ids.shape
     probs, scores = outcome.probs, outcome.scores
@@ -333,11 +336,11 @@ def _step_state(step: int, ids: Tensor, active: Tensor, outcome: _StepOutcome,
         1, window_index, (outcome.committed & window_valid).long()) > 0
     if n_active == n_rows:  # every row ran: ``active`` is 0..n-1, the row tensors are the batch's
         return DenoisingStep(
-            step=step, canvas=ids.clone(), probs=row_probs, committed=row_committed,
+            step=step, canvas=ids, probs=row_probs, committed=row_committed,
             confidence=row_scores, active=torch.ones(n_rows, dtype=torch.bool, device=ids.device),
             output_start=output_start)
     return DenoisingStep(
-        step=step, canvas=ids.clone(),
+        step=step, canvas=ids,
         probs=probs.new_zeros((n_rows, seq_len, vocab)).index_copy(0, active, row_probs),
         committed=torch.zeros_like(ids, dtype=torch.bool).index_copy(0, active, row_committed),
         confidence=scores.new_zeros((n_rows, seq_len)).index_copy(0, active, row_scores),
