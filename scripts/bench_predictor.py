@@ -37,7 +37,6 @@ class TimedModel(nn.Module):
         super().__init__()
         self.model = model
         self.seconds = 0.0
-        self.calls = 0
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         cuda = next(self.model.parameters()).is_cuda
@@ -48,7 +47,6 @@ class TimedModel(nn.Module):
         if cuda:
             torch.cuda.synchronize()
         self.seconds += time.perf_counter() - start
-        self.calls += 1
         return logits
 
 
@@ -110,7 +108,7 @@ def bench(model: nn.Module, tokenizer: Tokenizer, batches: list[Mapping[str, Any
     return results
 
 
-def random_model_setup(batch_size: int, n_batches: int, prompt_len: int, max_new_tokens: int
+def random_model_setup(batch_size: int, n_batches: int, prompt_len: int
                        ) -> tuple[nn.Module, Tokenizer, list[dict[str, torch.Tensor]]]:
     """A randomly initialised MLM transformer and random digit prompts (no targets)."""
     from xdllm.data.tokenizer import builtin_tokenizer
@@ -179,7 +177,7 @@ def main() -> None:
     else:
         max_new_tokens = args.max_new_tokens
         model, tokenizer, batches = random_model_setup(args.batch_size, args.batches,
-                                                       args.prompt_len, max_new_tokens)
+                                                       args.prompt_len)
     max_steps = args.max_steps or max_new_tokens
     results = bench(model, tokenizer, batches, max_new_tokens, max_steps, args.repeats)
     print(f"batch_size={args.batch_size} batches={len(batches)} max_new_tokens={max_new_tokens} "

@@ -25,6 +25,8 @@ import torch
 from jaxtyping import Bool, Integer
 from torch import Tensor
 
+from xdllm.nn.transformer import default_positions
+
 
 @dataclass
 class Canvas:
@@ -37,7 +39,6 @@ class Canvas:
     region_len: Integer[Tensor, " batch"]
     window_index: Integer[Tensor, "batch region"]
     window_valid: Bool[Tensor, "batch region"]
-    infill: bool
 
     @property
     def window_start(self) -> int | None:
@@ -77,10 +78,6 @@ def _real_run(attention_mask: Tensor) -> tuple[Tensor, Tensor]:
     return first, n_real
 
 
-def _positions(attention_mask: Tensor) -> Tensor:
-    return (attention_mask.long().cumsum(1) - 1).clamp(min=0)
-
-
 def _window(output_start: Tensor, region_len: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
     width = int(region_len.max()) if region_len.numel() else 0
     offsets = torch.arange(width, device=output_start.device)
@@ -114,8 +111,8 @@ def continuation_canvas(input_ids: Integer[Tensor, "batch prompt_len"],
     real.scatter_(1, new_cols, True)
     region_len = torch.full_like(output_start, max_new_tokens)
     window_index, window_valid = _window(output_start, region_len, seq_len)
-    return Canvas(ids, real, _positions(real), output_start, region_len, window_index,
-                  window_valid, infill=False)
+    return Canvas(ids, real, default_positions(real.shape[1], real, None, real.device), output_start, region_len, window_index,
+                  window_valid)
 
 
 def infill_canvas(input_ids: Integer[Tensor, "batch seq_len"],
@@ -134,5 +131,5 @@ def infill_canvas(input_ids: Integer[Tensor, "batch seq_len"],
     output_start = torch.where(has_mask, first_mask, first + n_real)
     region_len = torch.where(has_mask, last_mask - first_mask + 1, 0)
     window_index, window_valid = _window(output_start, region_len, seq_len)
-    return Canvas(ids, attention_mask, _positions(attention_mask), output_start, region_len,
-                  window_index, window_valid, infill=True)
+    return Canvas(ids, attention_mask, default_positions(attention_mask.shape[1], attention_mask, None, attention_mask.device), output_start, region_len,
+                  window_index, window_valid)

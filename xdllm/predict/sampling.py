@@ -48,11 +48,10 @@ def final_distribution(logits: Float[Tensor, "*lead vocab"], temperature: float,
                        top_k: int | None, top_p: float | None,
                        banned_ids: Sequence[int]) -> Float[Tensor, "*lead vocab"]:
     """float32 probabilities the predictor draws from and scores confidence with."""
-    logits = logits.float()
+    logits = logits.to(torch.float32, copy=True)  # the one copy; everything after is in place
     if temperature > 0.0 and temperature != 1.0:
-        logits = logits / temperature
+        logits.div_(temperature)
     if banned_ids:
-        logits = logits.clone()
         for token_id in banned_ids:  # scalar indices: no index tensor, no host-device copy
             logits[..., token_id] = float("-inf")
     if top_k is not None and top_k < logits.shape[-1]:
