@@ -21,7 +21,7 @@ from itertools import chain
 
 import torch
 
-from xdllm.data.packing import PAD_SEGMENT_ID, plan_packing
+from xdllm.data.packing import plan_packing
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.mlm.collator import check_examples, corrupt_supervised, supervised_tail
 from xdllm_models.mlm.types import PackedFlexMLMBatch
@@ -86,26 +86,11 @@ class PackedMLMCollator:
         noisy = clean.clone()
         noisy[is_supervised] = corrupt_supervised(examples, supervised, self.tokenizer.mask_token_id,
                                                    self.seed, self.eps)
-        plan = plan_packing(lengths.tolist(), self.row_length)
+        plan = plan_packing(lengths.tolist(), self.row_length, self.num_rows)
         pad_id = self.tokenizer.pad_token_id
-        batch = PackedFlexMLMBatch(
+        return PackedFlexMLMBatch(
             input_ids=plan.gather(noisy, pad_id),
             target_ids=plan.gather(clean, pad_id),
             positions=plan.positions,
             segment_ids=plan.segment_ids,
         )
-        return batch if self.num_rows is None else self._pad_rows(batch, plan.num_rows)
-
-    def _pad_rows(self, batch: PackedFlexMLMBatch, rows: int) -> PackedFlexMLMBatch:
-        """Append all-padding rows (pad ids, position 0, the padding segment) up to ``num_rows``."""
-        if rows > self.num_rows:
-            raise ValueError(f"PackedMLMCollator: this batch packs into {rows} rows of "
-                             f"{self.row_length}, more than num_rows={self.num_rows}; raise num_rows "
-                             "or lower data.batch_size")
-        extra = self.num_rows - rows
-        pad_id = self.tokenizer.pad_token_id
-        fills = {"input_ids": pad_id, "target_ids": pad_id, "positions": 0,
-                 "segment_ids": PAD_SEGMENT_ID}
-        return PackedFlexMLMBatch(**{
-            key: torch.cat([batch[key], batch[key].new_full((extra, self.row_length), fill)])
-            for key, fill in fills.items()})

@@ -152,7 +152,7 @@ def test_num_rows_pads_batches_to_one_shape_and_the_loss_ignores_the_padding():
     model = make_model()
     loss = MLMLoss(tokenizer.mask_token_id)
     torch.testing.assert_close(loss(model, fixed)["loss"], loss(model, free)["loss"])
-    with pytest.raises(ValueError, match=f"packs into {rows} rows of 32, more than num_rows=1"):
+    with pytest.raises(ValueError, match=f"pack into {rows} rows of 32, more than num_rows=1; raise num_rows"):
         PackedMLMCollator(tokenizer, row_length=32, num_rows=1)(EXAMPLES)
 
 

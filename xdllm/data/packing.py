@@ -99,10 +99,16 @@ def _best_fit_decreasing(chunk_lengths: Sequence[int], row_length: int) -> tuple
     return rows, columns
 
 
-def plan_packing(lengths: Sequence[int], row_length: int) -> PackingPlan:
-    """Pack documents of these lengths into rows of ``row_length`` slots (best-fit decreasing)."""
+def plan_packing(lengths: Sequence[int], row_length: int, num_rows: int | None = None) -> PackingPlan:
+    """Pack documents of these lengths into rows of ``row_length`` slots (best-fit decreasing).
+
+    With ``num_rows`` the plan has exactly that many rows, the unused ones all padding (one
+    shape for every batch); documents needing more rows are an error naming both counts.
+    """
     if row_length < 1:
         raise ValueError(f"plan_packing: row_length must be >= 1, got {row_length}")
+    if num_rows is not None and num_rows < 1:
+        raise ValueError(f"plan_packing: num_rows must be >= 1, got {num_rows}")
     if len(lengths) == 0:
         raise ValueError("plan_packing: no documents to pack")
     lengths = [int(length) for length in lengths]
@@ -110,7 +116,13 @@ def plan_packing(lengths: Sequence[int], row_length: int) -> PackingPlan:
     chunk_document, chunk_offset, chunk_length = (torch.tensor(column) for column in zip(*chunks))
     rows, columns = _best_fit_decreasing(chunk_length.tolist(), row_length)
     chunk_row, chunk_column = torch.tensor(rows), torch.tensor(columns)
-    num_rows = int(chunk_row.max()) + 1
+    rows_needed = max(rows) + 1
+    if num_rows is None:
+        num_rows = rows_needed
+    elif rows_needed > num_rows:
+        raise ValueError(f"plan_packing: these documents pack into {rows_needed} rows of "
+                         f"{row_length}, more than num_rows={num_rows}; raise num_rows or "
+                         "pack fewer documents per batch (data.batch_size)")
 
     # Segment index of a chunk = how many chunks sit before it in its row.
     by_slot = torch.argsort(chunk_row * row_length + chunk_column)
