@@ -132,14 +132,14 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
         batches = _prompt_file_batches(run, Path(options.prompts_file), options.batch_size)
     else:
         batches = _held_out_loader(run, options, "prediction")
+    history = None
+    if options.history == "topk" and write_outputs:  # one recorder: one file per batch
+        history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
+                                    tokenizer=run.tokenizer)
     records: list[dict[str, Any]] = []
     generated_tokens, started = 0, time.perf_counter()
     with torch.inference_mode():
         for batch in batches:
-            history = None
-            if options.history == "topk" and write_outputs:
-                history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
-                                            tokenizer=run.tokenizer)
             prediction = predictor.predict(batch, model=run.model, history=history)
             match = None
             if "target_ids" in batch:
@@ -163,7 +163,7 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
         summary["exact_match"] = sum(r["exact_match"] for r in records) / len(records)
         summary["token_accuracy"] = (sum(r["correct_tokens"] for r in records)
                                      / max(1, sum(r["target_tokens"] for r in records)))
-    if options.history == "topk" and write_outputs:
+    if history is not None:
         tensorboard_dir = output_dir / "tensorboard"
         write_tensorboard([output_dir / "history"], tensorboard_dir,
                           max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer)
