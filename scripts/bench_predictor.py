@@ -132,7 +132,7 @@ def random_model_setup(batch_size: int, n_batches: int, prompt_len: int
 def trained_setup(ckpt: str, batch_size: int, n_batches: int
                   ) -> tuple[nn.Module, Tokenizer, list[Mapping[str, Any]], int]:
     """A trained run's model, tokenizer and test prompts collated ``batch_size`` at a time."""
-    from xdllm.train.checkpoint import load_trained
+    from xdllm.run.checkpoint import load_trained
 
     run = load_trained(ckpt)
     datamodule = run.datamodule()

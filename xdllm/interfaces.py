@@ -176,3 +176,63 @@ class ModelFamily:
     name: str
     description: str
     config_dir: Path
+
+
+MetricSums = Mapping[str, tuple[Tensor, Tensor]]
+"""Metric name -> ``(sum, count)`` scalar tensors. Sums add across batches, accumulation
+micro-batches and processes; the metric is ``Σ sum / Σ count`` once everything is added, so
+averages are exact whatever the batch and device split."""
+
+
+@dataclass(frozen=True)
+class LossContext:
+    """What the harness hands a loss beyond ``(model, batch)``.
+
+    ``counts``: the loss's :meth:`GlobalCountLoss.token_counts`, summed over every process and
+    every accumulation micro-batch of the optimizer step (None outside training: the loss then
+    uses its local counts). ``frozen``: models held beside the trainable one (eval mode, no
+    gradients), by the names given in the run's ``frozen`` config.
+    """
+
+    counts: Mapping[str, Tensor] | None = None
+    frozen: Mapping[str, torch.nn.Module] | None = None
+
+
+@runtime_checkable
+class GlobalCountLoss(Protocol):
+    """A loss normalised by global token counts.
+
+    The harness calls :meth:`token_counts` on every micro-batch of an optimizer step, sums the
+    counts over micro-batches and processes, and calls the loss with
+    ``context=LossContext(counts=...)``. The harness scales the backward pass so that the
+    gradient is ``Σ_all-tokens grad / global count`` whatever the number of processes and
+    micro-batches.
+    """
+
+    def token_counts(self, batch: Mapping[str, Any]) -> Mapping[str, Tensor]: ...
+
+    def __call__(self, model: torch.nn.Module, batch: Mapping[str, Any],
+                 context: LossContext | None = None) -> LossDict: ...
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    """A family's validation metrics and prediction records (config key ``evaluator``).
+
+    ``loss_metrics`` runs on the ``"loss"`` validation loader (and ``xdllm eval``),
+    ``prediction_metrics`` on the predictor's output for the ``"prediction"`` loader (and
+    ``xdllm generate``). The harness logs ``val/<name>`` for every name, computed as
+    ``Σ sum / Σ count`` over the whole split, then passed through ``finalize`` (which may add
+    derived values, e.g. a perplexity from a mean NLL). ``records`` gives one JSON-ready dict
+    per sample for ``predictions.jsonl``.
+    """
+
+    def loss_metrics(self, model: torch.nn.Module, batch: Mapping[str, Any],
+                     loss_fn: LossFunction) -> MetricSums: ...
+
+    def prediction_metrics(self, batch: Mapping[str, Any],
+                           prediction: PredictionDict) -> MetricSums: ...
+
+    def finalize(self, means: Mapping[str, float]) -> dict[str, float]: ...
+
+    def records(self, batch: Mapping[str, Any], prediction: PredictionDict) -> list[dict[str, Any]]: ...

@@ -23,65 +23,16 @@ from jaxtyping import Bool, Integer
 from torch import Tensor
 
 from xdllm.diffusion import corrupt_per_sample, corrupt_uniform
+from xdllm.collate import (
+    PromptCollator,
+    check_examples,
+    check_length,
+    longest_row,
+    place_rows,
+    supervised_tail,
+)
 from xdllm.interfaces import Example, Tokenizer
-from xdllm_models.mlm.types import MLMBatch, MLMSeq2SeqPredictionBatch
-
-_EXAMPLE_KEYS = ("prompt_ids", "target_ids", "sample_index", "step")
-
-
-def check_examples(examples: Sequence[Example], where: str) -> None:
-    if len(examples) == 0:
-        raise ValueError(f"{where}: cannot collate an empty batch")
-    for row, sample in enumerate(examples):
-        for key in _EXAMPLE_KEYS:
-            if key not in sample:
-                raise ValueError(f"{where}: example {row} has no {key!r}")
-
-
-def _check_length(examples: Sequence[Example], lengths: Sequence[int], max_length: int | None,
-                  what: str, where: str) -> None:
-    if max_length is None:
-        return
-    for sample, length in zip(examples, lengths):
-        if length > max_length:
-            raise ValueError(f"{where}: sample {sample['sample_index']} has {what} of {length} tokens, "
-                             f"more than max_length={max_length}")
-
-
-def _place(rows: Sequence[Sequence[int]], starts: Integer[Tensor, " batch"], width: int,
-           fill: int) -> tuple[Integer[Tensor, "batch width"], Bool[Tensor, "batch width"]]:
-    """Rows written at ``starts`` into a ``[batch, width]`` tensor of ``fill``; also where they lie.
-
-    One flat copy: the True entries of the placement mask, read row by row, are exactly the
-    concatenated rows in order.
-    """
-    lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
-    columns = torch.arange(width)
-    placed = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
-    out = torch.full((len(rows), width), fill, dtype=torch.long)
-    out[placed] = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)
-    return out, placed
-
-
-def supervised_tail(sample: Example, eos_token_id: int, target_length: int | None,
-                    where: str) -> list[int]:
-    """The supervised answer: ``target + [eos]``, or with ``target_length`` the target followed
-    by as many EOS as fill exactly ``target_length`` slots (EOS fill, as in LLaDA-style SFT).
-
-    The fill teaches the model where an answer ends inside a fixed-size canvas, which is what
-    generation gives it: ``max_new_tokens`` masks after the prompt.
-    """
-    target = sample["target_ids"]
-    if target_length is None:
-        return [*target, eos_token_id]
-    if len(target) + 1 > target_length:
-        raise ValueError(f"{where}: sample {sample['sample_index']} has a target of {len(target)} "
-                         f"tokens; target_length={target_length} leaves no room for its EOS")
-    return [*target, *[eos_token_id] * (target_length - len(target))]
-
-
-def _row_max(rows: Sequence[Sequence[int]]) -> int:
-    return max(len(row) for row in rows)
+from xdllm_models.mlm.types import MLMBatch
 
 
 def corrupt_supervised(examples: Sequence[Example], supervised: Sequence[Sequence[int]], mask_token_id: int,
@@ -91,7 +42,7 @@ def corrupt_supervised(examples: Sequence[Example], supervised: Sequence[Sequenc
     Noise is drawn on the canonical layout (each row's supervised tokens from column 0), so it
     does not depend on where the tokens sit in the batch; each row uses its own ``step``.
     """
-    clean, placed = _place(supervised, torch.zeros(len(supervised), dtype=torch.long), _row_max(supervised), 0)
+    clean, placed = place_rows(supervised, torch.zeros(len(supervised), dtype=torch.long), longest_row(supervised), 0)
     noisy, _, _ = corrupt_per_sample(
         corrupt_uniform, clean, placed, base_seed=seed,
         global_step=[int(sample["step"]) for sample in examples],
@@ -132,12 +83,12 @@ class _CorruptingCollator:
                       *supervised_tail(sample, tokenizer.eos_token_id, self.target_length, where)]
                      for sample in examples]
         lengths = [len(seq) for seq in sequences]
-        _check_length(examples, lengths, self.max_length, "[bos]+prompt+target+[eos]", where)
+        check_length(examples, lengths, self.max_length, "[bos]+prompt+target+[eos]", where)
         prefix_lengths = torch.tensor([1 + len(sample["prompt_ids"]) for sample in examples], dtype=torch.long)
         starts = (prefix_lengths.max() - prefix_lengths if self.align_prompts
                   else torch.zeros(len(examples), dtype=torch.long))
         width = int((starts + torch.tensor(lengths)).max())
-        target_ids, attention_mask = _place(sequences, starts, width, tokenizer.pad_token_id)
+        target_ids, attention_mask = place_rows(sequences, starts, width, tokenizer.pad_token_id)
 
         unsupervised = torch.ones_like(prefix_lengths) if self.supervise_prompt else prefix_lengths
         supervised = [seq[skip:] for seq, skip in zip(sequences, unsupervised.tolist())]
@@ -187,31 +138,6 @@ class MLMSeq2SeqCollator(_CorruptingCollator):
     align_prompts = True
 
 
-class MLMSeq2SeqPredCollator:
-    """Prompts to complete: left-padded ``[bos] + prompt``, and the expected ``target + [eos]``.
-
-    ``target_ids`` are right-padded with the pad id; ``max_length`` bounds ``[bos] + prompt``.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, max_length: int | None = None) -> None:
-        self.tokenizer = tokenizer
-        self.max_length = max_length
-
-    def __call__(self, examples: Sequence[Example]) -> MLMSeq2SeqPredictionBatch:
-        where = "MLMSeq2SeqPredCollator"
-        check_examples(examples, where)
-        tokenizer = self.tokenizer
-        prefixes = [[tokenizer.bos_token_id, *sample["prompt_ids"]] for sample in examples]
-        _check_length(examples, [len(prefix) for prefix in prefixes], self.max_length, "[bos]+prompt", where)
-        targets = [[*sample["target_ids"], tokenizer.eos_token_id] for sample in examples]
-        prefix_lengths = torch.tensor([len(prefix) for prefix in prefixes], dtype=torch.long)
-        width = int(prefix_lengths.max())
-        input_ids, attention_mask = _place(prefixes, width - prefix_lengths, width, tokenizer.pad_token_id)
-        target_ids, _ = _place(targets, torch.zeros(len(targets), dtype=torch.long), _row_max(targets),
-                               tokenizer.pad_token_id)
-        return MLMSeq2SeqPredictionBatch(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            target_ids=target_ids,
-            sample_index=torch.tensor([int(sample["sample_index"]) for sample in examples], dtype=torch.long),
-        )
+class MLMSeq2SeqPredCollator(PromptCollator):
+    """Seed 004's prediction collator: left-padded ``[bos] + prompt`` and the expected
+    ``target + [eos]`` (see :class:`~xdllm.collate.PromptCollator`)."""

@@ -23,7 +23,8 @@ import torch
 
 from xdllm.data.packing import plan_packing
 from xdllm.interfaces import Example, Tokenizer
-from xdllm_models.mlm.collator import check_examples, corrupt_supervised, supervised_tail
+from xdllm.collate import check_examples, supervised_tail
+from xdllm_models.mlm.collator import corrupt_supervised
 from xdllm_models.mlm.types import PackedFlexMLMBatch
 
 
@@ -33,7 +34,7 @@ class PackedMLMCollator:
     The number of rows varies with the documents; the row length never does (no recompiles
     for a compiled model). ``seed`` is the run seed the per-sample noise derives from; ``eps``
     the minimum masking probability; ``target_length`` turns on EOS fill of the answer
-    (:func:`~xdllm_models.mlm.collator.supervised_tail`; needs ``add_bos_eos``). ``num_rows``
+    (:func:`~xdllm.collate.supervised_tail`; needs ``add_bos_eos``). ``num_rows``
     pads every batch with all-padding rows to exactly that many rows, so a compiled model sees
     one shape (a batch that needs more rows is an error naming both numbers).
     """

@@ -8,6 +8,7 @@ from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 from typing_extensions import NotRequired
 
+from xdllm.collate import PromptBatch
 from xdllm.interfaces import PredictionDict
 
 
@@ -43,13 +44,8 @@ class PackedFlexMLMBatch(TypedDict):
     segment_ids: Integer[Tensor, "batch seq_len"]
 
 
-class MLMSeq2SeqPredictionBatch(TypedDict):
-    """Prefix (left-padded ``[bos] + prompt``) to complete; ``target_ids`` = suffix when known."""
-
-    input_ids: Integer[Tensor, "batch prompt_len"]
-    attention_mask: Bool[Tensor, "batch prompt_len"]
-    target_ids: NotRequired[Integer[Tensor, "batch target_len"]]
-    sample_index: NotRequired[Integer[Tensor, " batch"]]
+MLMSeq2SeqPredictionBatch = PromptBatch
+"""Seed 004's name for the prediction batch (:class:`~xdllm.collate.PromptBatch`)."""
 
 
 class MLMUncondtionalPredictionBatch(TypedDict):

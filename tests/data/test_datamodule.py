@@ -43,9 +43,9 @@ def test_sampler_resumes_at_the_start_step_read_when_iteration_begins():
 
 def test_sampler_with_accumulation_and_max_steps():
     sampler = TrainStreamBatchSampler(2, lambda: 1, rank=1, world_size=2, accumulate_grad_batches=2, max_steps=3)
-    batches = list(sampler)  # steps 1 and 2, two micro-batches each
-    assert [[index.position for index in batch] for batch in batches] == [[10, 11], [14, 15], [18, 19], [22, 23]]
-    assert [batch[0].step for batch in batches] == [1, 1, 2, 2]
+    steps = list(sampler)  # steps 1 and 2, two micro-batches each, concatenated per step
+    assert [[index.position for index in step] for step in steps] == [[10, 11, 14, 15], [18, 19, 22, 23]]
+    assert [[index.step for index in step] for step in steps] == [[1] * 4, [2] * 4]
     assert list(TrainStreamBatchSampler(2, lambda: 3, max_steps=3)) == []
 
 
@@ -78,9 +78,9 @@ def _fake_trainer(global_step=0, rank=0, world_size=1, max_steps=-1):
 
 def test_global_batch_is_the_same_for_any_world_size():
     single = _datamodule(trainer=_fake_trainer(global_step=2), batch_size=4, num_val_samples=8, num_predict_samples=8)
-    global_batch = next(iter(single.train_dataloader()))
+    [global_batch] = next(iter(single.train_dataloader()))
     shards = [next(iter(_datamodule(trainer=_fake_trainer(global_step=2, rank=rank, world_size=2), batch_size=2,
-                                    num_val_samples=8, num_predict_samples=8).train_dataloader()))
+                                    num_val_samples=8, num_predict_samples=8).train_dataloader()))[0]
               for rank in range(2)]
     for key in ("input_ids", "target_ids", "sample_index"):
         assert torch.equal(global_batch[key], torch.cat([shard[key] for shard in shards]))
@@ -96,9 +96,17 @@ def test_resumed_loader_reproduces_the_batches_including_their_noise():
     trainer.global_step = 4
     resumed = list(loader)
     assert len(resumed) == 2
-    for expected, got in zip(straight[4:], resumed):
+    for [expected], [got] in zip(straight[4:], resumed):
         assert all(torch.equal(expected[key], got[key]) for key in expected)
-    assert not torch.equal(straight[4]["input_ids"], straight[5]["input_ids"])
+    assert not torch.equal(straight[4][0]["input_ids"], straight[5][0]["input_ids"])
+
+
+def test_one_loader_item_is_the_list_of_a_steps_micro_batches():
+    datamodule = _datamodule(trainer=_fake_trainer(), batch_size=2, num_val_samples=8,
+                             num_predict_samples=8, max_steps=2, accumulate_grad_batches=3)
+    steps = list(datamodule.train_dataloader())
+    assert [len(step) for step in steps] == [3, 3]
+    assert [batch["sample_index"].tolist() for batch in steps[1]] == [[6, 7], [8, 9], [10, 11]]
 
 
 def test_training_stream_never_yields_a_held_out_sample():
@@ -152,8 +160,8 @@ class _RecordingModule(L.LightningModule):
         self.weight = torch.nn.Parameter(torch.zeros(()))
         self.seen: list[list[int]] = []
 
-    def training_step(self, batch, batch_idx):
-        self.seen.append(batch["sample_index"].tolist())
+    def training_step(self, micro_batches, batch_idx):
+        self.seen.append([i for batch in micro_batches for i in batch["sample_index"].tolist()])
         return (self.weight - 1.0) ** 2
 
     def configure_optimizers(self):

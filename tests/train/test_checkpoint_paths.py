@@ -1,7 +1,7 @@
 import pytest
 
 from xdllm.errors import XdllmError
-from xdllm.train.checkpoint import resolve_checkpoint, run_dir_of
+from xdllm.run.checkpoint import resolve_checkpoint, run_dir_of
 
 
 def test_run_directories_resolve_to_best_for_generation_and_last_for_resume(tmp_path):

@@ -91,8 +91,8 @@ def _split_resume(overrides: Sequence[str]) -> tuple[list[str], str | None]:
 
 def _cmd_train(overrides: Sequence[str]) -> int:
     from xdllm.config.compose import compose_config
-    from xdllm.generation import generate_from_config
-    from xdllm.train.run import train
+    from xdllm.run.generate import generate_from_config
+    from xdllm.run.train import train
 
     overrides, resume = _split_resume(overrides)
     config = compose_config("train", overrides)
@@ -110,7 +110,7 @@ def _cmd_train(overrides: Sequence[str]) -> int:
 
 def _cmd_generate(overrides: Sequence[str]) -> int:
     from xdllm.config.compose import compose_config
-    from xdllm.generation import generate_from_config
+    from xdllm.run.generate import generate_from_config
 
     config = compose_config("generate", overrides)
     print(json.dumps(generate_from_config(config), indent=2))
@@ -119,7 +119,7 @@ def _cmd_generate(overrides: Sequence[str]) -> int:
 
 def _cmd_eval(overrides: Sequence[str]) -> int:
     from xdllm.config.compose import compose_config
-    from xdllm.generation import evaluate_from_config
+    from xdllm.run.generate import evaluate_from_config
 
     config = compose_config("generate", overrides)
     print(json.dumps(evaluate_from_config(config), indent=2))

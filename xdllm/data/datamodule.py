@@ -14,7 +14,13 @@ from typing import Any
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
-from xdllm.data.samplers import FixedBatchSampler, StreamIndex, TrainStreamBatchSampler, even_shard_batches
+from xdllm.data.samplers import (
+    FixedBatchSampler,
+    MicroBatchCollate,
+    StreamIndex,
+    TrainStreamBatchSampler,
+    even_shard_batches,
+)
 from xdllm.data.tasks import SampleKey, Task, TokenizedTask, example, held_out_keys
 from xdllm.interfaces import Example, Tokenizer
 
@@ -39,7 +45,8 @@ class TrainStream(Dataset):
 class DiffusionDataModule(L.LightningDataModule):
     """Train / validation / test loaders for a :class:`~xdllm.data.tasks.Task`.
 
-    - ``train_dataloader``: this rank's micro-batches of the training stream, starting at the
+    - ``train_dataloader``: one item per optimizer step, the list of this rank's
+      ``accumulate_grad_batches`` micro-batches of the training stream, starting at the
       trainer's ``global_step`` and ending at ``max_steps`` (default: the trainer's
       ``max_steps``; None and no trainer limit = endless).
     - ``val_dataloader``: two loaders over the same ``num_val_samples`` validation samples, in
@@ -56,9 +63,10 @@ class DiffusionDataModule(L.LightningDataModule):
     def __init__(self, task: Task | TokenizedTask, tokenizer: Tokenizer, train_collator: Collate,
                  val_collator: Collate, prediction_collator: Collate, batch_size: int = 64, eval_batch_size: int = 128,
                  num_val_samples: int = 512, num_predict_samples: int = 512, seed: int = 0,
-                 num_workers: int = 0, max_steps: int | None = None) -> None:
+                 num_workers: int = 0, max_steps: int | None = None, accumulate_grad_batches: int = 1) -> None:
         super().__init__()
-        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+        for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
+                            ("accumulate_grad_batches", accumulate_grad_batches)):
             if value < 1:
                 raise ValueError(f"DiffusionDataModule: {name} must be >= 1, got {value}")
         for name, value in (("num_val_samples", num_val_samples), ("num_predict_samples", num_predict_samples),
@@ -77,6 +85,7 @@ class DiffusionDataModule(L.LightningDataModule):
         self.seed = seed
         self.num_workers = num_workers
         self.max_steps = max_steps
+        self.accumulate_grad_batches = accumulate_grad_batches
         self._held_out: dict[str, list[Example]] | None = None
         self._exclude: frozenset[SampleKey] | None = None
 
@@ -125,13 +134,14 @@ class DiffusionDataModule(L.LightningDataModule):
     def train_sampler(self) -> TrainStreamBatchSampler:
         """This rank's training batch sampler, laid out from the attached trainer (if any)."""
         rank, world_size = self._rank_and_world_size()
-        accumulate = 1 if self.trainer is None else self.trainer.accumulate_grad_batches
         return TrainStreamBatchSampler(self.batch_size, self._start_step, rank=rank, world_size=world_size,
-                                       accumulate_grad_batches=accumulate, max_steps=self._resolved_max_steps())
+                                       accumulate_grad_batches=self.accumulate_grad_batches,
+                                       max_steps=self._resolved_max_steps())
 
     def train_dataloader(self) -> DataLoader:
         stream = TrainStream(self.task, self.tokenizer, self.seed, self.excluded_from_training)
-        return DataLoader(stream, batch_sampler=self.train_sampler(), collate_fn=self.train_collator,
+        return DataLoader(stream, batch_sampler=self.train_sampler(),
+                          collate_fn=MicroBatchCollate(self.train_collator, self.batch_size),
                           num_workers=self.num_workers)
 
     def held_out_dataloader(self, split: str, role: str) -> DataLoader:

@@ -6,14 +6,15 @@ Training: stream position ``p`` names one sample. With per-rank micro-batch ``b`
 whole run, ``k = step * a + m``) gives rank ``r`` the positions
 ``[k*b*W + r*b, k*b*W + (r+1)*b)``. The first micro-batch is read from a callable when iteration
 starts, so a resumed run continues at exactly the next unseen position: the data of step ``s``
-depends only on ``s``, never on how the run got there.
+depends only on ``s``, never on how the run got there. One item of the sampler is one optimizer
+step: this rank's ``a`` micro-batches, concatenated (:class:`MicroBatchCollate` splits them).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class StreamIndex(NamedTuple):
@@ -30,7 +31,8 @@ def _check_rank(rank: int, world_size: int, where: str) -> None:
 
 
 class TrainStreamBatchSampler:
-    """Yields this rank's micro-batches of :class:`StreamIndex`, from ``start_step()`` to ``max_steps``.
+    """Yields this rank's samples of each optimizer step, from ``start_step()`` to ``max_steps``:
+    its ``accumulate_grad_batches`` micro-batches of :class:`StreamIndex`, concatenated.
 
     ``start_step`` is called at every ``iter()``: pass a reader of the trainer's global step so
     that resuming needs no sampler state. ``max_steps=None`` streams forever.
@@ -61,11 +63,27 @@ class TrainStreamBatchSampler:
         start_step = self.start_step()
         if start_step < 0:
             raise ValueError(f"TrainStreamBatchSampler: start step must be >= 0, got {start_step}")
-        index = start_step * self.accumulate_grad_batches
-        end = None if self.max_steps is None else self.max_steps * self.accumulate_grad_batches
-        while end is None or index < end:
-            yield self.micro_batch(index)
-            index += 1
+        step = start_step
+        while self.max_steps is None or step < self.max_steps:
+            first = step * self.accumulate_grad_batches
+            yield [index for micro in range(first, first + self.accumulate_grad_batches)
+                   for index in self.micro_batch(micro)]
+            step += 1
+
+
+class MicroBatchCollate:
+    """Collates one optimizer step's samples into its list of micro-batches of ``batch_size``."""
+
+    def __init__(self, collate: Callable[[list], Any], batch_size: int) -> None:
+        self.collate = collate
+        self.batch_size = batch_size
+
+    def __call__(self, samples: list) -> list[Any]:
+        if len(samples) % self.batch_size:
+            raise ValueError(f"MicroBatchCollate: {len(samples)} samples are not whole micro-batches "
+                             f"of {self.batch_size}")
+        return [self.collate(samples[start:start + self.batch_size])
+                for start in range(0, len(samples), self.batch_size)]
 
 
 def even_shard_batches(num_samples: int, batch_size: int, rank: int = 0, world_size: int = 1) -> list[list[int]]:

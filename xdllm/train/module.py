@@ -1,27 +1,56 @@
-"""The LightningModule that drives any model family: loss, validation, metrics, optimizer."""
+"""The LightningModule that drives any model family: loss, validation, metrics, optimizer.
+
+One training step is one optimizer step over a list of accumulation micro-batches (the
+datamodule yields the whole list). The module runs the backward passes itself (Lightning's
+manual optimization) so that a loss normalised by a *global* token count sees the count summed
+over every micro-batch and every process before the first backward pass; see
+:class:`~xdllm.interfaces.GlobalCountLoss`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning as L
 import torch
+from torch import Tensor
 
-from xdllm.interfaces import HistoryRecorder, LossFunction, Predictor
-from xdllm.predict.metrics import match_output_regions
+from xdllm.evaluate import MetricTotals
+from xdllm.interfaces import (
+    Evaluator,
+    GlobalCountLoss,
+    HistoryRecorder,
+    LossContext,
+    LossDict,
+    LossFunction,
+    Predictor,
+)
 from xdllm.train.optim import OptimConfig, build_optimizer
 
 VALIDATION_ROLES = ("loss", "prediction")
 
 
+def takes_context(loss_fn: LossFunction) -> bool:
+    """Whether the loss is called with ``context=``: it has a ``context`` parameter (on
+    ``forward`` for an ``nn.Module`` loss, else on ``__call__``)."""
+    call = loss_fn.forward if isinstance(loss_fn, torch.nn.Module) else loss_fn.__call__
+    return "context" in inspect.signature(call).parameters
+
+
 class DiffusionLMModule(L.LightningModule):
-    """Generic harness around a family's model, loss and predictor.
+    """Generic harness around a family's model, loss, predictor and evaluator.
 
     Validation dataloaders carry explicit roles (``datamodule.validation_roles``): a ``"loss"``
-    loader gives ``val/loss``; a ``"prediction"`` loader runs the predictor and gives
-    ``val/exact_match`` and ``val/token_accuracy``. ``history_factory``, when set, returns a
-    recorder for the first prediction batch of every validation run.
+    loader feeds :meth:`Evaluator.loss_metrics`, a ``"prediction"`` loader runs the predictor
+    and feeds :meth:`Evaluator.prediction_metrics`. Every metric is an exact ``Σ sum / Σ count``
+    over the whole split and all processes, logged as ``val/<name>``.
+
+    ``frozen``: models held beside the trainable one (eval mode, no gradients, outside the
+    state dict and the optimizer); the loss reaches them through :class:`LossContext`.
+    ``history_factory``, when set, returns a recorder for the first prediction batch of every
+    validation run.
     """
 
     def __init__(
@@ -29,23 +58,106 @@ class DiffusionLMModule(L.LightningModule):
         model: torch.nn.Module,
         loss_fn: LossFunction,
         predictor: Predictor,
+        evaluator: Evaluator,
         optim: OptimConfig,
         total_steps: int,
-        pad_token_id: int,
-        eos_token_id: int,
         history_factory: Callable[[int], HistoryRecorder | None] | None = None,
         config: Mapping[str, Any] | None = None,
+        frozen: Mapping[str, torch.nn.Module] | None = None,
+        frozen_sources: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.automatic_optimization = False
         self.model = model
         self.loss_fn = loss_fn
         self.predictor = predictor
+        self.evaluator = evaluator
         self.optim = optim
         self.total_steps = total_steps
-        self.pad_token_id = pad_token_id
-        self.eos_token_id = eos_token_id
         self.history_factory = history_factory
         self.config = dict(config or {})
+        self.frozen = dict(frozen or {})  # a plain dict: never registered as submodules
+        self.frozen_sources = dict(frozen_sources or {})
+        for frozen_model in self.frozen.values():
+            frozen_model.eval().requires_grad_(False)
+        self._loss_takes_context = takes_context(loss_fn)
+        self._val_totals = MetricTotals()
+
+    # ------------------------------------------------------------------ loss
+
+    def call_loss(self, model: torch.nn.Module, batch: Mapping[str, Any],
+                  counts: Mapping[str, Tensor] | None = None) -> LossDict:
+        """The family loss on one batch, with the context when the loss takes one."""
+        if self._loss_takes_context:
+            return self.loss_fn(model, batch, context=LossContext(counts=counts, frozen=self.frozen))
+        return self.loss_fn(model, batch)
+
+    def _sum_over_processes(self, value: Tensor) -> Tensor:
+        return self.trainer.strategy.reduce(value, reduce_op="sum")
+
+    def global_counts(self, micro_batches: Sequence[Mapping[str, Any]]) -> dict[str, Tensor] | None:
+        """The loss's token counts summed over the step's micro-batches and all processes
+        (None for a loss that normalises locally)."""
+        if not isinstance(self.loss_fn, GlobalCountLoss):
+            return None
+        totals: dict[str, Tensor] = {}
+        for batch in micro_batches:
+            for name, count in self.loss_fn.token_counts(batch).items():
+                totals[name] = totals.get(name, 0) + count.detach().to(self.device, torch.float32)
+        names = sorted(totals)
+        if not names:
+            return {}
+        summed = self._sum_over_processes(torch.stack([totals[name] for name in names]))
+        return dict(zip(names, summed.unbind()))
+
+    # ------------------------------------------------------------------ training
+
+    def on_fit_start(self) -> None:
+        for frozen_model in self.frozen.values():
+            frozen_model.to(self.device)
+
+    def training_step(self, micro_batches: Sequence[Mapping[str, Any]], batch_idx: int) -> None:
+        """One optimizer step: backward over every micro-batch, clip, step, schedule.
+
+        Gradient scale: a globally normalised loss already divides by the count over all
+        processes and micro-batches, so it is multiplied by the world size (DDP averages
+        gradients over processes); a locally normalised loss is divided by the number of
+        micro-batches (the usual accumulation average).
+        """
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        counts = self.global_counts(micro_batches)
+        world_size = self.trainer.world_size
+        scale = float(world_size) if counts is not None else 1.0 / len(micro_batches)
+        logged: dict[str, Tensor] = {}
+        for batch in micro_batches:
+            out = self.call_loss(self.model, batch, counts)
+            self.manual_backward(out["loss"] * scale)
+            for name, value in out.items():
+                logged[name] = logged.get(name, 0) + value.detach()
+        if self.optim.gradient_clip_val:
+            self.clip_gradients(optimizer, gradient_clip_val=self.optim.gradient_clip_val,
+                                gradient_clip_algorithm="norm")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        self._log_training(logged, micro_batches, counts is not None)
+
+    def _log_training(self, logged: Mapping[str, Tensor], micro_batches: Sequence[Mapping[str, Any]],
+                      global_loss: bool) -> None:
+        """``train/loss`` is the step's loss: for a globally normalised loss the sum of every
+        process's share (the loss of the whole global batch), else the micro-batch mean. Other
+        entries are micro-batch means."""
+        batch_size = micro_batches[0]["input_ids"].shape[0]
+        for name, value in logged.items():
+            if name == "loss" and global_loss:
+                value = self._sum_over_processes(value)
+            else:
+                value = value / len(micro_batches)
+            self.log(f"train/{name}", value, prog_bar=name == "loss", batch_size=batch_size)
+        per_step = sum(batch["input_ids"].shape[0] for batch in micro_batches) * self.trainer.world_size
+        self.log("train/samples_seen", float(self.global_step * per_step), batch_size=batch_size)
+
+    # ------------------------------------------------------------------ validation
 
     def _validation_role(self, dataloader_idx: int) -> str:
         roles = getattr(self.trainer.datamodule, "validation_roles", None)
@@ -56,34 +168,25 @@ class DiffusionLMModule(L.LightningModule):
             raise ValueError(f"unknown validation role {role!r}; known: {VALIDATION_ROLES}")
         return role
 
-    def training_step(self, batch: Mapping[str, Any], batch_idx: int) -> torch.Tensor:
-        out = self.loss_fn(self.model, batch)
-        batch_size = batch["input_ids"].shape[0]
-        for name, value in out.items():
-            self.log(f"train/{name}", value, prog_bar=name == "loss", batch_size=batch_size)
-        per_step = batch_size * self.trainer.world_size * self.trainer.accumulate_grad_batches
-        self.log("train/samples_seen", float((self.global_step + 1) * per_step), batch_size=batch_size)
-        return out["loss"]
+    def on_validation_epoch_start(self) -> None:
+        self._val_totals = MetricTotals()
 
     def validation_step(self, batch: Mapping[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        role = self._validation_role(dataloader_idx)
-        batch_size = batch["input_ids"].shape[0]
-        if role == "loss":
-            out = self.loss_fn(self.model, batch)
-            self.log("val/loss", out["loss"], prog_bar=True, batch_size=batch_size,
-                     add_dataloader_idx=False, sync_dist=True)
+        if self._validation_role(dataloader_idx) == "loss":
+            self._val_totals.add(self.evaluator.loss_metrics(self.model, batch, self.call_loss))
             return
         history = None
         if self.history_factory is not None and batch_idx == 0:
             history = self.history_factory(self.global_step)
         prediction = self.predictor.predict(batch, model=self.model, history=history)
-        match = match_output_regions(prediction["ids"], prediction["output_start_idx"],
-                                     batch["target_ids"], self.eos_token_id, self.pad_token_id)
-        tokens = int(match.length.sum())
-        self.log("val/exact_match", match.exact.float().mean(), prog_bar=True, batch_size=batch_size,
-                 add_dataloader_idx=False, sync_dist=True)
-        self.log("val/token_accuracy", match.correct.sum() / max(tokens, 1), batch_size=max(tokens, 1),
-                 add_dataloader_idx=False, sync_dist=True)
+        self._val_totals.add(self.evaluator.prediction_metrics(batch, prediction))
+
+    def on_validation_epoch_end(self) -> None:
+        means = self._val_totals.means(reduce=self._sum_over_processes)
+        for name, value in self.evaluator.finalize(means).items():
+            self.log(f"val/{name}", value, prog_bar=True)
+
+    # ------------------------------------------------------------------ optimizer, checkpoints
 
     def configure_optimizers(self):
         optimizer, scheduler = build_optimizer(self.model, self.optim, self.total_steps)
@@ -91,3 +194,4 @@ class DiffusionLMModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["xdllm_config"] = self.config
+        checkpoint["xdllm_frozen_sources"] = self.frozen_sources

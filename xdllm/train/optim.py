@@ -1,4 +1,5 @@
-"""AdamW with weight-decay groups, linear warmup and cosine decay (per optimizer step)."""
+"""AdamW with weight-decay groups, linear warmup and cosine decay (per optimizer step), gradient
+clipping by norm, and the number of accumulation micro-batches per optimizer step."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ class OptimConfig:
     eps: float = 1e-8
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1
+    gradient_clip_val: float | None = 1.0
+    accumulate_grad_batches: int = 1
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -25,6 +28,10 @@ class OptimConfig:
             raise ValueError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.gradient_clip_val is not None and self.gradient_clip_val < 0:
+            raise ValueError(f"optim.gradient_clip_val must be >= 0 or null, got {self.gradient_clip_val}")
+        if self.accumulate_grad_batches < 1:
+            raise ValueError(f"optim.accumulate_grad_batches must be >= 1, got {self.accumulate_grad_batches}")
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:

@@ -3,7 +3,7 @@
 Run directory layout::
 
     <run_dir>/config.yaml              resolved config
-    <run_dir>/checkpoints/best.ckpt    best val/exact_match (atomic writes)
+    <run_dir>/checkpoints/best.ckpt    best by checkpoint.monitor / checkpoint.mode (atomic writes)
     <run_dir>/checkpoints/last.ckpt    latest (resume from it)
     <run_dir>/tensorboard/             TensorBoard events (training curves, history views)
     <run_dir>/history/                 denoising history files
@@ -25,8 +25,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.errors import XdllmError
-from xdllm.train.build import build_components, build_datamodule
-from xdllm.train.checkpoint import CHECKPOINT_DIR, resolve_checkpoint
+from xdllm.run.build import build_components, build_datamodule
+from xdllm.run.checkpoint import CHECKPOINT_DIR, load_frozen_models, resolve_checkpoint
 from xdllm.train.checkpoint_io import AtomicCheckpointIO
 from xdllm.train.history_hook import ValidationHistory
 from xdllm.train.module import DiffusionLMModule
@@ -73,8 +73,23 @@ def _save_config(config: DictConfig, run_dir: Path) -> None:
     os.replace(temporary, run_dir / "config.yaml")
 
 
+MOVED_TRAINER_KEYS = {"gradient_clip_val": "optim.gradient_clip_val",
+                      "accumulate_grad_batches": "optim.accumulate_grad_batches"}
+"""Lightning Trainer arguments the harness handles itself (it runs the optimizer step)."""
+
+
+def check_run_options(config: DictConfig) -> None:
+    for key, replacement in MOVED_TRAINER_KEYS.items():
+        if key in config.trainer:
+            raise XdllmError(f"trainer.{key} is not used: xdllm runs the optimizer step itself; "
+                             f"set {replacement} instead")
+    if config.checkpoint.mode not in ("max", "min"):
+        raise XdllmError(f"checkpoint.mode must be max or min, got {config.checkpoint.mode!r}")
+
+
 def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     """Train as configured. ``resume`` is a checkpoint file or run directory to continue from."""
+    check_run_options(config)
     run_dir = resolve_run_dir(config)
     set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
@@ -86,20 +101,22 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     history = ValidationHistory(
         run_dir=run_dir, tokenizer=components.tokenizer,
         num_samples=config.history.num_samples, k=config.history.k)
+    frozen, frozen_sources = load_frozen_models(config)
     module = DiffusionLMModule(
         model=components.model,
         loss_fn=components.loss,
         predictor=components.predictor,
+        evaluator=components.evaluator,
         optim=OptimConfig(**config.optim),
         total_steps=config.trainer.max_steps,
-        pad_token_id=components.tokenizer.pad_token_id,
-        eos_token_id=components.tokenizer.eos_token_id,
         history_factory=history.recorder_for_step if config.history.num_samples > 0 else None,
         config=resolved,
+        frozen=frozen,
+        frozen_sources=frozen_sources,
     )
     checkpoints = ModelCheckpoint(
-        dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor="val/exact_match",
-        mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False,
+        dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor=config.checkpoint.monitor,
+        mode=config.checkpoint.mode, save_top_k=1, save_last=True, auto_insert_metric_name=False,
         enable_version_counter=False,
     )
     callbacks = [checkpoints, LearningRateMonitor(logging_interval="step"), history]

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.data import DiffusionDataModule
 from xdllm.errors import XdllmError
-from xdllm.interfaces import Tokenizer
+from xdllm.interfaces import LossContext, LossDict, Tokenizer
 from xdllm.registry import discover_families
-from xdllm.train.build import RunComponents, build_components, build_datamodule
+from xdllm.run.build import RunComponents, build_components, build_datamodule
+from xdllm.train.module import takes_context
 
 CHECKPOINT_DIR = "checkpoints"
 CONFIG_KEY = "xdllm_config"
@@ -44,10 +47,15 @@ def run_dir_of(checkpoint: Path) -> Path:
 
 @dataclass
 class TrainedRun:
+    """A checkpoint loaded for inference: its config, built components (model weights loaded,
+    eval mode) and the frozen models its config names."""
+
     checkpoint: Path
     run_dir: Path
     config: DictConfig
     components: RunComponents
+    global_step: int
+    frozen: dict[str, torch.nn.Module]
 
     @property
     def model(self) -> torch.nn.Module:
@@ -63,6 +71,15 @@ class TrainedRun:
 
     def datamodule(self) -> DiffusionDataModule:
         return build_datamodule(self.components)
+
+    def loss_function(self) -> Callable[[torch.nn.Module, Mapping[str, Any]], LossDict]:
+        """The family loss as ``(model, batch) -> LossDict``, handed the frozen models (and no
+        global counts: evaluation normalises locally) when it takes a context."""
+        loss_fn = self.components.loss
+        if not takes_context(loss_fn):
+            return loss_fn
+        context = LossContext(frozen=self.frozen)
+        return lambda model, batch: loss_fn(model, batch, context=context)
 
 
 def load_trained(path: str | Path, map_location: str = "cpu") -> TrainedRun:
@@ -81,4 +98,22 @@ def load_trained(path: str | Path, map_location: str = "cpu") -> TrainedRun:
     state = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
     components.model.load_state_dict(state)
     components.model.eval()
-    return TrainedRun(checkpoint_path, run_dir_of(checkpoint_path), config, components)
+    frozen, _ = load_frozen_models(config, map_location)
+    return TrainedRun(checkpoint_path, run_dir_of(checkpoint_path), config, components,
+                      int(checkpoint.get("global_step", 0)), frozen)
+
+
+def load_frozen_models(config: DictConfig, map_location: str = "cpu"
+                       ) -> tuple[dict[str, torch.nn.Module], dict[str, dict[str, object]]]:
+    """The models named in ``config.frozen`` (name -> checkpoint file or run directory), in
+    eval mode without gradients, and where each came from (checkpoint path and step)."""
+    models: dict[str, torch.nn.Module] = {}
+    sources: dict[str, dict[str, object]] = {}
+    for name, path in (config.get("frozen") or {}).items():
+        if not path:
+            raise XdllmError(f"frozen.{name} needs a checkpoint file or run directory")
+        run = load_trained(path, map_location)
+        models[name] = run.model.requires_grad_(False)
+        sources[name] = {"checkpoint": str(run.checkpoint.resolve()), "global_step": run.global_step,
+                         "model_family": run.config.get("model_family")}
+    return models, sources

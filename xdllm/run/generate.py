@@ -21,10 +21,10 @@ from torch.utils.data import DataLoader
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.errors import XdllmError
+from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.interfaces import Example
-from xdllm.predict.metrics import RegionMatch, match_output_regions
-from xdllm.train.checkpoint import TrainedRun, load_trained
+from xdllm.run.checkpoint import TrainedRun, load_trained
 
 HISTORY_CHOICES = (None, "topk")
 
@@ -63,35 +63,6 @@ def _held_out_loader(run: TrainedRun, options: DictConfig, role: str) -> DataLoa
     if options.num_samples is not None:
         data[SPLIT_SIZES[options.split]] = options.num_samples
     return run.datamodule().held_out_dataloader(options.split, role)
-
-
-def _records(run: TrainedRun, batch: Mapping[str, Any], prediction: Mapping[str, Any],
-             match: RegionMatch | None) -> Iterator[dict[str, Any]]:
-    """One JSON record per sample; tensors are copied to Python once per batch."""
-    tokenizer = run.tokenizer
-    ids, starts = prediction["ids"].tolist(), prediction["output_start_idx"].tolist()
-    prompts, real = batch["input_ids"].tolist(), batch["attention_mask"].tolist()
-    indices = batch["sample_index"].tolist() if "sample_index" in batch else range(len(ids))
-    if match is not None:
-        targets = batch["target_ids"].tolist()
-        exact, correct, length = match.exact.tolist(), match.correct.tolist(), match.length.tolist()
-    for row, text in enumerate(prediction["text"]):
-        prompt = [token for token, keep in zip(prompts[row], real[row]) if keep]
-        infilling = tokenizer.mask_token_id in prompt  # show the masks that were filled
-        record = {
-            "sample_index": indices[row],
-            "prompt": tokenizer.decode(prompt, skip_special_tokens=not infilling),
-            "text": text,
-            "ids": ids[row][starts[row]:],
-            "steps_taken": prediction["steps_taken"][row],
-            "time_taken": prediction["time_taken"][row],
-        }
-        if match is not None:
-            record["target"] = tokenizer.decode(targets[row])
-            record["exact_match"] = exact[row]
-            record["correct_tokens"] = correct[row]
-            record["target_tokens"] = length[row]
-        yield record
 
 
 def _write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
@@ -136,17 +107,15 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     if options.history == "topk" and write_outputs:  # one recorder: one file per batch
         history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
                                     tokenizer=run.tokenizer)
+    evaluator = run.components.evaluator
     records: list[dict[str, Any]] = []
+    totals = MetricTotals()
     generated_tokens, started = 0, time.perf_counter()
     with torch.inference_mode():
         for batch in batches:
             prediction = predictor.predict(batch, model=run.model, history=history)
-            match = None
-            if "target_ids" in batch:
-                match = match_output_regions(prediction["ids"], prediction["output_start_idx"],
-                                             batch["target_ids"], run.tokenizer.eos_token_id,
-                                             run.tokenizer.pad_token_id)
-            records.extend(_records(run, batch, prediction, match))
+            totals.add(evaluator.prediction_metrics(batch, prediction))
+            records.extend(evaluator.records(batch, prediction))
             generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
     elapsed = time.perf_counter() - started
     summary: dict[str, Any] = {
@@ -159,10 +128,7 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
         predictions_path = output_dir / "predictions.jsonl"
         _write_jsonl(records, predictions_path)
         summary["predictions"] = str(predictions_path)
-    if records and "exact_match" in records[0]:
-        summary["exact_match"] = sum(r["exact_match"] for r in records) / len(records)
-        summary["token_accuracy"] = (sum(r["correct_tokens"] for r in records)
-                                     / max(1, sum(r["target_tokens"] for r in records)))
+    summary.update(evaluator.finalize(totals.means()))
     if history is not None:
         tensorboard_dir = output_dir / "tensorboard"
         write_tensorboard([output_dir / "history"], tensorboard_dir,
@@ -183,11 +149,10 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
     run = load_trained(options.ckpt)
     if options.prompts_file:
         raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
-    total_loss, total_samples = 0.0, 0
+    totals = MetricTotals()
+    loss_fn = run.loss_function()
     with torch.inference_mode():
         for batch in _held_out_loader(run, options, "loss"):
-            size = batch["input_ids"].shape[0]
-            total_loss += float(run.components.loss(run.model, batch)["loss"]) * size
-            total_samples += size
+            totals.add(run.components.evaluator.loss_metrics(run.model, batch, loss_fn))
     generation = generate(run, OmegaConf.merge(options, {"history": None}), write_outputs=False)
-    return {"split": options.split, "loss": total_loss / max(1, total_samples), **generation}
+    return {"split": options.split, **run.components.evaluator.finalize(totals.means()), **generation}

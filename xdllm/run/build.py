@@ -2,8 +2,9 @@
 
 Family configs name their components by ``_target_``. Before instantiation xdllm fills the
 ``derived`` node (vocabulary size, special token ids, ``max_new_tokens`` of the task) so family
-configs can interpolate ``${derived.*}``; collators and predictors also receive the tokenizer
-object as ``tokenizer=``.
+configs can interpolate ``${derived.*}``; collators, the predictor and the evaluator also
+receive the tokenizer object as ``tokenizer=``. A family without an ``evaluator`` node gets
+:class:`~xdllm.evaluate.AnswerEvaluator` (loss, exact match, token accuracy).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from omegaconf.errors import MissingMandatoryValue
 
 from xdllm.data import DiffusionDataModule, get_task, load_tokenizer
 from xdllm.errors import XdllmError
-from xdllm.interfaces import Tokenizer
+from xdllm.evaluate import AnswerEvaluator
+from xdllm.interfaces import Evaluator, Tokenizer
 
 COMPONENT_KEYS = ("model", "collator", "loss", "predictor")
 
@@ -31,6 +33,7 @@ class RunComponents:
     model: torch.nn.Module
     loss: Any
     predictor: Any
+    evaluator: Evaluator
     collators: dict[str, Any]
 
 
@@ -86,13 +89,26 @@ def build_components(config: DictConfig) -> RunComponents:
         model=_instantiate(config.model, "model"),
         loss=_instantiate(config.loss, "loss"),
         predictor=_instantiate(config.predictor, "predictor", tokenizer=tokenizer),
+        evaluator=_build_evaluator(config, tokenizer),
         collators=collators,
     )
+
+
+def _build_evaluator(config: DictConfig, tokenizer: Tokenizer) -> Evaluator:
+    node = config.get("evaluator")
+    if node is None:
+        return AnswerEvaluator(tokenizer)
+    evaluator = _instantiate(node, "evaluator", tokenizer=tokenizer)
+    if not isinstance(evaluator, Evaluator):
+        raise XdllmError(f"evaluator {node.get('_target_')} lacks the Evaluator methods "
+                         "(loss_metrics, prediction_metrics, finalize, records)")
+    return evaluator
 
 
 def build_datamodule(components: RunComponents) -> DiffusionDataModule:
     config = components.config
     return DiffusionDataModule(
+        accumulate_grad_batches=config.optim.get("accumulate_grad_batches", 1),
         task=components.task,
         tokenizer=components.tokenizer,
         train_collator=components.collators["train"],

@@ -1,0 +1,71 @@
+"""Helpers every family's collators share: checking examples, laying rows out, EOS fill."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+
+import torch
+from jaxtyping import Bool, Integer
+from torch import Tensor
+
+from xdllm.interfaces import Example
+
+_EXAMPLE_KEYS = ("prompt_ids", "target_ids", "sample_index", "step")
+
+
+def check_examples(examples: Sequence[Example], where: str) -> None:
+    if len(examples) == 0:
+        raise ValueError(f"{where}: cannot collate an empty batch")
+    for row, sample in enumerate(examples):
+        for key in _EXAMPLE_KEYS:
+            if key not in sample:
+                raise ValueError(f"{where}: example {row} has no {key!r}")
+
+
+def check_length(examples: Sequence[Example], lengths: Sequence[int], max_length: int | None,
+                  what: str, where: str) -> None:
+    if max_length is None:
+        return
+    for sample, length in zip(examples, lengths):
+        if length > max_length:
+            raise ValueError(f"{where}: sample {sample['sample_index']} has {what} of {length} tokens, "
+                             f"more than max_length={max_length}")
+
+
+def place_rows(rows: Sequence[Sequence[int]], starts: Integer[Tensor, " batch"], width: int,
+           fill: int) -> tuple[Integer[Tensor, "batch width"], Bool[Tensor, "batch width"]]:
+    """Rows written at ``starts`` into a ``[batch, width]`` tensor of ``fill``; also where they lie.
+
+    One flat copy: the True entries of the placement mask, read row by row, are exactly the
+    concatenated rows in order.
+    """
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
+    columns = torch.arange(width)
+    placed = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
+    out = torch.full((len(rows), width), fill, dtype=torch.long)
+    out[placed] = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)
+    return out, placed
+
+
+def supervised_tail(sample: Example, eos_token_id: int, target_length: int | None,
+                    where: str) -> list[int]:
+    """The supervised answer: ``target + [eos]``, or with ``target_length`` the target followed
+    by as many EOS as fill exactly ``target_length`` slots (EOS fill, as in LLaDA-style SFT).
+
+    The fill teaches the model where an answer ends inside a fixed-size canvas, which is what
+    generation gives it: ``max_new_tokens`` masks after the prompt.
+    """
+    target = sample["target_ids"]
+    if target_length is None:
+        return [*target, eos_token_id]
+    if len(target) + 1 > target_length:
+        raise ValueError(f"{where}: sample {sample['sample_index']} has a target of {len(target)} "
+                         f"tokens; target_length={target_length} leaves no room for its EOS")
+    return [*target, *[eos_token_id] * (target_length - len(target))]
+
+
+def longest_row(rows: Sequence[Sequence[int]]) -> int:
+    return max(len(row) for row in rows)
+
+
