@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from xdllm.losses.token_nll import _compute_per_token_nll, masked_normalised_sum, prepare_logits
+from xdllm.losses.token_nll import per_token_nll, masked_normalised_sum, prepare_logits
 from xdllm_models.mlm.types import MLMLossDict
 
 
@@ -36,7 +36,7 @@ class MLMLoss:
             segment_ids=batch.get("segment_ids"),
         )
         masked = input_ids == self.mask_token_id
-        nll = _compute_per_token_nll(prepare_logits(logits, fp32_upcast=True), target_ids)
+        nll = per_token_nll(prepare_logits(logits, fp32_upcast=True), target_ids)
         num_masked = masked.sum()
         return {"loss": masked_normalised_sum(nll, masked, num_masked, None),
                 "masked_tokens": num_masked.float()}

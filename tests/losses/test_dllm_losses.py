@@ -11,9 +11,9 @@ from xdllm.losses import (
     DLLMLossOutput,
     HybridDiffusionLLMLoss,
     MDLMCrossEntropyLoss,
-    _compute_per_token_nll,
     encoder_ar_loss,
 )
+from xdllm.losses.token_nll import _compute_per_token_nll
 
 B, L, V = 3, 6, 5
 

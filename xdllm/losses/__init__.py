@@ -9,7 +9,7 @@ from xdllm.losses.encoder_ar import encoder_ar_loss
 from xdllm.losses.hybrid import HybridDiffusionLLMLoss
 from xdllm.losses.mdlm import MDLMCrossEntropyLoss
 from xdllm.losses.output import DLLMLossOutput
-from xdllm.losses.token_nll import _compute_per_token_nll
+from xdllm.losses.token_nll import per_token_nll
 
 __all__ = [
     "BlockDiffusionCrossEntropyLoss",
@@ -17,6 +17,6 @@ __all__ = [
     "DLLMLossOutput",
     "HybridDiffusionLLMLoss",
     "MDLMCrossEntropyLoss",
-    "_compute_per_token_nll",
     "encoder_ar_loss",
+    "per_token_nll",
 ]

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from xdllm.losses.output import DLLMLossOutput
 from xdllm.losses.token_nll import (
     Count,
-    _compute_per_token_nll,
+    per_token_nll,
     masked_normalised_sum,
     prepare_logits,
 )
@@ -42,7 +42,7 @@ class BlockDiffusionCrossEntropyLoss(nn.Module):
         causal_logits: Optional[Float[Tensor, "batch seq_len vocab"]] = None,
     ) -> DLLMLossOutput:
         """``Σ_{loss_mask} CE / N``; N = ``num_diffusion_tokens`` or ``Σ loss_mask``."""
-        token_nll = _compute_per_token_nll(prepare_logits(logits, self.fp32_upcast), target_ids)
+        token_nll = per_token_nll(prepare_logits(logits, self.fp32_upcast), target_ids)
         supervised = loss_mask != 0
         loss = masked_normalised_sum(token_nll, supervised, supervised.sum(),
                                      num_diffusion_tokens)

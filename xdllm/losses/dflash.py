@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from xdllm.losses.output import DLLMLossOutput
 from xdllm.losses.token_nll import (
     Count,
-    _compute_per_token_nll,
+    per_token_nll,
     clamped_denominator,
     gather_vocab_shards,
 )
@@ -86,7 +86,7 @@ class DFlashDecayLoss(nn.Module):
         """
         _positions_per_block(target_ids.shape[1], block_size)
         logits = gather_vocab_shards(logits)
-        token_nll = _compute_per_token_nll(logits.float(), target_ids)
+        token_nll = per_token_nll(logits.float(), target_ids)
         with torch.no_grad():
             correct = logits.argmax(dim=-1) == target_ids
         correct_per_pos, count_per_pos = self._draft_acc_per_pos(correct, block_mask, block_size)

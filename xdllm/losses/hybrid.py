@@ -11,7 +11,7 @@ from xdllm.losses.mdlm import masked_diffusion_term
 from xdllm.losses.output import DLLMLossOutput
 from xdllm.losses.token_nll import (
     Count,
-    _compute_per_token_nll,
+    per_token_nll,
     gather_vocab_shards,
     prepare_logits,
     masked_normalised_sum,
@@ -70,7 +70,7 @@ class HybridDiffusionLLMLoss(nn.Module):
         branches (legacy) when ``causal_logits`` is None."""
         diffusion_logits, causal_logits = split_branches(
             gather_vocab_shards(logits), target_ids.shape[1], causal_logits)
-        token_nll = _compute_per_token_nll(prepare_logits(diffusion_logits, self.fp32_upcast), target_ids)
+        token_nll = per_token_nll(prepare_logits(diffusion_logits, self.fp32_upcast), target_ids)
         scaled_diffusion = self.alpha * masked_diffusion_term(
             token_nll, noise_mask, p_mask, loss_mask, num_diffusion_tokens)
         total = scaled_diffusion

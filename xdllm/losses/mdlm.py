@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from xdllm.losses.output import DLLMLossOutput
 from xdllm.losses.token_nll import (
     Count,
-    _compute_per_token_nll,
+    per_token_nll,
     masked_normalised_sum,
     prepare_logits,
 )
@@ -62,7 +62,7 @@ class MDLMCrossEntropyLoss(nn.Module):
         causal_logits: Optional[Float[Tensor, "batch seq_len vocab"]] = None,
     ) -> DLLMLossOutput:
         """``total_loss`` = the MDLM term; ``dllm_loss`` is the same value, detached."""
-        token_nll = _compute_per_token_nll(prepare_logits(logits, self.fp32_upcast), target_ids)
+        token_nll = per_token_nll(prepare_logits(logits, self.fp32_upcast), target_ids)
         loss = masked_diffusion_term(token_nll, noise_mask, p_mask, loss_mask,
                                      num_diffusion_tokens)
         return DLLMLossOutput(loss, loss.detach())

@@ -16,7 +16,7 @@ Count = int | float | Tensor
 """A denominator argument: a Python number or a (possibly all-reduced) scalar tensor."""
 
 
-def _compute_per_token_nll(
+def per_token_nll(
     logits: Float[Tensor, "batch seq_len vocab"],
     target_ids: Integer[Tensor, "batch seq_len"],
 ) -> Float[Tensor, "batch seq_len"]:
@@ -28,6 +28,10 @@ def _compute_per_token_nll(
     nll = F.cross_entropy(logits.reshape(batch * seq_len, vocab), target_ids.reshape(-1),
                           reduction="none")
     return nll.view(batch, seq_len)
+
+
+_compute_per_token_nll = per_token_nll
+"""The name the seed API gives :func:`per_token_nll`."""
 
 
 def gather_vocab_shards(logits: Tensor) -> Tensor:
@@ -64,7 +68,7 @@ def next_token_nll(
     token_ids: Integer[Tensor, "batch seq_len"],
 ) -> Float[Tensor, "batch seq_len-1"]:
     """NLL of token ``i + 1`` under the logits at position ``i`` (causal next-token CE)."""
-    return _compute_per_token_nll(logits[:, :-1], token_ids[:, 1:])
+    return per_token_nll(logits[:, :-1], token_ids[:, 1:])
 
 
 def masked_normalised_sum(

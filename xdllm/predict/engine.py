@@ -210,6 +210,12 @@ class UnmaskingPredictor(nn.Module):
             scores = token_confidence(self.confidence, probs, tokens)
         return probs, tokens, scores
 
+    def _select(self, scores: Float[Tensor, "rows region"], candidates: Bool[Tensor, "rows region"],
+                count: Integer[Tensor, " rows"]) -> Bool[Tensor, "rows region"]:
+        """Which candidates this step commits: the ``count`` best-scoring ones, plus every one
+        above the threshold (a family's sampler may decide otherwise)."""
+        return select_positions(scores, candidates, count, self.threshold)
+
     def _step(self, model: nn.Module, rows: _Rows, step: int, shared_start: int | None
               ) -> _StepOutcome:
         """One forward pass for the given rows and what it commits."""
@@ -229,7 +235,7 @@ class UnmaskingPredictor(nn.Module):
         deadline = blocks.block_deadline(block, rows.n_blocks, self.max_steps)
         count = scheduled_count(candidates.sum(1), deadline - step, deadline - entry,
                                 self.noise_schedule)
-        committed = select_positions(scores, candidates, count, self.threshold)
+        committed = self._select(scores, candidates, count)
         new_window = torch.where(committed, tokens, window_ids)
         if self.stop_at_eos:
             new_window, padded = fill_after_eos(new_window, rows.window_valid, tok.eos_token_id,

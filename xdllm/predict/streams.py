@@ -25,6 +25,9 @@ class Purpose(IntEnum):
 
     TOKEN = 1
     ORDER = 2
+    NOISE_LEVEL = 3
+    NOISE_MASK = 4
+    UNMASK_TIME = 5
 
 
 def _fmix32(h: Tensor) -> Tensor:

@@ -134,6 +134,7 @@ class DiffusionLMModule(L.LightningModule):
             self.manual_backward(out["loss"] * scale)
             for name, value in out.items():
                 logged[name] = logged.get(name, 0) + value.detach()
+        grad_norm = self._gradient_norm()
         if self.optim.gradient_clip_val:
             self.clip_gradients(optimizer, gradient_clip_val=self.optim.gradient_clip_val,
                                 gradient_clip_algorithm="norm")
@@ -141,6 +142,14 @@ class DiffusionLMModule(L.LightningModule):
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         self._log_training(logged, micro_batches, counts is not None)
+        self.log("train/grad_norm", grad_norm, batch_size=micro_batches[0]["input_ids"].shape[0])
+
+    def _gradient_norm(self) -> Tensor:
+        """The global L2 norm of the accumulated gradients, before clipping."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if not grads:
+            return torch.zeros((), device=self.device)
+        return torch.nn.utils.get_total_norm(grads).detach()
 
     def _log_training(self, logged: Mapping[str, Tensor], micro_batches: Sequence[Mapping[str, Any]],
                       global_loss: bool) -> None:

@@ -1,0 +1,82 @@
+"""``MDLMPredictor``: the shared unmasking engine, plus MDLM's ancestral sampler.
+
+``sampler="confidence"`` (default) is the engine as every masked family uses it: confidence
+modes, thresholds, schedules, blocks (``docs/predictor.md``).
+
+``sampler="ancestral"`` is MDLM's ancestral sampler over ``max_steps`` time steps ``t = 1, 1 -
+1/S, ..., 0`` of a noise schedule (log-linear by default): going from ``t`` to ``s`` each masked
+position is revealed with probability ``(m(t) - m(s)) / m(t)`` and takes a token drawn from the
+model's distribution (``temperature`` 1 samples, 0 takes the argmax). Equivalently, and this is
+how it runs, every position draws once the step at which it is revealed; a step that reveals
+nothing leaves the canvas, hence the model output, unchanged, so it is skipped: the model runs
+only at steps that reveal something and ``steps_taken`` counts those forward passes (MDLM's
+output cache, without running the empty steps at all). Draws come from the per-sample streams,
+so the result does not depend on the batch. Blocks restrict each step to the current block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor
+
+from xdllm.diffusion.schedules import make_noise_schedule
+from xdllm.predict import streams
+from xdllm.predict.engine import UnmaskingPredictor
+
+
+
+class MDLMPredictor(UnmaskingPredictor):
+    """The engine's options (see :class:`~xdllm.predict.engine.UnmaskingPredictor`) plus
+    ``sampler``: ``"confidence"`` or ``"ancestral"`` (see the module docstring). Ancestral
+    sampling orders positions by their drawn reveal step, so ``confidence`` and ``threshold``
+    must be left unset; ``noise_schedule`` defaults to ``log_linear`` and ``temperature`` to 1.
+    """
+
+    def __init__(self, *args: Any, sampler: str = "confidence", **kwargs: Any) -> None:
+        if sampler not in ("confidence", "ancestral"):
+            raise ValueError(f"MDLMPredictor: sampler must be 'confidence' or 'ancestral', got {sampler!r}")
+        if sampler == "ancestral":
+            for option in ("confidence", "threshold"):
+                if kwargs.get(option) is not None:
+                    raise ValueError(f"MDLMPredictor: sampler='ancestral' reveals positions at their "
+                                     f"drawn step; {option}={kwargs[option]!r} does not apply (set it to null)")
+            kwargs.setdefault("temperature", 1.0)
+            if kwargs.get("noise_schedule") is None:
+                kwargs["noise_schedule"] = "log_linear"
+        super().__init__(*args, **kwargs)
+        self.sampler = sampler
+
+    def reveal_steps(self, keys: Integer[Tensor, " rows"], width: int) -> Integer[Tensor, "rows width"]:
+        """The step in ``[0, max_steps)`` at which each output offset is revealed.
+
+        A position still masked at time ``t`` stays masked at ``s < t`` with probability
+        ``m(s) / m(t)``; with one uniform ``v`` per position it is masked at ``t_s`` while
+        ``v < m(t_s) / m(1)``, so its reveal step is the number of steps ``s`` with
+        ``m(1 - (s + 1) / S) / m(1) > v``.
+        """
+        schedule = self.noise_schedule or make_noise_schedule("log_linear")
+        steps = self.max_steps
+        times = 1.0 - torch.arange(1, steps + 1, dtype=torch.float64, device=keys.device) / steps
+        kept = schedule.mask_prob(times) / schedule.mask_prob(torch.ones((), dtype=torch.float64,
+                                                                          device=keys.device))
+        draws = streams.uniforms(keys, 0, streams.Purpose.UNMASK_TIME, width).double()
+        ascending = kept.flip(0).contiguous()
+        return steps - torch.searchsorted(ascending, draws.contiguous(), right=True)
+
+    def _choose(self, logits: Float[Tensor, "rows region vocab"], keys: Tensor, step: int
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        probs, tokens, scores = super()._choose(logits, keys, step)
+        if self.sampler == "ancestral":
+            scores = -self.reveal_steps(keys, logits.shape[1]).to(scores.dtype)
+        return probs, tokens, scores
+
+    def _select(self, scores: Float[Tensor, "rows region"], candidates: Bool[Tensor, "rows region"],
+                count: Integer[Tensor, " rows"]) -> Bool[Tensor, "rows region"]:
+        if self.sampler != "ancestral":
+            return super()._select(scores, candidates, count)
+        ranked = torch.where(candidates, scores, float("-inf"))
+        earliest = ranked.max(dim=1, keepdim=True).values
+        return candidates & (ranked == earliest)

@@ -1,0 +1,65 @@
+"""A globally normalised loss trains the same whatever the split of the global batch.
+
+MDLM divides by the number of supervised tokens of the whole optimizer step. On variable-length
+answers the micro-batches hold different token counts, so averaging per-micro-batch means would
+give another loss and other gradients; the harness's global count makes one process with one
+batch of 8, one process accumulating four micro-batches of 2, and two gloo processes
+accumulating two micro-batches of 2 each identical: same loss, same gradient norm, same weights.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tiny_run import TINY_RUN
+
+MDLM_VARLEN = [*(o for o in TINY_RUN if not o.startswith(("experiment=", "task."))), "model=mdlm", "task=varlen_sort", "task.params.max_length=6",
+               "task.params.median_length=3", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+               "trainer.max_steps=3", "trainer.val_check_interval=3", "optim.warmup_steps=0"]
+
+
+def _train(run_dir: Path, *overrides: str) -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("XDLLM_RUN_DIR", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "xdllm.cli.main", "train", *MDLM_VARLEN, f"run_dir={run_dir}", *overrides],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _scalars(run_dir: Path, tag: str) -> list[float]:
+    accumulator = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return [event.value for event in sorted(accumulator.Scalars(tag), key=lambda e: e.step)]
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+def test_one_process_accumulation_and_two_processes_train_identically(tmp_path: Path):
+    runs = {
+        "one batch of 8": (tmp_path / "single", ["data.batch_size=8"]),
+        "4 micro-batches of 2": (tmp_path / "accumulate", ["data.batch_size=2", "optim.accumulate_grad_batches=4"]),
+        "2 processes x 2 micro-batches of 2": (tmp_path / "ddp", ["data.batch_size=2", "optim.accumulate_grad_batches=2",
+                                                                  "trainer_strategy=ddp"]),
+    }
+    for run_dir, overrides in runs.values():
+        _train(run_dir, *overrides)
+    reference_dir = runs["one batch of 8"][0]
+    reference_loss, reference_norm = _scalars(reference_dir, "train/loss"), _scalars(reference_dir, "train/grad_norm")
+    reference_weights = _weights(reference_dir)
+    assert len(reference_loss) == 3 and len(set(reference_loss)) == 3
+    for name, (run_dir, _) in runs.items():
+        assert _scalars(run_dir, "train/loss") == pytest.approx(reference_loss, abs=1e-5), name
+        assert _scalars(run_dir, "train/grad_norm") == pytest.approx(reference_norm, rel=1e-5), name
+        for key, value in _weights(run_dir).items():
+            torch.testing.assert_close(value, reference_weights[key], atol=1e-6, rtol=1e-5, msg=f"{name}: {key}")
