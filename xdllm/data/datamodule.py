@@ -49,21 +49,22 @@ class DiffusionDataModule(L.LightningDataModule):
       ``accumulate_grad_batches`` micro-batches of the training stream, starting at the
       trainer's ``global_step`` and ending at ``max_steps`` (default: the trainer's
       ``max_steps``; None and no trainer limit = endless).
-    - ``val_dataloader``: two loaders over the same ``num_val_samples`` validation samples, in
-      the order of :attr:`validation_roles`: ``val_collator`` (validation loss, deterministic
-      corruption) then ``prediction_collator`` (generation metrics).
+    - ``val_dataloader``: one loader per entry of ``validation_roles`` (default both), over
+      the same ``num_val_samples`` validation samples: ``"loss"`` through ``val_collator``
+      (validation loss, deterministic corruption), ``"prediction"`` through
+      ``prediction_collator`` (generation metrics; leave it out where generated text has no
+      reference to match, e.g. free text).
     - ``test_dataloader`` / ``predict_dataloader``: ``num_predict_samples`` test samples through
       ``prediction_collator``.
 
     Evaluation loaders shard by rank with :func:`~xdllm.data.samplers.even_shard_batches`.
     """
 
-    validation_roles = ("loss", "prediction")
-
     def __init__(self, task: Task | TokenizedTask, tokenizer: Tokenizer, train_collator: Collate,
                  val_collator: Collate, prediction_collator: Collate, batch_size: int = 64, eval_batch_size: int = 128,
                  num_val_samples: int = 512, num_predict_samples: int = 512, seed: int = 0,
-                 num_workers: int = 0, max_steps: int | None = None, accumulate_grad_batches: int = 1) -> None:
+                 num_workers: int = 0, max_steps: int | None = None, accumulate_grad_batches: int = 1,
+                 validation_roles: Sequence[str] = ("loss", "prediction")) -> None:
         super().__init__()
         for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
                             ("accumulate_grad_batches", accumulate_grad_batches)):
@@ -73,6 +74,11 @@ class DiffusionDataModule(L.LightningDataModule):
                             ("seed", seed), ("num_workers", num_workers)):
             if value < 0:
                 raise ValueError(f"DiffusionDataModule: {name} must be >= 0, got {value}")
+        unknown = [role for role in validation_roles if role not in ("loss", "prediction")]
+        if unknown or not validation_roles or len(set(validation_roles)) != len(validation_roles):
+            raise ValueError(f"DiffusionDataModule: validation_roles must be distinct entries of "
+                             f"'loss' and 'prediction', got {list(validation_roles)}")
+        self.validation_roles = tuple(validation_roles)
         self.task = task
         self.tokenizer = tokenizer
         self.train_collator = train_collator

@@ -109,6 +109,7 @@ def build_datamodule(components: RunComponents) -> DiffusionDataModule:
     config = components.config
     return DiffusionDataModule(
         accumulate_grad_batches=config.optim.get("accumulate_grad_batches", 1),
+        validation_roles=tuple(config.data.get("validation_roles", ("loss", "prediction"))),
         task=components.task,
         tokenizer=components.tokenizer,
         train_collator=components.collators["train"],
