@@ -32,9 +32,11 @@ browser-deps:
 	    || echo "warning: could not install chromium; the browser test will be skipped"; }
 
 test: setup browser-deps
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q
 
 test-fast: setup
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q -m "not slow and not browser"
 
 clean:

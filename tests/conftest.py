@@ -6,7 +6,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from model_package_factory import write_model_package
 
 

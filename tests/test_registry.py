@@ -1,8 +1,8 @@
 from pathlib import Path
 
 import pytest
-
 from model_package_factory import write_model_package
+
 from xdllm.registry import SEARCH_PATH_ENV, ModelRegistryError, discover_families
 
 

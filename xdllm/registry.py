@@ -16,10 +16,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from collections.abc import Iterable
 
 from xdllm.interfaces import ModelFamily
 

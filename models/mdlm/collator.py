@@ -28,7 +28,6 @@ from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.mdlm.types import MDLMBatch
 
 
-
 class MDLMCollator:
     """Examples to a corrupted :class:`~xdllm_models.mdlm.types.MDLMBatch`.
 

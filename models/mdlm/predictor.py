@@ -27,7 +27,6 @@ from xdllm.predict import streams
 from xdllm.predict.engine import UnmaskingPredictor
 
 
-
 class MDLMPredictor(UnmaskingPredictor):
     """The engine's options (see :class:`~xdllm.predict.engine.UnmaskingPredictor`) plus
     ``sampler``: ``"confidence"`` or ``"ancestral"`` (see the module docstring). Ancestral

@@ -15,14 +15,12 @@ seq2seq collators) and padding are never masked. Every collator returns tensors 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
 from typing import ClassVar
 
 import torch
-from jaxtyping import Bool, Integer
+from jaxtyping import Integer
 from torch import Tensor
 
-from xdllm.diffusion import corrupt_per_sample, corrupt_uniform
 from xdllm.collate import (
     PromptCollator,
     check_examples,
@@ -31,6 +29,7 @@ from xdllm.collate import (
     place_rows,
     supervised_tail,
 )
+from xdllm.diffusion import corrupt_per_sample, corrupt_uniform
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.mlm.types import MLMBatch
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from xdllm.losses.token_nll import per_token_nll, masked_normalised_sum, prepare_logits
+from xdllm.losses.token_nll import masked_normalised_sum, per_token_nll, prepare_logits
 from xdllm_models.mlm.types import MLMLossDict
 
 

@@ -21,9 +21,9 @@ from itertools import chain
 
 import torch
 
+from xdllm.collate import check_examples, supervised_tail
 from xdllm.data.packing import plan_packing
 from xdllm.interfaces import Example, Tokenizer
-from xdllm.collate import check_examples, supervised_tail
 from xdllm_models.mlm.collator import corrupt_supervised
 from xdllm_models.mlm.types import PackedFlexMLMBatch
 

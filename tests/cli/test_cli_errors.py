@@ -54,6 +54,7 @@ def test_help_lists_groups_and_experiments():
         assert expected in result.stdout
 
 
-def test_models_lists_mlm(capsys):
+def test_models_lists_the_built_in_families(capsys):
     assert main(["models"]) == 0
-    assert capsys.readouterr().out.startswith("mlm")
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
+    assert names == ["mdlm", "mlm"]

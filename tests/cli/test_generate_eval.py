@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from tiny_run import TINY
+
 from xdllm.cli.main import main
 
 

@@ -3,9 +3,9 @@
 from pathlib import Path
 
 import pytest
+from tiny_run import TINY_MLM, TINY_RUN
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from tiny_run import TINY_RUN, TINY_MLM
 from xdllm.cli.main import main
 from xdllm.data import HFTokenizerFile, TextFileTask, example, get_task, held_out_keys
 

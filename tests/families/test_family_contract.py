@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tiny_run import TINY_RUN
+
 from xdllm.cli.main import main
 from xdllm.registry import discover_families
 from xdllm.run.checkpoint import load_trained

@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from tiny_run import TINY_RUN
+
 from xdllm.cli.main import main
 
 TINY_MDLM = [*(o for o in TINY_RUN if not o.startswith("experiment=")), "model=mdlm", "task=sort",

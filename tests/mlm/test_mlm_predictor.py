@@ -10,6 +10,7 @@ from xdllm.predict import UnmaskingPredictor, match_output_regions
 from xdllm_models.mlm.model import RotaryTransformerMLMModel
 from xdllm_models.mlm.predictor import MLMPredictor
 
+
 class DigitTokenizer:
     """pad/mask/bos/eos = 0-3, then the ten digits (kept local: ``xdllm.data`` imports Lightning)."""
 

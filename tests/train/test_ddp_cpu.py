@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
 from tiny_run import TINY
 
 

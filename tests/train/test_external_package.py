@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tiny_run import TINY_RUN
+
 from xdllm.cli.main import main
 
 

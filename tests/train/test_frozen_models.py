@@ -4,8 +4,8 @@ context, they never train, and checkpoints store only where they came from."""
 from pathlib import Path
 
 import torch
-
 from tiny_run import TINY
+
 from xdllm.cli.main import main
 from xdllm.run.checkpoint import load_trained
 from xdllm_models.mlm.loss import MLMLoss

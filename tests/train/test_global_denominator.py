@@ -16,10 +16,10 @@ import pytest
 import torch
 import torch.distributed as dist
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
 from tiny_run import TINY_RUN
 
-MDLM_VARLEN = [*(o for o in TINY_RUN if not o.startswith(("experiment=", "task."))), "model=mdlm", "task=varlen_sort", "task.params.max_length=6",
+TINY_WITHOUT_TASK = [o for o in TINY_RUN if not o.startswith(("experiment=", "task."))]
+MDLM_VARLEN = [*TINY_WITHOUT_TASK, "model=mdlm", "task=varlen_sort", "task.params.max_length=6",
                "task.params.median_length=3", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
                "trainer.max_steps=3", "trainer.val_check_interval=3", "optim.warmup_steps=0"]
 
@@ -49,13 +49,14 @@ def test_one_process_accumulation_and_two_processes_train_identically(tmp_path: 
     runs = {
         "one batch of 8": (tmp_path / "single", ["data.batch_size=8"]),
         "4 micro-batches of 2": (tmp_path / "accumulate", ["data.batch_size=2", "optim.accumulate_grad_batches=4"]),
-        "2 processes x 2 micro-batches of 2": (tmp_path / "ddp", ["data.batch_size=2", "optim.accumulate_grad_batches=2",
-                                                                  "trainer_strategy=ddp"]),
+        "2 processes x 2 micro-batches of 2": (tmp_path / "ddp", ["data.batch_size=2", "trainer_strategy=ddp",
+                                                                  "optim.accumulate_grad_batches=2"]),
     }
     for run_dir, overrides in runs.values():
         _train(run_dir, *overrides)
     reference_dir = runs["one batch of 8"][0]
-    reference_loss, reference_norm = _scalars(reference_dir, "train/loss"), _scalars(reference_dir, "train/grad_norm")
+    reference_loss = _scalars(reference_dir, "train/loss")
+    reference_norm = _scalars(reference_dir, "train/grad_norm")
     reference_weights = _weights(reference_dir)
     assert len(reference_loss) == 3 and len(set(reference_loss)) == 3
     for name, (run_dir, _) in runs.items():

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
 from tiny_run import TINY
+
 from xdllm.cli.main import main
 
 

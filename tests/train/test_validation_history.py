@@ -2,8 +2,8 @@
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
 from tiny_run import TINY
+
 from xdllm.cli.main import main
 from xdllm.history import load_history
 

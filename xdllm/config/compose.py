@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
@@ -56,7 +56,8 @@ def check_group_choices(overrides: Sequence[str], options: dict[str, list[str]])
 # named instead of deep inside a constructor.
 TYPED_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
     "train": {
-        "seed": (int,), "torch_threads": (int,), "trainer.max_steps": (int,), "trainer.val_check_interval": (int, float),
+        "seed": (int,), "torch_threads": (int,), "trainer.max_steps": (int,),
+        "trainer.val_check_interval": (int, float),
         "trainer.log_every_n_steps": (int,), "trainer.devices": (int, str, list),
         "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_val_samples": (int,),
         "data.num_test_samples": (int,), "data.num_workers": (int,),

@@ -10,8 +10,8 @@ from torch import Tensor, nn
 from xdllm.losses.output import DLLMLossOutput
 from xdllm.losses.token_nll import (
     Count,
-    per_token_nll,
     masked_normalised_sum,
+    per_token_nll,
     prepare_logits,
 )
 

@@ -18,9 +18,9 @@ from torch.utils.checkpoint import checkpoint
 from xdllm.losses.output import DLLMLossOutput
 from xdllm.losses.token_nll import (
     Count,
-    per_token_nll,
     clamped_denominator,
     gather_vocab_shards,
+    per_token_nll,
 )
 
 _NORMALIZE_MODES = ("tokens", "mean")

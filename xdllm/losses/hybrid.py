@@ -11,11 +11,11 @@ from xdllm.losses.mdlm import masked_diffusion_term
 from xdllm.losses.output import DLLMLossOutput
 from xdllm.losses.token_nll import (
     Count,
-    per_token_nll,
     gather_vocab_shards,
-    prepare_logits,
     masked_normalised_sum,
     next_token_nll,
+    per_token_nll,
+    prepare_logits,
 )
 
 

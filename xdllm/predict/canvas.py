@@ -111,8 +111,8 @@ def continuation_canvas(input_ids: Integer[Tensor, "batch prompt_len"],
     real.scatter_(1, new_cols, True)
     region_len = torch.full_like(output_start, max_new_tokens)
     window_index, window_valid = _window(output_start, region_len, seq_len)
-    return Canvas(ids, real, default_positions(real.shape[1], real, None, real.device), output_start, region_len, window_index,
-                  window_valid)
+    positions = default_positions(seq_len, real, None, device)
+    return Canvas(ids, real, positions, output_start, region_len, window_index, window_valid)
 
 
 def infill_canvas(input_ids: Integer[Tensor, "batch seq_len"],
@@ -131,5 +131,5 @@ def infill_canvas(input_ids: Integer[Tensor, "batch seq_len"],
     output_start = torch.where(has_mask, first_mask, first + n_real)
     region_len = torch.where(has_mask, last_mask - first_mask + 1, 0)
     window_index, window_valid = _window(output_start, region_len, seq_len)
-    return Canvas(ids, attention_mask, default_positions(attention_mask.shape[1], attention_mask, None, attention_mask.device), output_start, region_len,
-                  window_index, window_valid)
+    positions = default_positions(seq_len, attention_mask, None, attention_mask.device)
+    return Canvas(ids, attention_mask, positions, output_start, region_len, window_index, window_valid)

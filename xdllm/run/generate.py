@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
 from hydra.utils import instantiate
-from torch.utils.data import DataLoader
 from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
 
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
