@@ -1,13 +1,17 @@
 """The contract between the xdllm core and a model-family package, in one place.
 
-A model family (``models/mlm`` is the reference) provides five roles, each a small object built
-by Hydra from the family's config (``_target_`` dotted paths):
+A model family (``models/mlm`` and ``models/mdlm`` are examples) provides its roles, each a small
+object built by Hydra from the family's config (``_target_`` dotted paths):
 
 - a **model**: ``nn.Module`` mapping a (partly masked) canvas to logits;
-- a **collator**: turns a list of :class:`Example` into a training or prediction batch;
-- a **loss**: turns ``(model, batch)`` into a :class:`LossDict`;
+- a **collator** (:class:`Collator`): turns a list of :class:`Example` into a training or
+  prediction batch;
+- a **loss** (:class:`LossFunction`): turns ``(model, batch)`` into a :class:`LossDict`; a loss
+  may also take a :class:`LossContext` (global token counts, frozen models,
+  :class:`GlobalCountLoss`);
 - a **predictor**: runs iterative unmasking on a prediction batch and returns a
   :class:`PredictionDict`, calling an optional :class:`HistoryRecorder` at every step;
+- optionally an **evaluator** (:class:`Evaluator`): validation metrics and prediction records;
 - **types**: the family's TypedDicts for its batches (see ``xdllm_models.mlm.types``).
 
 The family registers a :class:`ModelFamily` under the ``xdllm.models`` entry-point group (or is
@@ -24,7 +28,6 @@ from typing import Any, Protocol, TypedDict, runtime_checkable
 import torch
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
-from typing_extensions import NotRequired
 
 
 class Example(TypedDict):
@@ -43,24 +46,6 @@ class Example(TypedDict):
     step: int
 
 
-class TrainBatch(TypedDict):
-    """What every training collator returns at least (families add their own keys)."""
-
-    input_ids: Integer[Tensor, "batch seq_len"]
-    target_ids: Integer[Tensor, "batch seq_len"]
-    attention_mask: NotRequired[Bool[Tensor, "batch seq_len"]]
-    positions: NotRequired[Integer[Tensor, "batch seq_len"]]
-
-
-class PredictionBatch(TypedDict):
-    """Prompts to complete. ``target_ids`` (right-padded with pad) are present when known."""
-
-    input_ids: Integer[Tensor, "batch prompt_len"]
-    attention_mask: Bool[Tensor, "batch prompt_len"]
-    target_ids: NotRequired[Integer[Tensor, "batch target_len"]]
-    sample_index: NotRequired[Integer[Tensor, " batch"]]
-
-
 class LossDict(TypedDict):
     """Output of a loss. ``loss`` is back-propagated; every other scalar entry is logged."""
 
@@ -68,7 +53,7 @@ class LossDict(TypedDict):
 
 
 class PredictionDict(TypedDict):
-    """Output of a predictor (seed 004 ``MLMPredictionDict``)."""
+    """Output of a predictor: decoded text, ids, where each output starts, cost per sample."""
 
     loss: Float[Tensor, " batch"] | None
     text: list[str]
@@ -98,19 +83,6 @@ class Tokenizer(Protocol):
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
 
     def id_to_token(self, token_id: int) -> str: ...
-
-
-@runtime_checkable
-class DenoisingModel(Protocol):
-    """A model that maps a canvas to per-position logits over the vocabulary."""
-
-    def __call__(
-        self,
-        x_t: Integer[Tensor, "batch seq_len"],
-        attention_mask: Bool[Tensor, "batch seq_len"] | None = None,
-        positions: Integer[Tensor, "batch seq_len"] | None = None,
-        **kwargs: Any,
-    ) -> Float[Tensor, "batch seq_len vocab"]: ...
 
 
 @runtime_checkable

@@ -1,4 +1,4 @@
-"""MLM: masked language model family (seed 004).
+"""MLM: the masked language model family.
 
 Roles, each in its own module: ``model`` (RotaryTransformerMLMModel), ``loss`` (MLMLoss),
 ``collator`` (DefaultMLMCollator and the seq2seq train / prediction collators),

@@ -1,4 +1,4 @@
-"""MLM collators (seed 004): :class:`~xdllm.interfaces.Example` lists to tensor batches.
+"""MLM collators: :class:`~xdllm.interfaces.Example` lists to tensor batches.
 
 A training sequence is ``[bos] + prompt + target + [eos]``. The training collators corrupt the
 supervised region with :func:`~xdllm.diffusion.corrupt_uniform`, applied per sample through
@@ -138,5 +138,5 @@ class MLMSeq2SeqCollator(_CorruptingCollator):
 
 
 class MLMSeq2SeqPredCollator(PromptCollator):
-    """Seed 004's prediction collator: left-padded ``[bos] + prompt`` and the expected
+    """The MLM prediction collator: left-padded ``[bos] + prompt`` and the expected
     ``target + [eos]`` (see :class:`~xdllm.collate.PromptCollator`)."""

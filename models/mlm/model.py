@@ -13,7 +13,7 @@ from xdllm.nn.attention import BackendRequest
 
 
 class RotaryTransformerMLMModel(nn.Module):
-    """Seed 004's model: maps a (partly masked) canvas ``x_t`` to logits ``[batch, L, vocab]``.
+    """The MLM denoiser: maps a (partly masked) canvas ``x_t`` to logits ``[batch, L, vocab]``.
 
     ``attn_backend``: ``"auto"`` (FlexAttention on CUDA, SDPA elsewhere), ``"sdpa"`` or
     ``"flex"`` (CPU only for inference). See :mod:`xdllm.nn.attention`. ``norm``:

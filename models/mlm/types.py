@@ -1,15 +1,12 @@
-"""Batch and output types of the MLM family (seed 004)."""
+"""Batch and loss types of the MLM family (prediction batches: :class:`xdllm.collate.PromptBatch`)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, TypedDict
+from typing import Optional, TypedDict
 
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 from typing_extensions import NotRequired
-
-from xdllm.collate import PromptBatch
-from xdllm.interfaces import PredictionDict
 
 
 class MLMBatch(TypedDict):
@@ -26,8 +23,6 @@ class MLMBatch(TypedDict):
     attention_mask: NotRequired[Bool[Tensor, "batch seq_len"]]
     positions: NotRequired[Integer[Tensor, "batch seq_len"]]
     segment_ids: NotRequired[Integer[Tensor, "batch seq_len"]]
-    block_mask: NotRequired[Any]
-    fixed_positions_mask: NotRequired[Bool[Tensor, "batch seq_len"]]
     sample_index: NotRequired[Integer[Tensor, " batch"]]
 
 
@@ -44,20 +39,7 @@ class PackedFlexMLMBatch(TypedDict):
     segment_ids: Integer[Tensor, "batch seq_len"]
 
 
-MLMSeq2SeqPredictionBatch = PromptBatch
-"""Seed 004's name for the prediction batch (:class:`~xdllm.collate.PromptBatch`)."""
-
-
-class MLMUncondtionalPredictionBatch(TypedDict):
-    """Unconditional generation: an all-mask canvas (name spelled as in seed 004)."""
-
-    input_ids: Integer[Tensor, "batch seq_len"]
-    attention_mask: Bool[Tensor, "batch seq_len"]
-
-
 class MLMLossDict(TypedDict):
     loss: Float[Tensor, ""]
     masked_tokens: NotRequired[Float[Tensor, ""]]
 
-
-MLMPredictionDict = PredictionDict

@@ -166,7 +166,7 @@ SWEEP_BATCH = [
 
 
 def expected_layout(batch, block_size, pad_seq_len_divisible, max_seq_len, response_window):
-    """Per-row (c, fill_end) and T, computed row by row from SPEC.md section 2."""
+    """Per-row (c, fill_end) and T, computed row by row from the rules in docs/collator.md."""
     block = block_size if block_size and block_size > 1 else 1
     rows = []
     for s in batch:

@@ -47,7 +47,7 @@ def kept_length(sample, max_seq_len):
 
 
 def fill_end(sample, opts, target):
-    """Where the row's block fill stops (SPEC.md section 2), clipped at T."""
+    """Where the row's block fill stops (docs/collator.md), clipped at T."""
     block = max(opts["block_size"] or 1, 1)
     c = kept_length(sample, opts["max_seq_len"])
     start = 0

@@ -8,7 +8,7 @@ row is laid out in one pass from the lists, with no intermediate pad-to-max::
 The block fill rounds the supervised part of a row up to whole diffusion blocks, so block-wise
 corruption and block decoding always see complete blocks; it is supervised (the model learns to
 emit end-of-sequence there). The global pad only evens out the row lengths. The exact rules are
-in SPEC.md section 2 and ``docs/collator.md``.
+in ``docs/collator.md``.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class DLLMCollator:
         return max(self.block_size or 1, 1)
 
     def __call__(self, batch: Sequence[Mapping[str, Any]]) -> DLLMBatch:
-        """Lay out every sample as content, block fill, global pad (SPEC.md section 2).
+        """Lay out every sample as content, block fill, global pad (``docs/collator.md``).
 
         The lists are converted once into flat tensors; regions and the scatter of the kept
         content into the ``[B, T]`` rows are tensor ops over the whole batch.

@@ -8,8 +8,7 @@ the global batch is the same for any number of devices. The trainer must run wit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
@@ -22,9 +21,7 @@ from xdllm.data.samplers import (
     even_shard_batches,
 )
 from xdllm.data.tasks import SampleKey, Task, TokenizedTask, example, held_out_keys
-from xdllm.interfaces import Example, Tokenizer
-
-Collate = Callable[[Sequence[Example]], Any]
+from xdllm.interfaces import Collator, Example, Tokenizer
 
 
 class TrainStream(Dataset):
@@ -60,8 +57,9 @@ class DiffusionDataModule(L.LightningDataModule):
     Evaluation loaders shard by rank with :func:`~xdllm.data.samplers.even_shard_batches`.
     """
 
-    def __init__(self, task: Task | TokenizedTask, tokenizer: Tokenizer, train_collator: Collate,
-                 val_collator: Collate, prediction_collator: Collate, batch_size: int = 64, eval_batch_size: int = 128,
+    def __init__(self, task: Task | TokenizedTask, tokenizer: Tokenizer, train_collator: Collator,
+                 val_collator: Collator, prediction_collator: Collator, batch_size: int = 64,
+                 eval_batch_size: int = 128,
                  num_val_samples: int = 512, num_predict_samples: int = 512, seed: int = 0,
                  num_workers: int = 0, max_steps: int | None = None, accumulate_grad_batches: int = 1,
                  validation_roles: Sequence[str] = ("loss", "prediction")) -> None:

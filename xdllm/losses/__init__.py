@@ -1,4 +1,4 @@
-"""dLLM training losses (SPEC.md section 3); formulas and denominators in ``docs/losses.md``.
+"""dLLM training losses; formulas and denominators in ``docs/losses.md``.
 
 Every loss returns a :class:`DLLMLossOutput`.
 """
