@@ -1,24 +1,92 @@
+"""Which checkpoint generation and resume take, and what a corrupt checkpoint does."""
+
+import os
+
 import pytest
+import torch
 
 from xdllm.errors import XdllmError
-from xdllm.run.checkpoint import resolve_checkpoint, run_dir_of
+from xdllm.run.checkpoint import resolve_checkpoint, resume_point, run_dir_of
+from xdllm.train.checkpoint_io import (
+    CheckpointError,
+    read_checkpoint_file,
+    remove_stale_temporaries,
+    save_checkpoint_file,
+)
 
 
-def test_run_directories_resolve_to_best_for_generation_and_last_for_resume(tmp_path):
+def _checkpoint(step: int) -> dict:
+    return {"global_step": step, "state_dict": {"w": torch.full((64,), float(step))}, "note": [1, "a"]}
+
+
+def _flip_a_byte_in_the_tensors(path, step: int = 3):
+    data = bytearray(path.read_bytes())
+    position = data.find(torch.full((64,), float(step)).numpy().tobytes())  # inside the tensor record
+    assert position > 0
+    data[position + 5] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_generation_takes_best_else_last(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     (checkpoints / "best.ckpt").write_bytes(b"b")
     (checkpoints / "last.ckpt").write_bytes(b"l")
     assert resolve_checkpoint(tmp_path) == checkpoints / "best.ckpt"
-    assert resolve_checkpoint(tmp_path, prefer="last") == checkpoints / "last.ckpt"
     (checkpoints / "best.ckpt").unlink()
     assert resolve_checkpoint(tmp_path) == checkpoints / "last.ckpt"
-    assert resolve_checkpoint(checkpoints / "last.ckpt", prefer="best") == checkpoints / "last.ckpt"
+    assert resolve_checkpoint(checkpoints / "last.ckpt") == checkpoints / "last.ckpt"
     assert run_dir_of(checkpoints / "last.ckpt") == tmp_path.resolve()
+
+
+def test_resume_takes_the_newest_valid_checkpoint_and_says_why(tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    for name, step in (("best.ckpt", 2), ("last.ckpt", 3), ("step0000004.ckpt", 4), ("step0000001.ckpt", 1)):
+        save_checkpoint_file(_checkpoint(step), checkpoints / name)
+    point = resume_point(tmp_path)
+    assert (point.checkpoint.name, point.global_step) == ("step0000004.ckpt", 4)
+    assert "newest valid" in point.reason
+    save_checkpoint_file(_checkpoint(5), checkpoints / "step0000005.ckpt")
+    _flip_a_byte_in_the_tensors(checkpoints / "step0000005.ckpt", step=5)
+    point = resume_point(tmp_path)
+    assert (point.checkpoint.name, point.global_step) == ("step0000004.ckpt", 4)
+    assert "skipped step0000005.ckpt (step 5: corrupt" in point.reason
+
+
+def test_a_flipped_byte_is_caught_on_every_read(tmp_path):
+    path = tmp_path / "x.ckpt"
+    save_checkpoint_file(_checkpoint(3), path)
+    assert read_checkpoint_file(path)["global_step"] == 3
+    _flip_a_byte_in_the_tensors(path)
+    assert torch.load(path, weights_only=False)["global_step"] == 3  # torch alone does not notice
+    with pytest.raises(CheckpointError, match=f"checkpoint {path} is corrupt"):
+        read_checkpoint_file(path)
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match=f"could not read checkpoint {path}"):
+        read_checkpoint_file(path)
+    torch.save({"global_step": 1}, path)
+    with pytest.raises(CheckpointError, match="no content digest"):
+        read_checkpoint_file(path)
 
 
 def test_missing_checkpoints_are_user_errors(tmp_path):
     with pytest.raises(XdllmError, match="checkpoint not found"):
         resolve_checkpoint(tmp_path / "nope.ckpt")
     with pytest.raises(XdllmError, match="no checkpoint in run directory"):
-        resolve_checkpoint(tmp_path, prefer="last")
+        resolve_checkpoint(tmp_path)
+    with pytest.raises(XdllmError, match="has no checkpoint"):
+        resume_point(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"garbage")
+    with pytest.raises(XdllmError, match="no valid checkpoint .*last.ckpt \\(unreadable"):
+        resume_point(tmp_path)
+
+
+def test_stale_temporaries_are_removed_but_live_writers_and_finished_files_kept(tmp_path):
+    dead = tmp_path / ".last.ckpt.tmp-999999999"
+    live = tmp_path / f".best.ckpt.tmp-{os.getppid()}"
+    finished = tmp_path / "last.ckpt"
+    for path in (dead, live, finished):
+        path.write_bytes(b"x")
+    assert remove_stale_temporaries(tmp_path) == [dead]
+    assert live.exists() and finished.exists() and not dead.exists()

@@ -15,28 +15,72 @@ from xdllm.errors import XdllmError
 from xdllm.interfaces import LossContext, LossDict, Tokenizer
 from xdllm.registry import discover_families
 from xdllm.run.build import RunComponents, build_components, build_datamodule
+from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
+from xdllm.train.latest_checkpoint import LAST_NAME
 from xdllm.train.module import takes_context
 
 CHECKPOINT_DIR = "checkpoints"
 CONFIG_KEY = "xdllm_config"
 
 
-def resolve_checkpoint(path: str | Path, prefer: str = "best") -> Path:
-    """A checkpoint file as given, or from a run directory: ``prefer="best"`` (generation) takes
-    ``best.ckpt``, else ``last.ckpt``; ``prefer="last"`` (resuming) the other way round."""
-    if prefer not in ("best", "last"):
-        raise ValueError(f"prefer must be 'best' or 'last', got {prefer!r}")
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The checkpoint to generate or evaluate from: a file as given, or a run directory's
+    ``best.ckpt`` (else its ``last.ckpt``)."""
     path = Path(path).expanduser()
     if path.is_file():
         return path
     if path.is_dir():
-        order = ("best", "last") if prefer == "best" else ("last", "best")
-        for candidate in (path / CHECKPOINT_DIR / f"{name}.ckpt" for name in order):
+        for candidate in (path / CHECKPOINT_DIR / name for name in ("best.ckpt", LAST_NAME)):
             if candidate.is_file():
                 return candidate
         raise XdllmError(f"no checkpoint in run directory {path} (looked for "
-                         f"{CHECKPOINT_DIR}/best.ckpt and {CHECKPOINT_DIR}/last.ckpt)")
+                         f"{CHECKPOINT_DIR}/best.ckpt and {CHECKPOINT_DIR}/{LAST_NAME})")
     raise XdllmError(f"checkpoint not found: {path}")
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a run resumes from, its step, and why it was chosen."""
+
+    checkpoint: Path
+    global_step: int
+    reason: str
+
+
+def _global_step(path: Path) -> int:
+    """A checkpoint's step, read without loading its tensors (memory-mapped)."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    return int(checkpoint["global_step"])
+
+
+def resume_point(path: str | Path) -> ResumePoint:
+    """What ``resume=<path>`` continues from: a checkpoint file as given, or the newest checkpoint
+    of a run directory (by optimizer step, over ``last.ckpt``, ``best.ckpt`` and every
+    ``step<N>.ckpt``) whose content digest checks out. Corrupt or unreadable newer ones are
+    skipped and named in the reason; none valid is an error naming each."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        checkpoint = read_checkpoint_file(path)
+        return ResumePoint(path, int(checkpoint["global_step"]), "the checkpoint given")
+    if not path.is_dir():
+        raise XdllmError(f"resume: no checkpoint file or run directory at {path}")
+    candidates, problems = [], []
+    for file in sorted((path / CHECKPOINT_DIR).glob("*.ckpt")):
+        try:
+            candidates.append((_global_step(file), file.name == LAST_NAME, file))
+        except Exception as error:
+            problems.append(f"{file.name} (unreadable: {' '.join(str(error).split())[:120]})")
+    if not candidates and not problems:
+        raise XdllmError(f"resume: run directory {path} has no checkpoint in {CHECKPOINT_DIR}/")
+    for step, _, file in sorted(candidates, reverse=True):
+        try:
+            read_checkpoint_file(file)
+        except CheckpointError:
+            problems.append(f"{file.name} (step {step}: corrupt, digest mismatch)")
+            continue
+        skipped = f"; skipped {', '.join(problems)}" if problems else ""
+        return ResumePoint(file, step, f"the newest valid checkpoint of {path}{skipped}")
+    raise XdllmError(f"resume: no valid checkpoint in {path / CHECKPOINT_DIR}: {', '.join(problems)}")
 
 
 def run_dir_of(checkpoint: Path) -> Path:
@@ -85,10 +129,7 @@ class TrainedRun:
 def load_trained(path: str | Path, map_location: str = "cpu") -> TrainedRun:
     """Load a checkpoint (file or run directory): config, model weights (eval mode), components."""
     checkpoint_path = resolve_checkpoint(path)
-    try:
-        checkpoint = torch.load(checkpoint_path, map_location=map_location, weights_only=False)
-    except Exception as error:
-        raise XdllmError(f"could not read checkpoint {checkpoint_path}: {error}") from error
+    checkpoint = read_checkpoint_file(checkpoint_path, map_location)
     if CONFIG_KEY not in checkpoint or "state_dict" not in checkpoint:
         raise XdllmError(f"{checkpoint_path} is not an xdllm checkpoint (no {CONFIG_KEY} or state_dict)")
     config = OmegaConf.create(checkpoint[CONFIG_KEY])

@@ -25,30 +25,56 @@ from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.interfaces import Example
 from xdllm.run.checkpoint import TrainedRun, load_trained
+from xdllm.train.checkpoint_io import remove_stale_temporaries, temporary_path
 
 HISTORY_CHOICES = (None, "topk")
 
 
-def _prompt_file_batches(run: TrainedRun, path: Path, batch_size: int) -> Iterator[Mapping[str, Any]]:
+def _prompt_file_examples(run: TrainedRun, path: Path) -> list[Example]:
+    """One example per non-empty line of a UTF-8 file, tokenized with the run's tokenizer."""
     if not path.is_file():
         raise XdllmError(f"prompts_file not found: {path}")
-    lines = [line.strip() for line in path.read_text().splitlines()]
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise XdllmError(f"prompts_file {path} is not UTF-8 text: {error}") from error
     examples: list[Example] = []
     for number, line in enumerate(lines, start=1):
-        if not line:
+        if not line.strip():
             continue
         try:
-            prompt_ids = run.tokenizer.encode(line)
+            prompt_ids = run.tokenizer.encode(line.strip())
         except ValueError as error:
             raise XdllmError(f"{path}:{number}: {error}") from error
         examples.append(Example(prompt_ids=prompt_ids, target_ids=[], sample_index=len(examples), step=0))
     if not examples:
         raise XdllmError(f"prompts_file {path} holds no prompts")
+    return examples
+
+
+def _prompt_batches(run: TrainedRun, examples: list[Example], batch_size: int) -> Iterator[Mapping[str, Any]]:
     collate = run.components.collators["prediction"]
     for start in range(0, len(examples), batch_size):
         batch = dict(collate(examples[start:start + batch_size]))
         batch.pop("target_ids", None)
         yield batch
+
+
+def position_limit(model: torch.nn.Module) -> int | None:
+    """The longest canvas a model can embed (its ``config.max_positions``), if it says."""
+    limit = getattr(getattr(model, "config", None), "max_positions", None)
+    return limit if isinstance(limit, int) else None
+
+
+def check_canvas_fits(run: TrainedRun, predictor: Any, longest_prompt: int) -> None:
+    """Refuse, before anything runs, a canvas longer than the model's positions: it would fail
+    deep inside the model, or first grow attention masks quadratically in memory."""
+    limit = position_limit(run.model)
+    new_tokens = getattr(predictor, "max_new_tokens", None) or 0
+    if limit is not None and longest_prompt + new_tokens > limit:
+        raise XdllmError(f"the longest prompt ({longest_prompt} tokens with bos) plus predictor.max_new_tokens="
+                         f"{new_tokens} needs {longest_prompt + new_tokens} positions; the model has "
+                         f"max_positions={limit}: lower predictor.max_new_tokens or shorten the prompts")
 
 
 SPLIT_SIZES = {"test": "num_test_samples", "validation": "num_val_samples"}
@@ -67,7 +93,7 @@ def _held_out_loader(run: TrainedRun, options: DictConfig, role: str) -> DataLoa
 
 def _write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
+    temporary = temporary_path(path)
     with open(temporary, "w") as handle:
         for record in records:
             handle.write(json.dumps(record) + "\n")
@@ -93,16 +119,47 @@ def _build_predictor(run: TrainedRun, options: DictConfig):
         raise XdllmError(f"could not build the predictor from {dict(options.predictor)}: {error}") from error
 
 
+PREDICTIONS = "predictions.jsonl"
+
+
+def _claim_output_dir(run: TrainedRun, requested: str | None) -> Path:
+    """A folder of this generation's own: ``output_dir`` if it holds no predictions yet, else
+    ``<run>/generate/<time>`` made with an exclusive ``mkdir`` (a numbered suffix when two start
+    in the same second). Temporary files that interrupted generations left are removed first."""
+    generated = run.run_dir / "generate"
+    if generated.is_dir():
+        for folder in (generated, *(path for path in generated.iterdir() if path.is_dir())):
+            remove_stale_temporaries(folder)
+    if requested:
+        folder = Path(requested).expanduser()
+        if (folder / PREDICTIONS).exists():
+            raise XdllmError(f"output_dir {folder} already holds {PREDICTIONS}; choose another folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    generated.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1000):
+        folder = generated / (stamp if attempt == 0 else f"{stamp}-{attempt}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise XdllmError(f"could not make a new generation folder in {generated}")
+
+
 def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -> dict[str, Any]:
     """Generate for every prompt; write predictions (and history) unless ``write_outputs`` is
     False; return the summary."""
     predictor = _build_predictor(run, options)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    output_dir = Path(options.output_dir or run.run_dir / "generate" / stamp)
     if options.prompts_file:
-        batches = _prompt_file_batches(run, Path(options.prompts_file), options.batch_size)
+        examples = _prompt_file_examples(run, Path(options.prompts_file))
+        check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in examples))
+        batches = _prompt_batches(run, examples, options.batch_size)
     else:
+        check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
         batches = _held_out_loader(run, options, "prediction")
+    output_dir = _claim_output_dir(run, options.output_dir) if write_outputs else None
     history = None
     if options.history == "topk" and write_outputs:  # one recorder: one file per batch
         history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
@@ -125,7 +182,7 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
         "tokens_per_second": generated_tokens / max(elapsed, 1e-9),
     }
     if write_outputs:
-        predictions_path = output_dir / "predictions.jsonl"
+        predictions_path = output_dir / PREDICTIONS
         _write_jsonl(records, predictions_path)
         summary["predictions"] = str(predictions_path)
     summary.update(evaluator.finalize(totals.means()))

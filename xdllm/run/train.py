@@ -4,7 +4,8 @@ Run directory layout::
 
     <run_dir>/config.yaml              resolved config
     <run_dir>/checkpoints/best.ckpt    best by checkpoint.monitor / checkpoint.mode (atomic writes)
-    <run_dir>/checkpoints/last.ckpt    latest (resume from it)
+    <run_dir>/checkpoints/last.ckpt    the newest state: every checkpoint.last_every_n_steps
+                                       steps and at the end (resume from it)
     <run_dir>/tensorboard/             TensorBoard events (training curves, history views)
     <run_dir>/history/                 denoising history files
     <run_dir>/generate/...             predictions.jsonl of the final generation
@@ -26,9 +27,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from xdllm.errors import XdllmError
 from xdllm.run.build import build_components, build_datamodule
-from xdllm.run.checkpoint import CHECKPOINT_DIR, load_frozen_models, resolve_checkpoint
-from xdllm.train.checkpoint_io import AtomicCheckpointIO
+from xdllm.run.checkpoint import CHECKPOINT_DIR, ResumePoint, load_frozen_models, resume_point, run_dir_of
+from xdllm.train.checkpoint_io import AtomicCheckpointIO, remove_stale_temporaries, temporary_path
 from xdllm.train.history_hook import ValidationHistory
+from xdllm.train.latest_checkpoint import LAST_NAME, LatestCheckpoint
 from xdllm.train.module import DiffusionLMModule
 from xdllm.train.optim import OptimConfig
 
@@ -68,9 +70,10 @@ def set_torch_threads(config: DictConfig) -> int:
 
 def _save_config(config: DictConfig, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    temporary = run_dir / ".config.yaml.tmp"
+    path = run_dir / "config.yaml"
+    temporary = temporary_path(path)
     temporary.write_text(OmegaConf.to_yaml(config, resolve=True))
-    os.replace(temporary, run_dir / "config.yaml")
+    os.replace(temporary, path)
 
 
 MOVED_TRAINER_KEYS = {"gradient_clip_val": "optim.gradient_clip_val",
@@ -87,10 +90,62 @@ def check_run_options(config: DictConfig) -> None:
         raise XdllmError(f"checkpoint.mode must be max or min, got {config.checkpoint.mode!r}")
 
 
+EXISTING_RUN_DIR_CHOICES = ("refuse", "move_aside")
+RUN_CONTENT = ("config.yaml", CHECKPOINT_DIR, "tensorboard", "history", "generate")
+
+
+def is_launching_process() -> bool:
+    """True in the process the user started; False in the processes a DDP launcher spawned
+    (they re-run the command with a rank in the environment)."""
+    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
+def claim_run_dir(run_dir: Path, resume: ResumePoint | None, policy: str) -> None:
+    """A run directory belongs to one run: one that already holds a run is refused (or, with
+    ``existing_run_dir=move_aside``, moved to ``<run_dir>.moved-<time>``) unless this run
+    resumes from a checkpoint of that same directory."""
+    if policy not in EXISTING_RUN_DIR_CHOICES:
+        raise XdllmError(f"existing_run_dir must be one of {', '.join(EXISTING_RUN_DIR_CHOICES)}, "
+                         f"got {policy!r}")
+    held = [name for name in RUN_CONTENT if (run_dir / name).exists()]
+    if not held or (resume is not None and run_dir_of(resume.checkpoint) == run_dir):
+        return
+    if policy == "refuse":
+        raise XdllmError(f"run_dir {run_dir} already holds a run ({', '.join(held)}); resume it with "
+                         f"resume={run_dir}, choose another run_dir, or pass existing_run_dir=move_aside")
+    moved = run_dir.with_name(f"{run_dir.name}.moved-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}")
+    os.replace(run_dir, moved)
+    log.info("run_dir %s held an earlier run: moved it to %s", run_dir, moved)
+
+
+def checkpoint_callbacks(config: DictConfig, run_dir: Path) -> tuple[ModelCheckpoint, LatestCheckpoint]:
+    """``best.ckpt`` by the monitored metric; ``last.ckpt`` every ``checkpoint.last_every_n_steps``
+    steps and at the end; ``step<N>.ckpt`` every ``checkpoint.save_every_n_steps`` when set."""
+    every = config.checkpoint.last_every_n_steps
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise XdllmError(f"checkpoint.last_every_n_steps must be a whole number >= 1, got {every!r}")
+    keep = config.checkpoint.save_every_n_steps
+    if keep is not None and (not isinstance(keep, int) or keep < 1):
+        raise XdllmError(f"checkpoint.save_every_n_steps must be null or a whole number >= 1, got {keep!r}")
+    best = ModelCheckpoint(
+        dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor=config.checkpoint.monitor,
+        mode=config.checkpoint.mode, save_top_k=1, save_last=False, auto_insert_metric_name=False,
+        enable_version_counter=False)
+    return best, LatestCheckpoint(run_dir / CHECKPOINT_DIR, every, keep)
+
+
 def train(config: DictConfig, resume: str | None = None) -> TrainResult:
-    """Train as configured. ``resume`` is a checkpoint file or run directory to continue from."""
+    """Train as configured. ``resume`` is a checkpoint file or run directory to continue from.
+
+    Everything is validated (config, components, the resume checkpoint's integrity, the run
+    directory) before anything is written.
+    """
     check_run_options(config)
     run_dir = resolve_run_dir(config)
+    launching = is_launching_process()
+    point = resume_point(resume) if resume else None
+    if point is not None and launching:
+        log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
     set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
     components = build_components(config)
@@ -114,17 +169,8 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
         frozen=frozen,
         frozen_sources=frozen_sources,
     )
-    checkpoints = ModelCheckpoint(
-        dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor=config.checkpoint.monitor,
-        mode=config.checkpoint.mode, save_top_k=1, save_last=True, auto_insert_metric_name=False,
-        enable_version_counter=False,
-    )
-    callbacks = [checkpoints, LearningRateMonitor(logging_interval="step"), history]
-    if config.checkpoint.save_every_n_steps:
-        callbacks.append(ModelCheckpoint(
-            dirpath=run_dir / CHECKPOINT_DIR, filename="step{step:07d}", save_top_k=-1,
-            every_n_train_steps=config.checkpoint.save_every_n_steps,
-            auto_insert_metric_name=False, enable_version_counter=False))
+    best, latest = checkpoint_callbacks(config, run_dir)
+    callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history]
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
     try:
         trainer = L.Trainer(
@@ -139,10 +185,13 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
         )
     except (TypeError, ValueError) as error:
         raise XdllmError(f"invalid trainer configuration: {error}") from error
-    ckpt_path = str(resolve_checkpoint(resume, prefer="last")) if resume else None
-    if trainer.is_global_zero:
+    if launching:
+        claim_run_dir(run_dir, point, config.get("existing_run_dir", "refuse"))
+        for folder in (run_dir, run_dir / CHECKPOINT_DIR):
+            for stale in remove_stale_temporaries(folder):
+                log.info("removed %s, left by an interrupted write", stale)
         _save_config(OmegaConf.create(resolved), run_dir)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    best = Path(checkpoints.best_model_path) if checkpoints.best_model_path else None
-    last = run_dir / CHECKPOINT_DIR / "last.ckpt"
-    return TrainResult(run_dir, best, last if last.exists() else None, trainer.is_global_zero)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
+    best_path = Path(best.best_model_path) if best.best_model_path else None
+    last = run_dir / CHECKPOINT_DIR / LAST_NAME
+    return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero)

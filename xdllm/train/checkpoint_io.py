@@ -1,20 +1,64 @@
-"""Checkpoint writes that a crash cannot corrupt: write a temporary file, then rename."""
+"""Checkpoint files that a crash cannot corrupt and that say when they were corrupted.
+
+Writes go to a temporary file in the target folder, then ``os.replace``: the path holds either
+the old file or the complete new one. Every checkpoint carries a digest of its whole content
+(every tensor's bytes, dtype and shape, and every other value), checked on every read: a file
+whose bytes changed after it was written is refused with its path named, never loaded.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from xdllm.errors import XdllmError
+
+DIGEST_KEY = "xdllm_digest"
+TEMPORARY_MARK = ".tmp-"
+"""Temporary files are named ``.<name>.tmp-<pid>``; :func:`remove_stale_temporaries` finds them."""
+
+
+class CheckpointError(XdllmError):
+    """A checkpoint file that cannot be read, or whose content is not what was written."""
+
+
+def _feed(hasher: Any, value: Any) -> None:
+    """Hash ``value`` canonically: mappings by sorted key, sequences in order, tensors by bytes."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().to("cpu").contiguous().reshape(-1)
+        hasher.update(f"tensor:{tensor.dtype}:{tuple(value.shape)}:".encode())
+        hasher.update(tensor.view(torch.uint8).numpy())
+    elif isinstance(value, Mapping):
+        hasher.update(f"map:{len(value)}:".encode())
+        for key in sorted(value, key=repr):
+            hasher.update(f"{key!r}=".encode())
+            _feed(hasher, value[key])
+    elif isinstance(value, (list, tuple)):
+        hasher.update(f"{type(value).__name__}:{len(value)}:".encode())
+        for item in value:
+            _feed(hasher, item)
+    else:
+        hasher.update(f"{type(value).__name__}:{value!r};".encode())
+
+
+def content_digest(checkpoint: Mapping[str, Any]) -> str:
+    """BLAKE2b of everything in ``checkpoint`` except the digest itself."""
+    hasher = hashlib.blake2b(digest_size=32)
+    _feed(hasher, {key: value for key, value in checkpoint.items() if key != DIGEST_KEY})
+    return hasher.hexdigest()
+
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to ``path`` so that ``path`` is either the old file or the complete new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary = temporary_path(path)
     try:
         with open(temporary, "wb") as handle:
             torch.save(obj, handle)
@@ -26,10 +70,68 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
             temporary.unlink()
 
 
+def save_checkpoint_file(checkpoint: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """Write ``checkpoint`` with its content digest, atomically."""
+    atomic_torch_save({**checkpoint, DIGEST_KEY: content_digest(checkpoint)}, path)
+
+
+def read_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
+    """Load a checkpoint and check its digest; :class:`CheckpointError` names the file otherwise."""
+    path = Path(path)
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as error:
+        raise CheckpointError(f"could not read checkpoint {path}: {error}") from error
+    if not isinstance(checkpoint, dict) or DIGEST_KEY not in checkpoint:
+        raise CheckpointError(f"{path} has no content digest: not a checkpoint written by this "
+                              "version of xdllm")
+    if content_digest(checkpoint) != checkpoint[DIGEST_KEY]:
+        raise CheckpointError(f"checkpoint {path} is corrupt: its content does not match the digest "
+                              "written with it")
+    return checkpoint
+
+
+def temporary_path(path: Path) -> Path:
+    """Where ``path`` is written before the rename: ``.<name>.tmp-<pid>`` beside it."""
+    return path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
+
+
+def _writer_alive(path: Path) -> bool:
+    """Whether the process that named this temporary file still runs (it may still be writing)."""
+    pid = path.name.rpartition(TEMPORARY_MARK)[2]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files interrupted writes left in ``folder`` (never a finished file:
+    those have no temporary mark; never one a running process may still be writing), and
+    return them."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    stale = [path for path in folder.iterdir()
+             if path.is_file() and path.name.startswith(".") and TEMPORARY_MARK in path.name
+             and not _writer_alive(path)]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning checkpoint IO whose saves are atomic renames within the target directory."""
+    """Lightning checkpoint IO: digest-carrying atomic saves, digest-checked loads (resume)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         if storage_options is not None:
             raise TypeError(f"AtomicCheckpointIO takes no storage_options, got {storage_options!r}")
-        atomic_torch_save(checkpoint, path)
+        save_checkpoint_file(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict[str, Any]:
+        return read_checkpoint_file(path, map_location if map_location is not None else "cpu")
