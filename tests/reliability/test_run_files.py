@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tiny_run import TINY
+
 from xdllm.cli.main import main
 from xdllm.train.checkpoint_io import read_checkpoint_file
 
