@@ -141,6 +141,9 @@ def _configure_output() -> None:
     """xdllm's own INFO lines on stderr; Lightning keeps its own handler; no warning spam."""
     warnings.filterwarnings("ignore", module="lightning")
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
+    # Lightning's start-up chatter (accelerators found, a product tip) says nothing about the run.
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     for name in ("xdllm", "xdllm_models"):
         logger = logging.getLogger(name)
         if not logger.handlers:
@@ -168,6 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_history_command(arguments)
     except (XdllmError, ModelRegistryError) as error:
         print(f"xdllm: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:  # a folder that cannot be written, a disk that is full, ...
+        where = f": {error.filename}" if error.filename else ""
+        print(f"xdllm: error: {error.strerror or error}{where}", file=sys.stderr)
         return EXIT_USAGE
 
 

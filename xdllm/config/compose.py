@@ -10,6 +10,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from xdllm.config.schema import check_new_keys, check_values
 from xdllm.errors import XdllmError
 from xdllm.registry import RegisteredFamily, discover_families
 
@@ -52,35 +53,6 @@ def check_group_choices(overrides: Sequence[str], options: dict[str, list[str]])
             raise XdllmError(f"unknown {group} '{value}'; available: {', '.join(options[group])}")
 
 
-# Leaves whose type xdllm checks right after composition, so a typo'd value fails with its key
-# named instead of deep inside a constructor.
-TYPED_KEYS: dict[str, dict[str, tuple[type, ...]]] = {
-    "train": {
-        "seed": (int,), "torch_threads": (int,), "trainer.max_steps": (int,),
-        "trainer.val_check_interval": (int, float),
-        "trainer.log_every_n_steps": (int,), "trainer.devices": (int, str, list),
-        "data.batch_size": (int,), "data.eval_batch_size": (int,), "data.num_val_samples": (int,),
-        "data.num_test_samples": (int,), "data.num_workers": (int,),
-        "optim.lr": (float, int), "optim.weight_decay": (float, int), "optim.warmup_steps": (int,),
-        "history.num_samples": (int,), "history.k": (int,),
-    },
-    "generate": {
-        "batch_size": (int,), "history_k": (int,),
-        "history_tensorboard_samples": (int,),
-    },
-}
-
-
-def check_types(config: DictConfig, config_name: str) -> None:
-    for key, types in TYPED_KEYS.get(config_name, {}).items():
-        value = OmegaConf.select(config, key, throw_on_missing=False)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, types):
-            expected = " or ".join(t.__name__ for t in types)
-            raise XdllmError(f"{key} must be {expected}, got {value!r}")
-
-
 def _open_predictor_overrides(overrides: Sequence[str]) -> list[str]:
     """``generate`` merges ``predictor.*`` over the run's predictor config, so any key may be
     given there: ``predictor.threshold=0.9`` means ``+predictor.threshold=0.9``."""
@@ -94,6 +66,7 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     families = discover_families(search_path_override(overrides))
     if config_name == "train":
         check_group_choices(overrides, group_options(families))
+    check_new_keys(overrides, config_name)
     search_path = ",".join(f"file://{d}" for d in config_dirs(families)[1:])
     try:
         with initialize_config_dir(config_dir=str(ROOT_CONFIG_DIR), version_base="1.3"):
@@ -103,6 +76,9 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
             )
     except (HydraException, OmegaConfBaseException) as error:
         message = str(error).strip().splitlines()[0]
+        if message.startswith("Could not override"):
+            message += (" There is no such key in the config; an option its config does not list "
+                        "is added with +KEY=VALUE (where the node takes new keys).")
         raise XdllmError(f"invalid configuration or override: {message}") from error
-    check_types(config, config_name)
+    check_values(config, config_name)
     return config

@@ -273,6 +273,11 @@ def held_out_keys(task: Task | TokenizedTask, split: str, seed: int, count: int)
 def encode_symbols(tokenizer: Tokenizer, symbols: list[str], where: str) -> list[int]:
     """Token ids of ``symbols``; the tasks' lengths assume exactly one token per symbol."""
     ids = tokenizer.encode(" ".join(symbols))
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if unknown is not None and unknown in ids and len(ids) == len(symbols):
+        symbol = symbols[ids.index(unknown)]
+        raise ValueError(f"{where}: the tokenizer cannot encode the symbol {symbol!r} (it becomes its "
+                         "unknown token); use a tokenizer whose vocabulary holds the task's symbols")
     if len(ids) != len(symbols):
         raise ValueError(f"{where}: the tokenizer turned {len(symbols)} symbols into {len(ids)} tokens "
                          f"({' '.join(symbols)!r}); task lengths need one token per symbol")

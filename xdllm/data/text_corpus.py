@@ -11,11 +11,14 @@ Nothing is downloaded: the path must name a local file.
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 from typing import ClassVar
 
 from xdllm.interfaces import Tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 class TextFileTask:
@@ -41,12 +44,20 @@ class TextFileTask:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError as error:
             raise ValueError(f"text_file task: {self.path} is not UTF-8 text ({error})") from error
-        for line in lines:
+        unknown, unknown_count, first_unknown_line = getattr(tokenizer, "unk_token_id", None), 0, None
+        for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             ids = tokenizer.encode(line)
+            if unknown is not None and unknown in ids:
+                unknown_count += ids.count(unknown)
+                first_unknown_line = first_unknown_line or number
             documents.extend(tuple(ids[start:start + self.max_tokens])
                              for start in range(0, len(ids), self.max_tokens))
+        if unknown_count:
+            logger.warning("text_file task: %d tokens of %s are the tokenizer's unknown token (first on "
+                           "line %d): its vocabulary does not cover the corpus", unknown_count, self.path,
+                           first_unknown_line)
         return documents
 
     @property

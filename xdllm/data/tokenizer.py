@@ -94,7 +94,11 @@ class HFTokenizerFile:
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"HFTokenizerFile: tokenizer file {self.path} does not exist")
-        self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path))
+        try:
+            self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path))
+        except Exception as error:
+            raise ValueError(f"HFTokenizerFile: {self.path} is not a readable tokenizers JSON file "
+                             f"({' '.join(str(error).split())})") from error
         self.pad_token_id = self._special_id("pad_token", pad_token)
         self.mask_token_id = self._special_id("mask_token", mask_token)
         self.bos_token_id = self._special_id("bos_token", bos_token)
@@ -109,6 +113,12 @@ class HFTokenizerFile:
     @property
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def unk_token_id(self) -> int | None:
+        """The id text the vocabulary cannot represent becomes, if the model has one."""
+        token = getattr(self._tokenizer.model, "unk_token", None)
+        return self._tokenizer.token_to_id(token) if token else None
 
     @property
     def special_token_ids(self) -> frozenset[int]:

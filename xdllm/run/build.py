@@ -13,16 +13,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
-from xdllm.data import DiffusionDataModule, get_task, load_tokenizer
+from xdllm.config.schema import check_components
+from xdllm.data import DiffusionDataModule, example, get_task, load_tokenizer
 from xdllm.errors import XdllmError
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.interfaces import Evaluator, Tokenizer
 
 COMPONENT_KEYS = ("model", "collator", "loss", "predictor")
+ENCODING_PROBE = 16
+"""Validation samples encoded while building, so a tokenizer that cannot encode the task fails
+before anything is written."""
 
 
 @dataclass
@@ -58,10 +63,36 @@ def fill_derived(config: DictConfig, tokenizer: Tokenizer, task: Any) -> None:
 
 
 def _instantiate(node: DictConfig, where: str, **kwargs: Any) -> Any:
+    """Build one component; a failure names the node and the constructor's own message."""
     try:
         return instantiate(node, **kwargs)
     except Exception as error:
-        raise XdllmError(f"could not build {where}: {error}") from error
+        cause = error.__cause__ if isinstance(error, InstantiationException) and error.__cause__ else error
+        raise XdllmError(f"could not build {where} ({node.get('_target_')}): {cause}") from error
+
+
+def position_limit(model: torch.nn.Module) -> int | None:
+    """The longest sequence a model can embed (its ``config.max_positions``), if it says."""
+    limit = getattr(getattr(model, "config", None), "max_positions", None)
+    return limit if isinstance(limit, int) else None
+
+
+def check_positions(model: torch.nn.Module, task: Any, max_new_tokens: int) -> None:
+    """The task's longest sequence (bos, the longest prompt, the generation window) must fit the
+    model's positions, or training and generation would fail deep inside the model."""
+    limit = position_limit(model)
+    longest = 1 + task.max_prompt_len + max_new_tokens
+    if limit is not None and longest > limit:
+        raise XdllmError(f"model.max_positions={limit} is too small for task {task.name}: its longest "
+                         f"sequence is {longest} tokens (bos + prompt of {task.max_prompt_len} + "
+                         f"{max_new_tokens} answer slots); raise model.max_positions")
+
+
+def check_vocabulary(model: torch.nn.Module, tokenizer: Tokenizer) -> None:
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(size, int) and size < tokenizer.vocab_size:
+        raise XdllmError(f"model.vocab_size={size} is smaller than the tokenizer's vocabulary "
+                         f"({tokenizer.vocab_size} tokens); leave it at ${{derived.vocab_size}}")
 
 
 def build_components(config: DictConfig) -> RunComponents:
@@ -70,11 +101,14 @@ def build_components(config: DictConfig) -> RunComponents:
         tokenizer = load_tokenizer(config.tokenizer)
         params = OmegaConf.to_container(config.task.get("params", {}), throw_on_missing=True)
         task = get_task(config.task.name, tokenizer=tokenizer, **params)
+        for index in range(ENCODING_PROBE):  # the tokenizer must encode the task: fail here, not mid-run
+            example(task, tokenizer, "validation", index, config.seed)
     except MissingMandatoryValue as error:
         raise XdllmError(f"task {config.task.name} needs a value for {error.full_key}") from error
     except (ValueError, FileNotFoundError, KeyError, TypeError) as error:
         raise XdllmError(f"task {config.task.name}: {error}") from error
     fill_derived(config, tokenizer, task)
+    check_components(config)
     collators = {
         role: _instantiate(node, f"collator.{role}", tokenizer=tokenizer)
         for role, node in config.collator.items()
@@ -82,11 +116,14 @@ def build_components(config: DictConfig) -> RunComponents:
     for role in ("train", "val", "prediction"):
         if role not in collators:
             raise XdllmError(f"config collator.{role} is missing")
+    model = _instantiate(config.model, "model")
+    check_vocabulary(model, tokenizer)
+    check_positions(model, task, int(config.derived.max_new_tokens))
     return RunComponents(
         config=config,
         tokenizer=tokenizer,
         task=task,
-        model=_instantiate(config.model, "model"),
+        model=model,
         loss=_instantiate(config.loss, "loss"),
         predictor=_instantiate(config.predictor, "predictor", tokenizer=tokenizer),
         evaluator=_build_evaluator(config, tokenizer),
@@ -106,6 +143,13 @@ def _build_evaluator(config: DictConfig, tokenizer: Tokenizer) -> Evaluator:
 
 
 def build_datamodule(components: RunComponents) -> DiffusionDataModule:
+    try:
+        return _datamodule(components)
+    except ValueError as error:
+        raise XdllmError(str(error)) from error
+
+
+def _datamodule(components: RunComponents) -> DiffusionDataModule:
     config = components.config
     return DiffusionDataModule(
         accumulate_grad_batches=config.optim.get("accumulate_grad_batches", 1),

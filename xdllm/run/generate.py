@@ -24,6 +24,7 @@ from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.interfaces import Example
+from xdllm.run.build import position_limit
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.train.checkpoint_io import remove_stale_temporaries, temporary_path
 
@@ -58,12 +59,6 @@ def _prompt_batches(run: TrainedRun, examples: list[Example], batch_size: int) -
         batch = dict(collate(examples[start:start + batch_size]))
         batch.pop("target_ids", None)
         yield batch
-
-
-def position_limit(model: torch.nn.Module) -> int | None:
-    """The longest canvas a model can embed (its ``config.max_positions``), if it says."""
-    limit = getattr(getattr(model, "config", None), "max_positions", None)
-    return limit if isinstance(limit, int) else None
 
 
 def check_canvas_fits(run: TrainedRun, predictor: Any, longest_prompt: int) -> None:

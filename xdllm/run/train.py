@@ -21,6 +21,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
@@ -88,6 +89,9 @@ def check_run_options(config: DictConfig) -> None:
                              f"set {replacement} instead")
     if config.checkpoint.mode not in ("max", "min"):
         raise XdllmError(f"checkpoint.mode must be max or min, got {config.checkpoint.mode!r}")
+    if config.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise XdllmError(f"trainer.accelerator={config.trainer.accelerator} but this machine has no "
+                         "CUDA device torch can use; use trainer.accelerator=cpu (or auto)")
 
 
 EXISTING_RUN_DIR_CHOICES = ("refuse", "move_aside")
@@ -116,6 +120,28 @@ def claim_run_dir(run_dir: Path, resume: ResumePoint | None, policy: str) -> Non
     moved = run_dir.with_name(f"{run_dir.name}.moved-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}")
     os.replace(run_dir, moved)
     log.info("run_dir %s held an earlier run: moved it to %s", run_dir, moved)
+
+
+def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig) -> None:
+    """The checkpoint must hold this model: same family, same parameter names and shapes."""
+    checkpoint = torch.load(point.checkpoint, map_location="cpu", weights_only=False, mmap=True)
+    family = checkpoint.get("xdllm_config", {}).get("model_family")
+    if family != config.model_family:
+        raise XdllmError(f"resume: {point.checkpoint} holds a {family} model, this run builds "
+                         f"{config.model_family}")
+    saved = {k.removeprefix("model."): v.shape for k, v in checkpoint["state_dict"].items()
+             if k.startswith("model.")}
+    built = {name: tensor.shape for name, tensor in model.state_dict().items()}
+    for name in sorted(set(saved) | set(built)):
+        if saved.get(name) != built.get(name):
+            raise XdllmError(
+                f"resume: {point.checkpoint} does not fit the model this config builds: {name} is "
+                f"{_shape(saved.get(name))} there and {_shape(built.get(name))} here (resume with the "
+                "model options the run was trained with)")
+
+
+def _shape(shape: torch.Size | None) -> str:
+    return "missing" if shape is None else str(list(shape))
 
 
 def checkpoint_callbacks(config: DictConfig, run_dir: Path) -> tuple[ModelCheckpoint, LatestCheckpoint]:
@@ -156,6 +182,8 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     history = ValidationHistory(
         run_dir=run_dir, tokenizer=components.tokenizer,
         num_samples=config.history.num_samples, k=config.history.k)
+    if point is not None:
+        check_resume_matches(point, components.model, config)
     frozen, frozen_sources = load_frozen_models(config)
     module = DiffusionLMModule(
         model=components.model,
@@ -183,7 +211,7 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
             num_sanity_val_steps=0,
             max_epochs=-1,
         )
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, MisconfigurationException) as error:
         raise XdllmError(f"invalid trainer configuration: {error}") from error
     if launching:
         claim_run_dir(run_dir, point, config.get("existing_run_dir", "refuse"))

@@ -1,0 +1,95 @@
+"""Every bad input is one ``xdllm: error:`` line naming what was wrong, exit status 2, and
+nothing written: a table of bad values for each class of input."""
+
+from pathlib import Path
+
+import pytest
+
+from xdllm.cli.main import main
+
+TRAIN = [
+    ("trainer.max_steps=0", "trainer.max_steps=0 is not allowed: trainer.max_steps must be a whole number >= 1"),
+    ("trainer.max_steps=three", "trainer.max_steps='three' is not allowed"),
+    ("data.batch_size=-3", "data.batch_size must be a whole number >= 1"),
+    ("data.eval_batch_size=0", "data.eval_batch_size must be a whole number >= 1"),
+    ("data.num_val_samples=0", "data.num_val_samples must be a whole number >= 1"),
+    ("optim.lr=0", "optim.lr must be a number > 0"),
+    ("optim.lr=-1e-3", "optim.lr must be a number > 0"),
+    ("optim.warmup_steps=-5", "optim.warmup_steps must be a whole number >= 0"),
+    ("optim.accumulate_grad_batches=0", "optim.accumulate_grad_batches must be a whole number >= 1"),
+    ("torch_threads=0", "torch_threads must be a whole number >= 1 (or null)"),
+    ("trainer.val_check_interval=0", "trainer.val_check_interval must be a whole number >= 1"),
+    ("history.num_samples=-1", "history.num_samples must be a whole number >= 0"),
+    ("checkpoint.mode=best", "checkpoint.mode must be max or min"),
+    ("existing_run_dir=overwrite", "existing_run_dir must be refuse or move_aside"),
+    ("trainer.accelerator=gpu", "trainer.accelerator=gpu but this machine has no CUDA device"),
+    ("+foo=1", "unknown key 'foo' in '+foo=1': the config has no such key"),
+    ("+data.batch_sise=3", "data has no such key and takes no new ones; known keys there: batch_size"),
+    ("+trainer.gradient_clip_val=1", "set optim.gradient_clip_val instead"),
+    ("model.n_layers=two", "model.n_layers='two' is not allowed: model.n_layers must be a whole number"),
+    ("+model.nlayers=3", "model.nlayers: xdllm_models.mlm.model.RotaryTransformerMLMModel takes no argument"),
+    ("model.max_positions=8", "model.max_positions=8 is too small for task sort"),
+    ("model.vocab_size=5", "model.vocab_size=5 is smaller than the tokenizer's vocabulary"),
+    ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),
+    ("predictor.confidence=maximal", "confidence must be one of"),
+    ("model=mdlm mdlm.corruption=gauss", "corruption must be 'uniform' or 'blockwise', got 'gauss'"),
+    ("data.validation_roles=[loss,lost]", "data.validation_roles=['loss', 'lost'] is not allowed"),
+    ("experiment=nope", "unknown experiment 'nope'"),
+    ("tokenizer=experiments/data/stories_tokenizer.json", "cannot encode the symbol"),
+    ("tokenizer={broken}", "is not a readable tokenizers JSON file"),
+    ("run_dir={file}/run", "Not a directory"),
+]
+
+GENERATE = [
+    ("batch_size=0", "batch_size must be a whole number >= 1"),
+    ("num_samples=0", "num_samples must be a whole number >= 1 (or null)"),
+    ("split=train", "split must be test or validation"),
+    ("history=all", "history must be topk (or null)"),
+    ("predictor.max_new_tokens=100000", "plus predictor.max_new_tokens=100000 needs 100005 positions; the model "
+                                        "has max_positions=512"),
+    ("prompts_file={latin1}", "is not UTF-8 text"),
+    ("prompts_file={missing}", "prompts_file not found"),
+    ("predictor.temperature=-1", "temperature"),
+]
+
+
+def _fill(argument: str, tmp_path: Path) -> str:
+    (tmp_path / "broken.json").write_text('{"model": ')
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 1 2\n".encode("latin-1"))
+    return argument.format(broken=tmp_path / "broken.json", file=tmp_path / "file",
+                           latin1=tmp_path / "latin1.txt", missing=tmp_path / "missing.txt")
+
+
+def _one_line_error(code: int, capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith("xdllm: error:") and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("arguments,expected", TRAIN, ids=[case[0] for case in TRAIN])
+def test_bad_training_input_is_one_line_and_writes_nothing(arguments, expected, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    extra = [] if "run_dir=" in arguments else [f"run_dir={run_dir}"]
+    extra += [] if "max_steps" in arguments else ["trainer.max_steps=1"]
+    code = main(["train", *_fill(arguments, tmp_path).split(), *extra])
+    assert expected in _one_line_error(code, capsys)
+    assert not run_dir.exists()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    from tiny_run import TINY
+
+    run_dir = tmp_path_factory.mktemp("bad_inputs") / "run"
+    assert main(["train", *TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", f"run_dir={run_dir}"]) == 0
+    return run_dir
+
+
+@pytest.mark.parametrize("arguments,expected", GENERATE, ids=[case[0] for case in GENERATE])
+def test_bad_generation_input_is_one_line_and_writes_nothing(arguments, expected, trained, tmp_path, capsys):
+    before = sorted(trained.rglob("*"))
+    code = main(["generate", f"ckpt={trained}", *_fill(arguments, tmp_path).split()])
+    assert expected in _one_line_error(code, capsys)
+    assert sorted(trained.rglob("*")) == before

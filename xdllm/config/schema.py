@@ -1,0 +1,236 @@
+"""What every configuration value may be, checked right after composition, before anything runs.
+
+Three layers:
+
+- **The root configs' own keys** (``SCHEMAS``): a type, and a range or a set of choices, per key.
+  A wrong value is one error naming the key, the value and what is allowed.
+- **New keys** (``+key=value``) are accepted only where a group takes extras: ``trainer`` (any
+  Lightning Trainer argument), ``frozen`` (named models) and the family's component nodes, whose
+  constructors decide. Elsewhere a new key is a typo, and is refused with the known keys named.
+- **Family component nodes** (``model``, ``loss``, ``predictor``, ``evaluator``, ``collator.*``):
+  every key must be a parameter of the ``_target_``'s signature, with a value of its annotated
+  type (ints, floats, bools, strings, their optional forms and literals).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.utils import get_object
+from omegaconf import DictConfig, OmegaConf
+
+from xdllm.errors import XdllmError
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Allowed values of one key: types, an inclusive ``low``/``high`` or exclusive ``above``
+    bound, or ``choices``; ``nullable`` admits null."""
+
+    types: tuple[type, ...]
+    low: int | float | None = None
+    above: int | float | None = None
+    high: int | float | None = None
+    choices: tuple[Any, ...] | None = None
+    nullable: bool = False
+
+    def describe(self) -> str:
+        if self.choices is not None:
+            allowed = " or ".join(str(choice) for choice in self.choices)
+        else:
+            allowed = " or ".join(_TYPE_WORDS.get(t, "a number" if t is float else t.__name__)
+                                  for t in self.types if not (t is int and float in self.types))
+            if self.low is not None:
+                allowed += f" >= {self.low:g}"
+            if self.above is not None:
+                allowed += f" > {self.above:g}"
+            if self.high is not None:
+                allowed += f" <= {self.high:g}"
+        return allowed + (" (or null)" if self.nullable else "")
+
+    def allows(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if isinstance(value, bool) and bool not in self.types:
+            return False
+        if not isinstance(value, self.types):
+            return False
+        if self.choices is not None:
+            return value in self.choices
+        if self.low is not None and value < self.low:
+            return False
+        if self.above is not None and value <= self.above:
+            return False
+        return self.high is None or value <= self.high
+
+
+_TYPE_WORDS = {int: "a whole number", str: "a string", bool: "true or false", list: "a list"}
+
+WHOLE, POSITIVE, COUNT = Rule((int,), low=0), Rule((int,), low=1), Rule((int,), low=0)
+NUMBER = (float, int)
+FLAG = Rule((bool,))
+
+SCHEMAS: dict[str, dict[str, Rule]] = {
+    "train": {
+        "seed": WHOLE,
+        "torch_threads": Rule((int,), low=1, nullable=True),
+        "run_dir": Rule((str,), nullable=True),
+        "existing_run_dir": Rule((str,), choices=("refuse", "move_aside")),
+        "tokenizer": Rule((str,)),
+        "generate_after_train": FLAG,
+        "trainer.max_steps": POSITIVE,
+        "trainer.val_check_interval": POSITIVE,
+        "trainer.log_every_n_steps": POSITIVE,
+        "trainer.devices": Rule((int, str, list)),
+        "trainer.accelerator": Rule((str,), choices=("cpu", "gpu", "cuda", "auto")),
+        "trainer.precision": Rule((str, int)),
+        "trainer.enable_progress_bar": FLAG,
+        "trainer.enable_model_summary": FLAG,
+        "data.batch_size": POSITIVE,
+        "data.eval_batch_size": POSITIVE,
+        "data.num_val_samples": POSITIVE,
+        "data.num_test_samples": COUNT,
+        "data.num_workers": COUNT,
+        "data.validation_roles": Rule((list,)),
+        "optim.lr": Rule(NUMBER, above=0),
+        "optim.weight_decay": Rule(NUMBER, low=0),
+        "optim.beta1": Rule(NUMBER, low=0, high=0.999999),
+        "optim.beta2": Rule(NUMBER, low=0, high=0.999999),
+        "optim.eps": Rule(NUMBER, above=0),
+        "optim.warmup_steps": COUNT,
+        "optim.min_lr_ratio": Rule(NUMBER, low=0, high=1),
+        "optim.gradient_clip_val": Rule(NUMBER, low=0, nullable=True),
+        "optim.accumulate_grad_batches": POSITIVE,
+        "checkpoint.last_every_n_steps": POSITIVE,
+        "checkpoint.save_every_n_steps": Rule((int,), low=1, nullable=True),
+        "checkpoint.monitor": Rule((str,)),
+        "checkpoint.mode": Rule((str,), choices=("max", "min")),
+        "history.num_samples": COUNT,
+        "history.k": POSITIVE,
+    },
+    "generate": {
+        "split": Rule((str,), choices=("test", "validation")),
+        "prompts_file": Rule((str,), nullable=True),
+        "num_samples": Rule((int,), low=1, nullable=True),
+        "batch_size": POSITIVE,
+        "output_dir": Rule((str,), nullable=True),
+        "history": Rule((str,), choices=("topk",), nullable=True),
+        "history_k": POSITIVE,
+        "history_tensorboard_samples": COUNT,
+    },
+}
+
+OPEN_NODES = {"train": ("trainer", "frozen", "model", "collator", "loss", "predictor", "evaluator"),
+              "generate": ("predictor",)}
+"""Where ``+key=value`` may add a key: the nodes whose consumer takes arbitrary arguments."""
+
+COMPONENT_NODES = ("model", "loss", "predictor", "evaluator", "collator.train", "collator.val",
+                   "collator.prediction")
+
+
+def check_new_keys(overrides: Sequence[str], config_name: str) -> None:
+    """Refuse ``+key=value`` outside the nodes that take extras, naming what exists there."""
+    open_nodes = OPEN_NODES.get(config_name, ())
+    for override in overrides:
+        if not override.startswith("+"):
+            continue
+        key = override.lstrip("+").partition("=")[0]
+        if key.split(".")[0] in open_nodes:
+            continue
+        node = key.rpartition(".")[0]
+        known = sorted(k.rpartition(".")[2] for k in SCHEMAS.get(config_name, {})
+                       if k.rpartition(".")[0] == node)
+        where = f"{node} has" if node else "the config has"
+        hint = f"; known keys there: {', '.join(known)}" if known else ""
+        raise XdllmError(f"unknown key {key!r} in {override!r}: {where} no such key and takes no new "
+                         f"ones{hint}")
+
+
+def check_values(config: DictConfig, config_name: str) -> None:
+    """Every key of the root schema against its rule."""
+    for key, rule in SCHEMAS.get(config_name, {}).items():
+        value = OmegaConf.select(config, key, throw_on_missing=False)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value, resolve=True)
+        if not rule.allows(value):
+            raise XdllmError(f"{key}={value!r} is not allowed: {key} must be {rule.describe()}")
+    roles = OmegaConf.select(config, "data.validation_roles", throw_on_missing=False)
+    if roles is not None and (not roles or len(set(roles)) != len(roles)
+                              or not set(roles) <= {"loss", "prediction"}):
+        raise XdllmError(f"data.validation_roles={list(roles)} is not allowed: it must list loss and/or "
+                         "prediction, each once")
+
+
+def _annotation_rule(annotation: Any) -> tuple[tuple[type, ...], tuple[Any, ...] | None, bool] | None:
+    """``(types, choices, nullable)`` for annotations simple enough to check, else None."""
+    simple = (int, float, bool, str)
+    if annotation in simple:
+        return (annotation, int) if annotation is float else (annotation,), None, False
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return tuple({type(a) for a in args}), args, False
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        nullable = len(members) < len(args)
+        rules = [_annotation_rule(member) for member in members]
+        if any(rule is None or rule[1] is not None for rule in rules):
+            return None
+        return tuple(t for rule in rules for t in rule[0]), None, nullable
+    return None
+
+
+def _value_matches(value: Any, allowed: tuple[tuple[type, ...], tuple[Any, ...] | None, bool]) -> bool:
+    kinds, choices, nullable = allowed
+    if value is None:
+        return nullable
+    if isinstance(value, bool) and bool not in kinds:
+        return False
+    if choices is not None:
+        return value in choices
+    return isinstance(value, kinds)
+
+
+def check_component(node: Mapping[str, Any], where: str) -> None:
+    """Keys and simple value types of one ``_target_`` node against the target's signature."""
+    target_name = node.get("_target_")
+    if target_name is None:
+        return
+    try:
+        target = get_object(target_name)
+    except Exception as error:
+        raise XdllmError(f"{where}._target_={target_name!r} cannot be imported: {error}") from error
+    try:
+        signature = inspect.signature(target)
+        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+    except (TypeError, ValueError, NameError):
+        return
+    parameters = signature.parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    for key, value in node.items():
+        if key.startswith("_"):
+            continue
+        if key not in parameters:
+            if takes_any:
+                continue
+            names = ", ".join(name for name in parameters if name not in ("self", "tokenizer"))
+            raise XdllmError(f"{where}.{key}: {target_name} takes no argument {key!r}; it takes: {names}")
+        allowed = _annotation_rule(hints.get(key, inspect.Parameter.empty))
+        if allowed is not None and not _value_matches(value, allowed):
+            kinds, choices, nullable = allowed
+            expected = (" or ".join(repr(c) for c in choices) if choices is not None
+                        else " or ".join(_TYPE_WORDS.get(k, "a number" if k is float else k.__name__)
+                                         for k in kinds if not (k is int and float in kinds)))
+            raise XdllmError(f"{where}.{key}={value!r} is not allowed: {where}.{key} must be {expected}"
+                             + (" (or null)" if nullable else ""))
+
+
+def check_components(config: DictConfig) -> None:
+    for where in COMPONENT_NODES:
+        node = OmegaConf.select(config, where, throw_on_missing=False)
+        if node is not None:
+            check_component(OmegaConf.to_container(node, resolve=True), where)
