@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tiny_run import TINY
+
 from xdllm.history import read_history_file
 from xdllm.train.checkpoint_io import read_checkpoint_file
 
