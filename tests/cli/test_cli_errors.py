@@ -24,7 +24,7 @@ def _error_line(capsys) -> str:
     (["collator=no_such_collator"], "unknown collator 'no_such_collator'; available: packed_mlm"),
     (["trainer_strategy=fsdp"], "unknown trainer_strategy 'fsdp'; available: ddp, single"),
     (["trainer.max_stepz=3"], "invalid configuration or override"),
-    (["trainer.max_steps=three"], "trainer.max_steps must be int, got 'three'"),
+    (["trainer.max_steps=three"], "trainer.max_steps='three' is not allowed: trainer.max_steps must be a whole number"),
     (["not-an-override"], "invalid configuration or override"),
 ])
 def test_train_errors_are_one_line(capsys, overrides, expected):
