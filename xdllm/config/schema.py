@@ -83,6 +83,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "existing_run_dir": Rule((str,), choices=("refuse", "move_aside")),
         "tokenizer": Rule((str,)),
         "generate_after_train": FLAG,
+        "progress": Rule((str,), choices=("auto", "bar", "lines")),
         "trainer.max_steps": POSITIVE,
         "trainer.val_check_interval": POSITIVE,
         "trainer.log_every_n_steps": POSITIVE,

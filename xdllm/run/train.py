@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +33,7 @@ from xdllm.run.checkpoint import CHECKPOINT_DIR, ResumePoint, load_frozen_models
 from xdllm.train.checkpoint_io import AtomicCheckpointIO, remove_stale_temporaries, temporary_path
 from xdllm.train.history_hook import ValidationHistory
 from xdllm.train.latest_checkpoint import LAST_NAME, LatestCheckpoint
+from xdllm.train.metric_lines import MetricLines
 from xdllm.train.module import DiffusionLMModule
 from xdllm.train.optim import OptimConfig
 
@@ -122,6 +124,17 @@ def claim_run_dir(run_dir: Path, resume: ResumePoint | None, policy: str) -> Non
     log.info("run_dir %s held an earlier run: moved it to %s", run_dir, moved)
 
 
+PROGRESS_CHOICES = ("auto", "bar", "lines")
+
+
+def progress_as_lines(progress: str) -> bool:
+    """``auto``: a progress bar on a terminal, plain metric lines otherwise (a log file keeps
+    every carriage return of a bar); ``bar`` or ``lines`` force one."""
+    if progress not in PROGRESS_CHOICES:
+        raise XdllmError(f"progress must be one of {', '.join(PROGRESS_CHOICES)}, got {progress!r}")
+    return progress == "lines" or (progress == "auto" and not sys.stderr.isatty())
+
+
 def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig) -> None:
     """The checkpoint must hold this model: same family, same parameter names and shapes."""
     checkpoint = torch.load(point.checkpoint, map_location="cpu", weights_only=False, mmap=True)
@@ -200,6 +213,9 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     best, latest = checkpoint_callbacks(config, run_dir)
     callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history]
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
+    if progress_as_lines(config.get("progress", "auto")):
+        trainer_args["enable_progress_bar"] = False
+        callbacks.append(MetricLines(config.trainer.log_every_n_steps))
     try:
         trainer = L.Trainer(
             **trainer_args,

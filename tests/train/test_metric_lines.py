@@ -1,0 +1,26 @@
+"""Off a terminal, training prints plain timestamped metric lines, never a redrawn progress bar."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tiny_run import TINY_RUN
+
+
+def test_logs_off_a_terminal_are_plain_lines(external_models: Path, tmp_path):
+    overrides = [o for o in TINY_RUN if not o.startswith("trainer.enable_progress_bar")]
+    env = {k: v for k, v in os.environ.items() if k != "XDLLM_RUN_DIR"}
+    result = subprocess.run(
+        [sys.executable, "-m", "xdllm.cli.main", "train", *overrides, "model=toyfam",
+         f"model_search_path=[{external_models}]", "trainer.max_steps=4", "trainer.log_every_n_steps=2",
+         "trainer.val_check_interval=4", f"run_dir={tmp_path / 'run'}"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    log = result.stdout + result.stderr
+    assert "\r" not in log and "\x1b[" not in log  # no bar redraws, no cursor escapes
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    steps = re.findall(rf"^{stamp} step (\d+)/4 .*train/loss=[0-9.e-]+ .*steps/s\)$", log, re.M)
+    assert steps == ["2", "4"]
+    assert re.search(rf"^{stamp} validation at step 4: val/exact_match=\S+ .*val/loss=\S+", log, re.M)
