@@ -39,7 +39,7 @@ class LatestCheckpoint(L.Callback):
         if step == self._saved_step:
             return
         last = self.folder / LAST_NAME
-        trainer.save_checkpoint(last)
+        trainer.save_checkpoint(last, weights_only=False)
         if self.keep_every_n_steps and step % self.keep_every_n_steps == 0 and trainer.is_global_zero:
             kept = self.folder / step_checkpoint_name(step)
             temporary = temporary_path(kept)
