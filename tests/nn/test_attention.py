@@ -9,6 +9,7 @@ from xdllm.nn.attention import (
     document_ids_for,
     resolve_attention_backend,
 )
+from xdllm.nn.masks import CausalMask, DocumentMask
 from xdllm.nn.transformer import default_positions
 
 
@@ -40,21 +41,29 @@ def test_document_ids_combine_segments_and_padding():
 
 def test_dense_mask_is_same_document_and_never_empties_a_row():
     ids = torch.tensor([[0, 0, 1, -1]])
-    mask = build_attention_mask("sdpa", ids)
+    positions = torch.tensor([[0, 1, 0, 0]])
+    mask = build_attention_mask("sdpa", DocumentMask(), ids, positions)
     expected = torch.tensor([[1, 1, 0, 0],
                              [1, 1, 0, 0],
                              [0, 0, 1, 0],
                              [0, 0, 0, 1]], dtype=torch.bool)
     assert mask.shape == (1, 1, 4, 4)
     assert torch.equal(mask[0, 0], expected)
-    assert build_attention_mask("sdpa", None) is None
+
+
+def test_one_document_needs_no_mask_unless_the_rule_restricts_it():
+    positions = torch.arange(3)[None]
+    assert build_attention_mask("sdpa", DocumentMask(), None, positions) is None
+    causal = build_attention_mask("sdpa", CausalMask(), None, positions)
+    assert torch.equal(causal[0, 0], torch.ones(3, 3, dtype=torch.bool).tril())
 
 
 def test_sdpa_attend_with_mask_equals_per_document_attention():
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
     ids = torch.tensor([[0, 0, 0, 1, 1]])
-    out = attend(q, k, v, "sdpa", build_attention_mask("sdpa", ids))
+    positions = torch.tensor([[0, 1, 2, 0, 1]])
+    out = attend(q, k, v, "sdpa", build_attention_mask("sdpa", DocumentMask(), ids, positions))
     first = attend(q[:, :, :3], k[:, :, :3], v[:, :, :3], "sdpa", None)
     second = attend(q[:, :, 3:], k[:, :, 3:], v[:, :, 3:], "sdpa", None)
     torch.testing.assert_close(out, torch.cat([first, second], dim=2))

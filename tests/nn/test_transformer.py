@@ -4,6 +4,9 @@ import pytest
 import torch
 
 from xdllm.nn import RotaryTransformer, RotaryTransformerConfig
+from xdllm.nn.attention import build_attention_mask, document_ids_for
+from xdllm.nn.masks import CausalMask
+from xdllm.nn.transformer import TransformerOutput, default_positions
 
 VOCAB = 37
 
@@ -66,6 +69,34 @@ def test_explicit_positions_equal_the_default_and_only_relative_positions_matter
     assert (reversed_order[0] - default[0]).abs().max() > 1e-4
 
 
+def test_hidden_states_are_the_residual_stream_after_the_chosen_blocks():
+    torch.manual_seed(0)
+    config = RotaryTransformerConfig(vocab_size=VOCAB, d_model=32, n_layers=3, n_heads=4, max_positions=64,
+                                     attn_backend="sdpa")
+    model = RotaryTransformer(config).eval()
+    ids = torch.randint(0, VOCAB, (2, 7))
+    real = torch.ones(2, 7, dtype=torch.bool)
+    real[1, :2] = False
+    with torch.no_grad():
+        output = model(ids, attention_mask=real, mask_rule=CausalMask(), output_hidden_states=(2, 0))
+        logits = model(ids, attention_mask=real, mask_rule=CausalMask())
+        positions = default_positions(7, real, None, ids.device)
+        mask = build_attention_mask("sdpa", CausalMask(), document_ids_for(real, None), positions)
+        cos, sin = model.rotary(positions)
+        x, after_block = model.token_embedding(ids), []
+        for block in model.blocks:
+            x = block(x, cos, sin, "sdpa", mask)
+            after_block.append(x)
+        manual_logits = model.lm_head(model.final_norm(x))
+    assert isinstance(output, TransformerOutput) and len(output.hidden_states) == 2
+    assert torch.equal(output.hidden_states[0], after_block[2])
+    assert torch.equal(output.hidden_states[1], after_block[0])
+    assert torch.equal(output.logits, logits) and torch.equal(output.logits, manual_logits)
+    assert model(ids, output_hidden_states=()).hidden_states == ()
+    with pytest.raises(ValueError, match="output_hidden_states index 3"):
+        model(ids, output_hidden_states=(3,))
+
+
 def test_gradients_reach_every_parameter_through_a_packed_row():
     model = make_model().train()
     ids = torch.randint(0, VOCAB, (2, 10))
@@ -91,6 +122,12 @@ def test_bad_inputs_and_configs_fail_with_the_offending_name():
         model(torch.zeros(1, 4, dtype=torch.long), segment_ids=torch.zeros(1, 5, dtype=torch.long))
     with pytest.raises((ValueError, TypeError), match="block_mask"):
         model(torch.zeros(1, 4, dtype=torch.long), block_mask=object())
+    tokens = CausalMask().tokens(torch.zeros(1, 4, dtype=torch.long), torch.arange(4)[None])
+    block_mask = CausalMask().block_mask(tokens, tokens)
+    with pytest.raises(ValueError, match="block_mask given but the attention backend is 'sdpa'"):
+        model(torch.zeros(1, 4, dtype=torch.long), block_mask=block_mask)
+    with pytest.raises(ValueError, match="block_mask replaces the mask rule"):
+        model(torch.zeros(1, 4, dtype=torch.long), block_mask=block_mask, mask_rule=CausalMask())
     with pytest.raises(ValueError, match="not divisible by n_heads"):
         RotaryTransformerConfig(vocab_size=5, d_model=30, n_heads=4)
     with pytest.raises((ValueError, TypeError), match="eager"):

@@ -1,12 +1,12 @@
-"""Bidirectional attention behind one switch: SDPA with a dense mask, or FlexAttention.
+"""Attention behind one switch: SDPA with a dense mask, or FlexAttention with a block mask.
 
-Both backends see the same rule, expressed through per-token *document ids*: a query attends
-to a key exactly when both carry the same id. Packed rows use their ``segment_ids``; padding
-gets an id of its own (:data:`PAD_DOCUMENT_ID`), so real tokens never see padding and a padding
-token still has itself to attend to (no fully masked row, no NaN).
+Which keys a query may attend is decided by a mask rule (:mod:`xdllm.nn.masks`) over per-token
+*document ids* and positions. Packed rows use their ``segment_ids`` as document ids; padding
+gets a document of its own (:data:`PAD_DOCUMENT_ID`), so real tokens never see padding and a
+padding token still has itself to attend to (no fully masked row, no NaN).
 
-- ``"sdpa"``: ``F.scaled_dot_product_attention`` with a boolean ``[batch, 1, L, L]`` mask.
-- ``"flex"``: compiled ``flex_attention`` with a block-sparse ``BlockMask`` built by
+- ``"sdpa"``: ``F.scaled_dot_product_attention`` with the rule's boolean ``[batch, 1, Q, K]`` mask.
+- ``"flex"``: compiled ``flex_attention`` with the rule's block-sparse ``BlockMask``, built by
   ``create_block_mask`` on the tensors' device, once per forward and shared by all layers.
 - ``"auto"``: flex on CUDA (where it trains); SDPA elsewhere, because in torch 2.13
   FlexAttention has no CPU backward. Flex on CPU is allowed for inference when asked for.
@@ -21,15 +21,13 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+from xdllm.nn.masks import PAD_DOCUMENT_ID, MaskRule
 
 AttentionBackend = Literal["sdpa", "flex"]
 BackendRequest = Literal["auto", "sdpa", "flex"]
-AttentionMask = Union[Bool[Tensor, "batch 1 seq_len seq_len"], BlockMask, None]
-
-PAD_DOCUMENT_ID = -1
-"""Document id of padding tokens; real tokens' ids (segment ids) must be >= 0."""
-
+AttentionMask = Union[Bool[Tensor, "batch 1 q_len kv_len"], BlockMask, None]
 
 def resolve_attention_backend(requested: BackendRequest, device: torch.device) -> AttentionBackend:
     """The backend to use on ``device`` for a requested ``"auto" | "sdpa" | "flex"``."""
@@ -54,7 +52,7 @@ def document_ids_for(
     attention_mask: Optional[Bool[Tensor, "batch seq_len"]],
     segment_ids: Optional[Integer[Tensor, "batch seq_len"]],
 ) -> Optional[Integer[Tensor, "batch seq_len"]]:
-    """Per-token document ids, or None when every token may attend to every token.
+    """Per-token document ids, or None when all tokens belong to one document.
 
     ``segment_ids`` alone already isolate documents (padding must carry an id no document
     uses, e.g. :data:`PAD_DOCUMENT_ID`). ``attention_mask`` (True on real tokens) moves padding
@@ -71,26 +69,22 @@ def document_ids_for(
 
 
 def build_attention_mask(
-    backend: AttentionBackend, document_ids: Optional[Integer[Tensor, "batch seq_len"]]
+    backend: AttentionBackend,
+    rule: MaskRule,
+    document_ids: Optional[Integer[Tensor, "batch seq_len"]],
+    positions: Integer[Tensor, "batch seq_len"],
 ) -> AttentionMask:
-    """The mask every layer shares for one forward pass (None: full attention)."""
+    """The self-attention mask every layer shares for one forward pass under ``rule``.
+
+    None (no mask: SDPA's fastest path) when all tokens form one document and the rule lets a
+    token see its whole document.
+    """
     if document_ids is None:
-        return None
-    if backend == "sdpa":
-        return document_ids[:, None, :, None] == document_ids[:, None, None, :]
-    return document_block_mask(document_ids)
-
-
-def document_block_mask(document_ids: Integer[Tensor, "batch seq_len"]) -> BlockMask:
-    """FlexAttention ``BlockMask`` for "same document", built on ``document_ids``' device."""
-    batch, seq_len = document_ids.shape
-
-    # A lambda on purpose: flex counts the mask_mod's positional args, and the tests' jaxtyping
-    # import hook would wrap a ``def`` (even unannotated) behind ``*args``.
-    same_document = lambda b, h, q_idx, kv_idx: document_ids[b, q_idx] == document_ids[b, kv_idx]  # noqa: E731
-
-    return create_block_mask(same_document, B=batch, H=None, Q_LEN=seq_len, KV_LEN=seq_len,
-                             device=document_ids.device)
+        if rule.attends_whole_document:
+            return None
+        document_ids = torch.zeros_like(positions)
+    tokens = rule.tokens(document_ids, positions)
+    return rule.dense(tokens, tokens) if backend == "sdpa" else rule.block_mask(tokens, tokens)
 
 
 @functools.cache
@@ -100,13 +94,13 @@ def _compiled_flex_attention():
 
 
 def attend(
-    query: Float[Tensor, "batch heads seq_len head_dim"],
-    key: Float[Tensor, "batch heads seq_len head_dim"],
-    value: Float[Tensor, "batch heads seq_len head_dim"],
+    query: Float[Tensor, "batch heads q_len head_dim"],
+    key: Float[Tensor, "batch heads kv_len head_dim"],
+    value: Float[Tensor, "batch heads kv_len head_dim"],
     backend: AttentionBackend,
     mask: AttentionMask,
-) -> Float[Tensor, "batch heads seq_len head_dim"]:
-    """Bidirectional attention of ``query`` over ``key``/``value`` under ``mask``."""
+) -> Float[Tensor, "batch heads q_len head_dim"]:
+    """Attention of ``query`` over ``key``/``value`` under ``mask`` (None: every key)."""
     if backend == "sdpa":
         if isinstance(mask, BlockMask):
             raise TypeError("attend: a FlexAttention BlockMask needs backend 'flex', got 'sdpa'")

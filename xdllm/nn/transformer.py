@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,8 @@ from xdllm.nn.attention import (
     document_ids_for,
     resolve_attention_backend,
 )
+from xdllm.nn.kv_cache import CachedLayer, KVCache
+from xdllm.nn.masks import DocumentMask, MaskRule, Tokens
 from xdllm.nn.rotary import RotaryEmbedding, apply_rotary
 
 logger = logging.getLogger(__name__)
@@ -106,7 +109,8 @@ def default_positions(
 
 
 class SelfAttention(nn.Module):
-    """Multi-head bidirectional self-attention with rotary queries and keys."""
+    """Multi-head self-attention with rotary queries and keys; with a cache, the keys and values
+    are the cached prefix's followed by the new tokens'."""
 
     def __init__(self, config: RotaryTransformerConfig) -> None:
         super().__init__()
@@ -121,11 +125,14 @@ class SelfAttention(nn.Module):
         sin: Float[Tensor, "batch seq_len half_head_dim"],
         backend: AttentionBackend,
         mask: AttentionMask,
+        cache: Optional[CachedLayer] = None,
     ) -> Float[Tensor, "batch seq_len d_model"]:
         batch, seq_len, d_model = x.shape
         heads = self.qkv(x).view(batch, seq_len, 3, self.n_heads, d_model // self.n_heads)
         query, key, value = heads.permute(2, 0, 3, 1, 4).unbind(0)  # each [batch, heads, L, head_dim]
         query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        if cache is not None:
+            key, value = cache.extend(key, value)
         mixed = attend(query, key, value, backend, mask)
         return self.out(mixed.transpose(1, 2).reshape(batch, seq_len, d_model))
 
@@ -158,9 +165,22 @@ class TransformerBlock(nn.Module):
         sin: Float[Tensor, "batch seq_len half_head_dim"],
         backend: AttentionBackend,
         mask: AttentionMask,
+        cache: Optional[CachedLayer] = None,
     ) -> Float[Tensor, "batch seq_len d_model"]:
-        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin, backend, mask))
+        x = x + self.dropout(self.attention(self.attention_norm(x), cos, sin, backend, mask, cache))
         return x + self.dropout(self.mlp(self.mlp_norm(x)))
+
+
+@dataclass(frozen=True)
+class TransformerOutput:
+    """:meth:`RotaryTransformer.forward`'s result when hidden states are asked for.
+
+    ``hidden_states[j]`` is the residual stream after block ``output_hidden_states[j]``
+    (before the final norm).
+    """
+
+    logits: Float[Tensor, "batch seq_len vocab"]
+    hidden_states: tuple[Float[Tensor, "batch seq_len d_model"], ...]
 
 
 class RotaryTransformer(nn.Module):
@@ -202,6 +222,23 @@ class RotaryTransformer(nn.Module):
             self._logged_backend = backend
         return backend
 
+    def _runnable_backend(self, device: torch.device, block_mask: Optional[BlockMask]) -> AttentionBackend:
+        """The configured backend, refused where it cannot run this forward."""
+        backend = self.attention_backend(device)
+        check_backend_can_run(backend, device)
+        if block_mask is not None and backend != "flex":
+            raise ValueError("RotaryTransformer.forward: block_mask given but the attention "
+                             f"backend is {backend!r}; use attn_backend='flex'")
+        return backend
+
+    def new_kv_cache(self, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None) -> KVCache:
+        """An empty cache for ``batch_size`` rows of up to ``max_len`` tokens, on this model's
+        device. ``dtype`` is the attention's compute dtype (default: the parameters')."""
+        weight = self.token_embedding.weight
+        config = self.config
+        return KVCache(config.n_layers, batch_size, config.n_heads, max_len, config.d_model // config.n_heads,
+                       dtype=dtype or weight.dtype, device=weight.device)
+
     def forward(
         self,
         input_ids: Integer[Tensor, "batch seq_len"],
@@ -209,35 +246,87 @@ class RotaryTransformer(nn.Module):
         positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
         segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
         block_mask: Optional[BlockMask] = None,
-    ) -> Float[Tensor, "batch seq_len vocab"]:
-        """Logits for every position.
+        *,
+        mask_rule: Optional[MaskRule] = None,
+        output_hidden_states: Optional[Sequence[int]] = None,
+        kv_cache: Optional[KVCache] = None,
+        write_cache: bool = True,
+    ) -> Union[Float[Tensor, "batch seq_len vocab"], TransformerOutput]:
+        """Logits for every position; a :class:`TransformerOutput` when ``output_hidden_states``
+        is given.
 
         ``attention_mask``: True on real tokens (keys that may be attended). ``segment_ids``:
         packed documents; tokens attend only within their segment (padding needs an id of its
-        own, e.g. -1). ``positions``: RoPE positions, defaulting to
-        :func:`default_positions`. ``block_mask``: a prebuilt FlexAttention mask, used as is
+        own, e.g. -1). ``positions``: RoPE positions, defaulting to :func:`default_positions`;
+        the mask rule reads them too (causal order, blocks). ``mask_rule``: who sees whom inside
+        a document, default :class:`~xdllm.nn.masks.DocumentMask` (bidirectional).
+        ``block_mask``: a prebuilt FlexAttention mask, used as is instead of a rule
         (``attention_mask`` and ``segment_ids`` then only shape the default positions).
+        ``output_hidden_states``: block indices whose output residual stream to return.
+
+        ``kv_cache``: decode after a cached prefix. The input is the new tokens only, with
+        explicit ``positions``, under a rule that decodes with a cache (causal, block-causal);
+        they attend to the cached prefix and to each other under the rule, always with SDPA.
+        ``write_cache``: append the new tokens to the cache (False: only read it).
         """
+        self._check_inputs(input_ids, attention_mask, positions, segment_ids, block_mask, mask_rule,
+                           output_hidden_states, kv_cache)
+        rule = mask_rule if mask_rule is not None else DocumentMask()
         batch, seq_len = input_ids.shape
+        if positions is None:
+            positions = default_positions(seq_len, attention_mask, segment_ids, input_ids.device)
+        positions = positions.expand(batch, seq_len)
+        document_ids = document_ids_for(attention_mask, segment_ids)
+        if kv_cache is None:
+            backend = self._runnable_backend(input_ids.device, block_mask)
+            mask = block_mask if block_mask is not None else build_attention_mask(backend, rule, document_ids,
+                                                                                  positions)
+        else:  # the cache keeps each key's document and position, all that causal rules read
+            new_tokens = Tokens(torch.zeros_like(positions) if document_ids is None else document_ids, positions)
+            backend, mask = "sdpa", rule.dense(new_tokens, kv_cache.key_tokens(new_tokens))
+        cos, sin = self.rotary(positions)
+
+        x = self.dropout(self.token_embedding(input_ids))
+        wanted = set(output_hidden_states or ())
+        hidden_states = {}
+        for index, block in enumerate(self.blocks):
+            cache = kv_cache.layer(index, write_cache) if kv_cache is not None else None
+            x = block(x, cos, sin, backend, mask, cache)
+            if index in wanted:
+                hidden_states[index] = x
+        if kv_cache is not None and write_cache:
+            kv_cache.append(new_tokens)
+        logits = self.lm_head(self.final_norm(x))
+        if output_hidden_states is None:
+            return logits
+        return TransformerOutput(logits, tuple(hidden_states[index] for index in output_hidden_states))
+
+    def _check_inputs(
+        self,
+        input_ids: Tensor,
+        attention_mask: Optional[Tensor],
+        positions: Optional[Tensor],
+        segment_ids: Optional[Tensor],
+        block_mask: Optional[BlockMask],
+        mask_rule: Optional[MaskRule],
+        output_hidden_states: Optional[Sequence[int]],
+        kv_cache: Optional[KVCache],
+    ) -> None:
+        """Refuse inconsistent arguments of :meth:`forward`, naming the offending one."""
         for name, tensor in (("attention_mask", attention_mask), ("positions", positions),
                              ("segment_ids", segment_ids)):
             if tensor is not None and tensor.shape != input_ids.shape:
                 raise ValueError(f"RotaryTransformer.forward: {name} has shape {tuple(tensor.shape)}, "
                                  f"input_ids has {tuple(input_ids.shape)}")
-        backend = self.attention_backend(input_ids.device)
-        check_backend_can_run(backend, input_ids.device)
-        if block_mask is not None:
-            if backend != "flex":
-                raise ValueError("RotaryTransformer.forward: block_mask given but the attention "
-                                 f"backend is {backend!r}; use attn_backend='flex'")
-            mask: AttentionMask = block_mask
-        else:
-            mask = build_attention_mask(backend, document_ids_for(attention_mask, segment_ids))
-        if positions is None:
-            positions = default_positions(seq_len, attention_mask, segment_ids, input_ids.device)
-        cos, sin = self.rotary(positions.expand(batch, seq_len))
-
-        x = self.dropout(self.token_embedding(input_ids))
-        for block in self.blocks:
-            x = block(x, cos, sin, backend, mask)
-        return self.lm_head(self.final_norm(x))
+        for index in output_hidden_states or ():
+            if not 0 <= index < self.config.n_layers:
+                raise ValueError(f"RotaryTransformer.forward: output_hidden_states index {index} is not a "
+                                 f"block index in [0, {self.config.n_layers})")
+        if block_mask is not None and (mask_rule is not None or kv_cache is not None):
+            raise ValueError("RotaryTransformer.forward: block_mask replaces the mask rule; it cannot be "
+                             "combined with mask_rule or kv_cache")
+        if kv_cache is not None and positions is None:
+            raise ValueError("RotaryTransformer.forward: kv_cache needs explicit positions for the new tokens")
+        if kv_cache is not None and not (mask_rule is not None and mask_rule.decodes_with_cache):
+            raise ValueError(f"RotaryTransformer.forward: kv_cache needs a mask_rule that decodes with a cache "
+                             f"(CausalMask, BlockCausalMask), got {mask_rule!r}")

@@ -1,0 +1,116 @@
+"""Incremental decoding with a KV cache equals recomputing the whole prefix at every step."""
+
+import pytest
+import torch
+
+from xdllm.nn import RotaryTransformer, RotaryTransformerConfig
+from xdllm.nn.masks import BlockCausalMask, BlockDiffusionMask, CausalMask, DocumentMask
+
+VOCAB = 37
+PROMPT_LENGTHS = (3, 7, 5)
+
+
+def make_model() -> RotaryTransformer:
+    torch.manual_seed(0)
+    config = RotaryTransformerConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, max_positions=64,
+                                     attn_backend="sdpa")
+    return RotaryTransformer(config).eval()
+
+
+def left_padded_prompts(block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prompts of different lengths, left-padded to one width: ids, attention mask, positions.
+
+    Each prompt's positions start where it ends on a block boundary (RoPE sees only offsets), so
+    every later forward appends whole blocks to every row. Padding sits at position 0.
+    """
+    torch.manual_seed(1)
+    width = max(PROMPT_LENGTHS)
+    ids = torch.randint(0, VOCAB, (len(PROMPT_LENGTHS), width))
+    real = torch.zeros(len(PROMPT_LENGTHS), width, dtype=torch.bool)
+    positions = torch.zeros(len(PROMPT_LENGTHS), width, dtype=torch.long)
+    for row, length in enumerate(PROMPT_LENGTHS):
+        real[row, width - length:] = True
+        positions[row, width - length:] = (-length) % block_size + torch.arange(length)
+    return ids, real, positions
+
+
+def cached_and_recomputed_logits(rule, block_size: int, steps: int = 3) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Prefill, then ``steps`` forwards of ``block_size`` new tokens each with the cache.
+
+    Pairs (incremental logits, the same tokens' logits from a full recompute): one per forward,
+    then (all incremental logits concatenated, the last full recompute).
+    """
+    model = make_model()
+    ids, real, positions = left_padded_prompts(block_size)
+    cache = model.new_kv_cache(len(PROMPT_LENGTHS), max_len=ids.shape[1] + steps * block_size)
+    with torch.no_grad():
+        incremental = [model(ids, attention_mask=real, positions=positions, mask_rule=rule, kv_cache=cache)]
+        pairs = [(incremental[0], model(ids, attention_mask=real, positions=positions, mask_rule=rule))]
+        for _ in range(steps):
+            new_ids = torch.randint(0, VOCAB, (len(PROMPT_LENGTHS), block_size))
+            new_positions = positions[:, -1:] + 1 + torch.arange(block_size)
+            incremental.append(model(new_ids, positions=new_positions, mask_rule=rule, kv_cache=cache))
+            ids, positions = torch.cat([ids, new_ids], 1), torch.cat([positions, new_positions], 1)
+            real = torch.cat([real, torch.ones_like(new_ids, dtype=torch.bool)], 1)
+            full = model(ids, attention_mask=real, positions=positions, mask_rule=rule)
+            pairs.append((incremental[-1], full[:, -block_size:]))
+    assert cache.length == ids.shape[1]
+    return pairs + [(torch.cat(incremental, dim=1), full)]
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 4])
+@pytest.mark.parametrize("rule_name", ["causal", "block_causal"])
+def test_cached_decoding_equals_full_recomputation(rule_name, block_size):
+    rule = CausalMask() if rule_name == "causal" else BlockCausalMask(block_size)
+    for incremental, recomputed in cached_and_recomputed_logits(rule, block_size):
+        torch.testing.assert_close(incremental, recomputed, atol=1e-5, rtol=0)
+
+
+def test_block_causal_rule_matters_when_decoding_blocks():
+    """Guards the test above: block-causal and causal logits of a new block differ."""
+    block_causal = cached_and_recomputed_logits(BlockCausalMask(4), 4)[1][0]
+    causal = cached_and_recomputed_logits(CausalMask(), 4)[1][0]
+    assert (block_causal - causal).abs().max() > 1e-4
+
+
+def test_reading_the_cache_leaves_it_unchanged_until_a_block_is_written():
+    model = make_model()
+    rule = BlockCausalMask(2)
+    ids, real, positions = left_padded_prompts(2)
+    cache = model.new_kv_cache(len(PROMPT_LENGTHS), max_len=ids.shape[1] + 2)
+    block = torch.randint(0, VOCAB, (len(PROMPT_LENGTHS), 2))
+    block_positions = positions[:, -1:] + 1 + torch.arange(2)
+    with torch.no_grad():
+        model(ids, attention_mask=real, positions=positions, mask_rule=rule, kv_cache=cache)
+        read = model(block, positions=block_positions, mask_rule=rule, kv_cache=cache, write_cache=False,
+                     output_hidden_states=(1,))
+        model(torch.randint(0, VOCAB, block.shape), positions=block_positions, mask_rule=rule, kv_cache=cache,
+              write_cache=False)  # another denoising pass over the same block, never committed
+        assert cache.length == ids.shape[1]
+        written = model(block, positions=block_positions, mask_rule=rule, kv_cache=cache)
+        assert cache.length == ids.shape[1] + 2
+        full = model(torch.cat([ids, block], 1), attention_mask=torch.cat([real, torch.ones_like(block) > 0], 1),
+                     positions=torch.cat([positions, block_positions], 1), mask_rule=rule, output_hidden_states=(1,))
+    torch.testing.assert_close(read.logits, written, atol=1e-6, rtol=0)
+    torch.testing.assert_close(written, full.logits[:, -2:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(read.hidden_states[0], full.hidden_states[0][:, -2:], atol=1e-5, rtol=0)
+
+
+def test_cache_misuse_is_refused_with_the_reason():
+    model = make_model()
+    cache = model.new_kv_cache(1, max_len=4)
+    ids, positions = torch.zeros(1, 3, dtype=torch.long), torch.arange(3)[None]
+    for rule in (None, DocumentMask(), BlockDiffusionMask(2)):
+        with pytest.raises(ValueError, match="decodes with a cache"):
+            model(ids, positions=positions, mask_rule=rule, kv_cache=cache)
+    with pytest.raises(ValueError, match="explicit positions"):
+        model(ids, mask_rule=CausalMask(), kv_cache=cache)
+    with torch.no_grad():
+        model(ids, positions=positions, mask_rule=CausalMask(), kv_cache=cache)
+        with pytest.raises(ValueError, match="exceed max_len=4"):
+            model(ids, positions=positions + 3, mask_rule=CausalMask(), kv_cache=cache)
+        with pytest.raises(ValueError, match="batch of 2 rows"):
+            model(ids.repeat(2, 1)[:, :1], positions=positions.repeat(2, 1)[:, :1], mask_rule=CausalMask(),
+                  kv_cache=cache)
+    cache.reset()
+    assert cache.length == 0

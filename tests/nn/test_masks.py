@@ -1,0 +1,186 @@
+"""Mask rules: hand-written cases pin the semantics; random packed and padded rows check the
+dense SDPA mask against a pairwise reference and against FlexAttention's own evaluation."""
+
+from typing import no_type_check
+
+import pytest
+import torch
+from packed_rows import random_packed_rows
+from torch.nn.attention.flex_attention import create_block_mask
+
+from xdllm.nn.attention import document_ids_for
+from xdllm.nn.masks import (
+    BlockCausalMask,
+    BlockDiffusionMask,
+    CausalMask,
+    DocumentMask,
+    MaskRule,
+    Tokens,
+)
+from xdllm.nn.transformer import default_positions
+
+RULES = [DocumentMask(), CausalMask(), BlockCausalMask(1), BlockCausalMask(2), BlockCausalMask(3),
+         BlockDiffusionMask(1), BlockDiffusionMask(2), BlockDiffusionMask(3)]
+
+
+def random_rows(batch: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Document ids and positions of random packed, padded rows."""
+    segments, real = random_packed_rows(batch, length, seed)
+    return document_ids_for(real, segments), default_positions(length, real, segments, torch.device("cpu"))
+
+
+def row_tokens(rule: MaskRule, documents: torch.Tensor, positions: torch.Tensor):
+    """The rule's tokens for a plain row, or for ``[x_t | x_0]`` (both halves alike) under block diffusion."""
+    if isinstance(rule, BlockDiffusionMask):
+        documents, positions = documents.repeat(1, 2), positions.repeat(1, 2)
+    return rule.tokens(documents, positions)
+
+
+def reference_allows(rule: MaskRule, query: dict, key: dict) -> bool:
+    """Each rule's definition, one (query, key) pair of plain ints at a time."""
+    if query["document"] != key["document"]:
+        return False
+    if isinstance(rule, DocumentMask):
+        return True
+    if isinstance(rule, CausalMask):
+        return key["position"] <= query["position"]
+    query_block, key_block = query["position"] // rule.block_size, key["position"] // rule.block_size
+    if isinstance(rule, BlockCausalMask):
+        return key_block <= query_block
+    if query["clean"]:
+        return key["clean"] and key_block <= query_block
+    return key_block < query_block if key["clean"] else key_block == query_block
+
+
+def token_at(tokens, row: int, index: int) -> dict:
+    return {name: int(value[row, index]) for name, value in tokens._asdict().items()}
+
+
+def dense_of(rule: MaskRule, tokens) -> torch.Tensor:
+    return rule.dense(tokens, tokens)[:, 0]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=repr)
+def test_dense_mask_matches_the_rule_definition_pair_by_pair(rule):
+    for seed in range(3):
+        tokens = row_tokens(rule, *random_rows(3, 10, seed))
+        dense = dense_of(rule, tokens)
+        batch, length = tokens.document.shape
+        for row in range(batch):
+            for q in range(length):
+                for k in range(length):
+                    expected = reference_allows(rule, token_at(tokens, row, q), token_at(tokens, row, k))
+                    assert bool(dense[row, q, k]) == expected, (rule, seed, row, q, k)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=repr)
+def test_flex_evaluation_of_the_mask_mod_equals_the_dense_mask(rule):
+    """create_block_mask with one-token blocks evaluates mask_mod through vmap, token by token."""
+    tokens = row_tokens(rule, *random_rows(3, 10, seed=7))
+    batch, length = tokens.document.shape
+    flex = create_block_mask(rule.mask_mod(tokens, tokens), B=batch, H=None, Q_LEN=length, KV_LEN=length,
+                             device="cpu", BLOCK_SIZE=1)
+    assert torch.equal(flex.to_dense()[:, 0].bool(), dense_of(rule, tokens))
+    assert rule.block_mask(tokens, tokens).shape == (batch, 1, length, length)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=repr)
+def test_every_token_sees_itself_so_no_row_is_empty(rule):
+    tokens = row_tokens(rule, *random_rows(4, 12, seed=3))
+    assert dense_of(rule, tokens).diagonal(dim1=1, dim2=2).all()
+
+
+def test_causal_by_hand_with_two_documents_and_padding():
+    tokens = Tokens(torch.tensor([[0, 0, 0, 1, 1, -1]]), torch.tensor([[0, 1, 2, 0, 1, 0]]))
+    expected = torch.tensor([[1, 0, 0, 0, 0, 0],
+                             [1, 1, 0, 0, 0, 0],
+                             [1, 1, 1, 0, 0, 0],
+                             [0, 0, 0, 1, 0, 0],
+                             [0, 0, 0, 1, 1, 0],
+                             [0, 0, 0, 0, 0, 1]], dtype=torch.bool)
+    assert torch.equal(dense_of(CausalMask(), tokens)[0], expected)
+
+
+def test_block_causal_by_hand_blocks_start_at_each_document():
+    # documents of 3 and 3 tokens, block_size 2: blocks {0,1} {2} | {0,1} {2}
+    tokens = Tokens(torch.tensor([[0, 0, 0, 1, 1, 1]]), torch.tensor([[0, 1, 2, 0, 1, 2]]))
+    expected = torch.tensor([[1, 1, 0, 0, 0, 0],
+                             [1, 1, 0, 0, 0, 0],
+                             [1, 1, 1, 0, 0, 0],
+                             [0, 0, 0, 1, 1, 0],
+                             [0, 0, 0, 1, 1, 0],
+                             [0, 0, 0, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(dense_of(BlockCausalMask(2), tokens)[0], expected)
+
+
+def test_block_diffusion_by_hand_one_document():
+    # N = 4, block_size 2: row [x_t blocks 0 0 1 1 | x_0 blocks 0 0 1 1]
+    rule = BlockDiffusionMask(2)
+    tokens = rule.tokens(torch.zeros(1, 8, dtype=torch.long), torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]]))
+    #                        x_t          x_0
+    expected = torch.tensor([[1, 1, 0, 0, 0, 0, 0, 0],   # x_t block 0: its noisy block
+                             [1, 1, 0, 0, 0, 0, 0, 0],
+                             [0, 0, 1, 1, 1, 1, 0, 0],   # x_t block 1: its noisy block + clean block 0
+                             [0, 0, 1, 1, 1, 1, 0, 0],
+                             [0, 0, 0, 0, 1, 1, 0, 0],   # x_0 block 0: clean block 0
+                             [0, 0, 0, 0, 1, 1, 0, 0],
+                             [0, 0, 0, 0, 1, 1, 1, 1],   # x_0 block 1: clean blocks 0 and 1
+                             [0, 0, 0, 0, 1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(dense_of(rule, tokens)[0], expected)
+
+
+def test_block_diffusion_by_hand_packed_documents_and_padding():
+    # x_t = [a0 a1 a2 | b0 | pad], block_size 2: document a has blocks {0,1} {2}, b has {0}
+    rule = BlockDiffusionMask(2)
+    documents, positions = torch.tensor([[0, 0, 0, 1, -1]]), torch.tensor([[0, 1, 2, 0, 0]])
+    tokens = rule.tokens(documents.repeat(1, 2), positions.repeat(1, 2))
+    #                        a0 a1 a2 b0 p | a0 a1 a2 b0 p
+    expected = torch.tensor([[1, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+                             [1, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+                             [0, 0, 1, 0, 0, 1, 1, 0, 0, 0],
+                             [0, 0, 0, 1, 0, 0, 0, 0, 0, 0],
+                             [0, 0, 0, 0, 1, 0, 0, 0, 0, 0],
+                             [0, 0, 0, 0, 0, 1, 1, 0, 0, 0],
+                             [0, 0, 0, 0, 0, 1, 1, 0, 0, 0],
+                             [0, 0, 0, 0, 0, 1, 1, 1, 0, 0],
+                             [0, 0, 0, 0, 0, 0, 0, 0, 1, 0],
+                             [0, 0, 0, 0, 0, 0, 0, 0, 0, 1]], dtype=torch.bool)
+    assert torch.equal(dense_of(rule, tokens)[0], expected)
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 4])
+def test_no_noisy_token_sees_a_later_block_or_its_own_block_clean(block_size):
+    rule = BlockDiffusionMask(block_size)
+    for seed in range(5):
+        tokens = row_tokens(rule, *random_rows(3, 16, seed))
+        dense = dense_of(rule, tokens)
+        block = tokens.position // block_size
+        query_block, key_block = block[:, :, None], block[:, None, :]
+        noisy_query, clean_key = ~tokens.clean[:, :, None], tokens.clean[:, None, :]
+        assert not (dense & noisy_query & (key_block > query_block)).any()
+        assert not (dense & noisy_query & clean_key & (key_block >= query_block)).any()
+        assert not (dense & tokens.clean[:, :, None] & ~clean_key).any()  # clean never sees noisy
+
+
+def test_rules_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="block_size"):
+        BlockCausalMask(0)
+    with pytest.raises(ValueError, match="block_size"):
+        BlockDiffusionMask(0)
+    with pytest.raises(ValueError, match="even length"):
+        BlockDiffusionMask(2).tokens(torch.zeros(1, 5, dtype=torch.long), torch.zeros(1, 5, dtype=torch.long))
+
+
+def test_a_rule_without_no_type_check_is_refused_at_definition():
+    with pytest.raises(TypeError, match="no_type_check"):
+        class Unmarked(MaskRule):
+            def allows(self, query, key):
+                return query.document == key.document
+
+    class Marked(MaskRule):
+        @no_type_check
+        def allows(self, query, key):
+            return query.document == key.document
+
+    tokens = Tokens(torch.tensor([[0, 1]]), torch.tensor([[0, 0]]))
+    assert torch.equal(Marked().dense(tokens, tokens)[0, 0], torch.eye(2, dtype=torch.bool))

@@ -1,0 +1,102 @@
+"""A key/value cache for causal and block-causal decoding with explicit positions.
+
+Each layer has preallocated ``[batch, heads, max_len, head_dim]`` key and value buffers. One fill
+length, :attr:`KVCache.length`, is shared by the whole batch: every forward appends the same
+number of slots to every row. Rows that are shorter (left-padded prompts, say) fill their extra
+slots with padding, and the cache remembers each slot's document id and position: padding
+slots carry :data:`PAD_DOCUMENT_ID`, which is the key-validity mask, so real tokens never
+attend to them. The positions are the keys' side of the mask rule (their RoPE rotation is
+already applied to the cached keys).
+
+A forward either appends (its keys and values are written after the prefix and ``length``
+grows) or only reads (it attends to the prefix and to itself, and leaves the cache as it was):
+block diffusion denoises a block several times reading the cache, then appends the final
+clean block once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from xdllm.nn.masks import PAD_DOCUMENT_ID, Tokens
+
+
+class KVCache:
+    """Cached keys, values, document ids and positions of a prefix; see the module docstring."""
+
+    def __init__(
+        self,
+        n_layers: int,
+        batch_size: int,
+        n_heads: int,
+        max_len: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: Optional[torch.device] = None,
+    ) -> None:
+        shape = (batch_size, n_heads, max_len, head_dim)
+        self.keys = tuple(torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers))
+        self.values = tuple(torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers))
+        self.document = torch.full((batch_size, max_len), PAD_DOCUMENT_ID, dtype=torch.long, device=device)
+        self.position = torch.zeros((batch_size, max_len), dtype=torch.long, device=device)
+        self.batch_size = batch_size
+        self.max_len = max_len
+        self.length = 0
+
+    def reset(self) -> None:
+        """Forget the prefix (the buffers are kept and overwritten)."""
+        self.length = 0
+
+    def key_tokens(self, new: Tokens) -> Tokens:
+        """Document ids and positions of the keys a forward of ``new`` tokens attends to: the
+        cached prefix followed by the new tokens themselves."""
+        batch, new_len = new.document.shape
+        if batch != self.batch_size:
+            raise ValueError(f"KVCache: batch of {batch} rows, the cache holds {self.batch_size}")
+        if self.length + new_len > self.max_len:
+            raise ValueError(f"KVCache: {self.length} cached + {new_len} new tokens exceed max_len={self.max_len}")
+        return Tokens(torch.cat([self.document[:, :self.length], new.document], dim=1),
+                      torch.cat([self.position[:, :self.length], new.position], dim=1))
+
+    def layer(self, index: int, write: bool) -> CachedLayer:
+        """The view one transformer layer uses to extend its keys and values."""
+        return CachedLayer(self, index, write)
+
+    def append(self, new: Tokens) -> None:
+        """Record the new tokens' ids and positions and grow ``length`` (after every layer wrote)."""
+        end = self.length + new.document.shape[1]
+        self.document[:, self.length:end] = new.document
+        self.position[:, self.length:end] = new.position
+        self.length = end
+
+
+@dataclass(frozen=True)
+class CachedLayer:
+    """One layer's keys and values in a :class:`KVCache`, appending to it when ``write``."""
+
+    cache: KVCache
+    index: int
+    write: bool
+
+    def extend(
+        self,
+        key: Float[Tensor, "batch heads new_len head_dim"],
+        value: Float[Tensor, "batch heads new_len head_dim"],
+    ) -> tuple[Float[Tensor, "batch heads kv_len head_dim"], Float[Tensor, "batch heads kv_len head_dim"]]:
+        """The cached keys and values followed by the new ones (written into the cache when
+        ``write``; the fill length only grows in :meth:`KVCache.append`)."""
+        start = self.cache.length
+        cached_keys, cached_values = self.cache.keys[self.index], self.cache.values[self.index]
+        if not self.write:
+            return (torch.cat([cached_keys[:, :, :start], key], dim=2),
+                    torch.cat([cached_values[:, :, :start], value], dim=2))
+        end = start + key.shape[2]
+        cached_keys[:, :, start:end] = key
+        cached_values[:, :, start:end] = value
+        return cached_keys[:, :, :end], cached_values[:, :, :end]
+
