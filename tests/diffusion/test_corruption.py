@@ -12,12 +12,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xdllm.diffusion import corruption
 from xdllm.diffusion import (
     _batched_gumbel_topk,
     corrupt_blockwise,
     corrupt_uniform,
     corrupt_uniform_random,
+    corruption,
     gumbel_topk,
 )
 

@@ -14,12 +14,12 @@ import math
 import pytest
 import torch
 
-from xdllm.diffusion import corruption
 from xdllm.diffusion import (
     _batched_gumbel_topk,
     corrupt_blockwise,
     corrupt_uniform,
     corrupt_uniform_random,
+    corruption,
     gumbel_topk,
 )
 

@@ -19,8 +19,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from history_devtools import DevToolsPage, page_websocket_url, wait_for_devtools_port
+
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.images import cell_size

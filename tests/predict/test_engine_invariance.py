@@ -2,8 +2,18 @@
 
 import pytest
 import torch
-from predict_fakes import (BOS, EOS, MASK, PAD, VOCAB, LetterTokenizer, PositionTableModel,
-                           RecordingHistory, letter, prompt_batch)
+from predict_fakes import (
+    BOS,
+    EOS,
+    MASK,
+    PAD,
+    VOCAB,
+    LetterTokenizer,
+    PositionTableModel,
+    RecordingHistory,
+    letter,
+    prompt_batch,
+)
 
 from xdllm.predict import UnmaskingPredictor
 

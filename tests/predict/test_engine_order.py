@@ -2,8 +2,17 @@
 
 import pytest
 import torch
-from predict_fakes import (EOS, MASK, PAD, LetterTokenizer, PositionTableModel, RecordingHistory,
-                           letter, position_table, prompt_batch)
+from predict_fakes import (
+    EOS,
+    MASK,
+    PAD,
+    LetterTokenizer,
+    PositionTableModel,
+    RecordingHistory,
+    letter,
+    position_table,
+    prompt_batch,
+)
 
 from xdllm.predict import UnmaskingPredictor
 

@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from xdllm.diffusion.schedules import (CosineSchedule, LinearSchedule, LogLinearSchedule,
-                                       make_noise_schedule)
+from xdllm.diffusion.schedules import CosineSchedule, LinearSchedule, LogLinearSchedule, make_noise_schedule
 
 
 @pytest.mark.parametrize("schedule, at_half", [

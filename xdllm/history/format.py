@@ -12,9 +12,9 @@ length, ``T`` target length, ``U`` number of token strings stored.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any
 
 import torch

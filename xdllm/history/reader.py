@@ -6,9 +6,9 @@ one sample's denoising cut down to the steps it actually ran and to its own outp
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 from jaxtyping import Bool, Float, Integer

@@ -15,8 +15,8 @@ a file, so the file count is samples / batch size whatever the number of steps.
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch

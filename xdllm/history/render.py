@@ -7,8 +7,8 @@ and the alternatives of each commit); the two front ends only format it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from xdllm.history.format import HistoryError

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch

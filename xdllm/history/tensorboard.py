@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from collections.abc import Iterable
+from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
