@@ -1,8 +1,14 @@
 """Benchmark the corruption kernels and the fused DFlash loss.
 
-Part 1: throughput of each corruption kernel at B=64, L=2048 (per sequence and with block sizes
-32 and 256) against a straightforward per-row, per-block Python loop written below, plus the
-per-sample seeded path (``corrupt_per_sample``).
+Part 1: time of each corruption kernel at B=64, L=2048 (per sequence and with block sizes 32 and
+256) against two baselines written below: a "reference" implementation in the straightforward
+vectorised style (the formulas translated op by op, as an external library would write them),
+which makes the same generator calls in the same order and shapes as xdllm's kernel, so its
+outputs must be equal (checked before timing); and a per-row, per-block Python loop. Also the
+per-sample seeded path (``corrupt_per_sample``). xdllm and the reference are timed in
+back-to-back pairs (order swapped every pair), so that load from other processes falls on both
+calls of a pair alike; the ratio reported is the median over the pairs of reference time / xdllm
+time, >= 1 where xdllm is at least as fast.
 
 Part 2: peak memory and time of ``DFlashDecayLoss.forward_fused`` against ``forward`` on
 materialised logits, V=131072, T=4096, D=1024, float32 on CPU, forward + backward, with the
@@ -12,7 +18,8 @@ high-water mark) minus the resident size just before the forward pass (``/proc/s
 RSS sees every allocation torch makes; ``tracemalloc`` would not (it only traces Python's own
 allocator), and a fresh process keeps one path's freed-but-cached memory out of the other's.
 
-Usage: ``python scripts/bench_kernels.py [--quick]``. Prints tables, then one JSON line.
+Usage: ``python scripts/bench_kernels.py [--quick] [--threads N] [--repeats N] [--skip-loss]``.
+Prints tables, then one JSON line.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from xdllm.diffusion import (
     corrupt_blockwise,
@@ -99,6 +107,65 @@ def loop_uniform_random(ids, loss_mask, generator, block_size):
     return noisy, noise_mask, torch.ones(ids.shape)
 
 
+# --------------------------------------------------------------------------- reference kernels
+# The formulas written op by op on whole tensors: one level tensor, comparisons that broadcast
+# it, ``torch.where`` for the ids, p_mask as a view where a view will do. Same generator calls,
+# in the same order and shapes, as xdllm's kernels, hence the same outputs.
+
+
+def reference_uniform(ids, loss_mask, generator):
+    """corrupt_uniform: ``t ~ U[0, 1)`` per row, ``p = (1 - eps) t + eps``, Bernoulli(p) masks."""
+    batch, seq_len = ids.shape
+    t = torch.rand((batch, 1), generator=generator)
+    p = (1 - EPS) * t + EPS
+    noise_mask = (torch.rand((batch, seq_len), generator=generator) < p) & loss_mask.bool()
+    return torch.where(noise_mask, MASK_ID, ids), noise_mask, p.expand(batch, seq_len)
+
+
+def reference_blockwise(ids, loss_mask, generator, block_size, half_life_ratio=0.25):
+    """corrupt_blockwise: one scope per row of an ``[rows, scope]`` view, Gumbel top-k by a sort."""
+    batch, seq_len = ids.shape
+    scope = seq_len if block_size is None else block_size
+    num_scopes = math.ceil(seq_len / scope)
+    rows, padded_len = batch * num_scopes, num_scopes * scope
+    supervised = F.pad(loss_mask.bool(), (0, padded_len - seq_len)).view(rows, scope)
+    n = supervised.sum(1)
+    m = (1 - EPS) * torch.rand(rows, generator=generator) + EPS
+    k = torch.round(m * n).long()
+    if block_size is None:
+        k = torch.maximum(k, (n > 0).long())
+    k = torch.minimum(k, n)
+    lengths = torch.full((batch, num_scopes), scope)
+    lengths[:, -1] = seq_len - (num_scopes - 1) * scope
+    lam = math.log(2) / (half_life_ratio * lengths.view(rows).float())
+    log_w = (lam * (1 - m))[:, None] * torch.arange(scope, dtype=torch.float32)
+    log_w[~supervised] = float("-inf")
+    uniform = torch.rand((rows, scope), generator=generator).clamp(min=torch.finfo(torch.float32).tiny)
+    gumbel = -torch.log(-torch.log(uniform))
+    order = torch.sort(log_w + gumbel, dim=1, descending=True).indices
+    picked = torch.arange(scope).expand(rows, scope) < k[:, None]
+    chosen = torch.zeros((rows, scope), dtype=torch.bool).scatter_(1, order, picked)
+    noise_mask = chosen.view(batch, padded_len)[:, :seq_len]
+    p_mask = m.view(batch, num_scopes, 1).expand(batch, num_scopes, scope).reshape(batch, padded_len)
+    return torch.where(noise_mask, MASK_ID, ids), noise_mask, p_mask[:, :seq_len]
+
+
+def reference_uniform_random(ids, loss_mask, generator, block_size):
+    """corrupt_uniform_random: ``t ~ U(eps, 1)`` per row or block, Bernoulli(t) random tokens."""
+    batch, seq_len = ids.shape
+    if block_size is None:
+        t = (1 - EPS) * torch.rand((batch, 1), generator=generator) + EPS
+        level = t.expand(batch, seq_len)
+    else:
+        num_blocks = math.ceil(seq_len / block_size)
+        t = (1 - EPS) * torch.rand((batch, num_blocks, 1), generator=generator) + EPS
+        level = t.expand(batch, num_blocks, block_size).reshape(batch, num_blocks * block_size)[:, :seq_len]
+    noise_mask = (torch.rand((batch, seq_len), generator=generator) < level) & loss_mask.bool()
+    tokens = torch.randint(0, VOCAB_SIZE, (batch, seq_len), generator=generator, dtype=ids.dtype)
+    p_mask = torch.ones((batch, seq_len), dtype=torch.float32)
+    return torch.where(noise_mask, tokens, ids), noise_mask, p_mask
+
+
 # --------------------------------------------------------------------------- part 1
 
 
@@ -113,6 +180,32 @@ def _median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> 
     return statistics.median(times)
 
 
+def _paired_seconds(first: Callable[[], object], second: Callable[[], object], repeats: int,
+                    warmup: int = 3) -> tuple[list[float], list[float]]:
+    """Wall times of ``repeats`` back-to-back pairs of calls, the order swapped every pair, so
+    that a change in load from other processes falls on both calls of a pair alike."""
+    for _ in range(warmup):
+        first()
+        second()
+    times: tuple[list[float], list[float]] = ([], [])
+    for repeat in range(repeats):
+        for which in ((0, 1) if repeat % 2 == 0 else (1, 0)):
+            fn = first if which == 0 else second
+            start = time.perf_counter()
+            fn()
+            times[which].append(time.perf_counter() - start)
+    return times
+
+
+def _check_equal_to_reference(name: str, block_size: int | None, vectorised, reference) -> None:
+    """Same generator seed -> identical ids, noise mask and p_mask values."""
+    ours = vectorised(torch.Generator().manual_seed(123))
+    theirs = reference(torch.Generator().manual_seed(123))
+    for label, a, b in zip(("noisy_input_ids", "noise_mask", "p_mask"), ours, theirs):
+        if a.dtype != b.dtype or not torch.equal(a, b):
+            raise AssertionError(f"{name} block_size={block_size}: {label} differs from the reference")
+
+
 def bench_corruption(batch: int, seq_len: int, repeats: int) -> list[dict]:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(10, VOCAB_SIZE, (batch, seq_len), generator=g)
@@ -120,52 +213,70 @@ def bench_corruption(batch: int, seq_len: int, repeats: int) -> list[dict]:
     loss_mask[:, : seq_len // 4] = False  # a prompt
     loss_mask &= torch.rand(batch, seq_len, generator=g) < 0.95  # and a few holes
 
+    # (name, block_size, xdllm call, reference call, loop call, kernel, kwargs); each call takes a generator.
     cases = [("corrupt_uniform", None, lambda gen: corrupt_uniform(ids, loss_mask, MASK_ID, generator=gen),
-              lambda gen: loop_uniform(ids, loss_mask, gen), corrupt_uniform, {"mask_token_id": MASK_ID})]
+              lambda gen: reference_uniform(ids, loss_mask, gen), lambda gen: loop_uniform(ids, loss_mask, gen),
+              corrupt_uniform, {"mask_token_id": MASK_ID})]
     for block_size in (None, 256, 32):
         cases.append((
             "corrupt_blockwise", block_size,
             lambda gen, bs=block_size: corrupt_blockwise(ids, loss_mask, MASK_ID, block_size=bs, generator=gen),
+            lambda gen, bs=block_size: reference_blockwise(ids, loss_mask, gen, bs),
             lambda gen, bs=block_size: loop_blockwise(ids, loss_mask, gen, bs),
             corrupt_blockwise, {"mask_token_id": MASK_ID, "block_size": block_size},
         ))
         cases.append((
             "corrupt_uniform_random", block_size,
             lambda gen, bs=block_size: corrupt_uniform_random(ids, loss_mask, VOCAB_SIZE, block_size=bs, generator=gen),
+            lambda gen, bs=block_size: reference_uniform_random(ids, loss_mask, gen, bs),
             lambda gen, bs=block_size: loop_uniform_random(ids, loss_mask, gen, bs),
             corrupt_uniform_random, {"vocab_size": VOCAB_SIZE, "block_size": block_size},
         ))
 
     rows = []
     sample_indices = list(range(batch))
-    for name, block_size, vectorised, loop, kernel, kwargs in cases:
-        gen = torch.Generator().manual_seed(1)
-        t_vec = _median_seconds(lambda: vectorised(gen), repeats)
-        t_loop = _median_seconds(lambda: loop(gen), max(1, repeats // 3))
+    for name, block_size, vectorised, reference, loop, kernel, kwargs in cases:
+        _check_equal_to_reference(name, block_size, vectorised, reference)
+        gen, ref_gen = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+        times_vec, times_ref = _paired_seconds(lambda: vectorised(gen), lambda: reference(ref_gen), repeats)
+        t_vec, t_ref = statistics.median(times_vec), statistics.median(times_ref)
+        pair_ratio = statistics.median(r / v for v, r in zip(times_vec, times_ref))
+        slow_repeats = max(1, min(repeats, 9) // 3)
+        t_loop = _median_seconds(lambda: loop(gen), slow_repeats)
         t_per_sample = _median_seconds(
             lambda: corrupt_per_sample(kernel, ids, loss_mask, base_seed=0, global_step=0,
                                        sample_indices=sample_indices, **kwargs),
-            max(1, repeats // 3),
+            slow_repeats,
         )
         rows.append({
             "kernel": name, "block_size": block_size, "batch": batch, "seq_len": seq_len,
-            "vectorised_ms": 1e3 * t_vec, "loop_ms": 1e3 * t_loop, "per_sample_ms": 1e3 * t_per_sample,
+            "vectorised_ms": 1e3 * t_vec, "reference_ms": 1e3 * t_ref, "reference_over_xdllm": pair_ratio,
+            "loop_ms": 1e3 * t_loop, "per_sample_ms": 1e3 * t_per_sample,
             "vectorised_mtok_s": batch * seq_len / t_vec / 1e6, "speedup_vs_loop": t_loop / t_vec,
         })
     return rows
 
 
-def print_corruption_table(rows: list[dict]) -> None:
-    print(f"\nCorruption kernels, B={rows[0]['batch']}, L={rows[0]['seq_len']}, "
-          f"torch threads={torch.get_num_threads()} (median wall time per call)")
-    header = (f"{'kernel':<24}{'block':>7}{'vectorised ms':>15}{'Mtok/s':>9}{'loop ms':>10}"
-              f"{'speedup':>9}{'per-sample ms':>15}")
+def print_corruption_table(rows: list[dict], repeats: int) -> None:
+    print(f"\nCorruption kernels, B={rows[0]['batch']}, L={rows[0]['seq_len']}, torch threads="
+          f"{torch.get_num_threads()}: median wall time per call; xdllm and reference outputs checked equal, "
+          f"then called back to back {repeats} times; ref/xdllm = median over those pairs of "
+          f"reference time / xdllm time (>= 1: xdllm at least as fast)")
+    header = (f"{'kernel':<24}{'block':>7}{'xdllm ms':>10}{'ref. ms':>9}{'ref/xdllm':>11}{'Mtok/s':>9}"
+              f"{'loop ms':>10}{'vs loop':>9}{'per-sample ms':>15}")
     print(header)
     print("-" * len(header))
     for r in rows:
         block = "seq" if r["block_size"] is None else str(r["block_size"])
-        print(f"{r['kernel']:<24}{block:>7}{r['vectorised_ms']:>15.2f}{r['vectorised_mtok_s']:>9.1f}"
+        print(f"{r['kernel']:<24}{block:>7}{r['vectorised_ms']:>10.2f}{r['reference_ms']:>9.2f}"
+              f"{r['reference_over_xdllm']:>10.2f}x{r['vectorised_mtok_s']:>9.1f}"
               f"{r['loop_ms']:>10.1f}{r['speedup_vs_loop']:>8.1f}x{r['per_sample_ms']:>15.2f}")
+
+
+def reference_ratios(rows: list[dict]) -> dict[str, float]:
+    """``{"kernel/block": reference time / xdllm time}``, block "seq" for one level per sequence."""
+    return {f"{r['kernel']}/{'seq' if r['block_size'] is None else r['block_size']}": r["reference_over_xdllm"]
+            for r in rows}
 
 
 # --------------------------------------------------------------------------- part 2
@@ -273,8 +384,10 @@ def print_dflash_table(result: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small shapes for a smoke run")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads for the corruption part (default 1, as in a dataloader worker)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads for the corruption part (default 2)")
+    parser.add_argument("--repeats", type=int,
+                        help="back-to-back pairs of calls of each xdllm kernel and its reference "
+                             "(default 101; 5 with --quick)")
     parser.add_argument("--skip-loss", action="store_true", help="only the corruption kernels")
     parser.add_argument("--loss-worker", choices=["materialised", "fused"], help=argparse.SUPPRESS)
     parser.add_argument("--vocab", type=int, help=argparse.SUPPRESS)
@@ -290,18 +403,21 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     if args.quick:
-        batch, seq_len, repeats = 8, 512, 3
+        batch, seq_len, repeats = 8, 512, 5
         vocab, loss_len, dim = 16384, 4096, 128
     else:
-        batch, seq_len, repeats = 64, 2048, 9
+        batch, seq_len, repeats = 64, 2048, 101
         vocab, loss_len, dim = 131072, 4096, 1024
+    repeats = args.repeats or repeats
     loss_threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     corruption = bench_corruption(batch, seq_len, repeats)
-    print_corruption_table(corruption)
+    print_corruption_table(corruption, repeats)
     torch.set_num_threads(loss_threads)
-    summary = {"corruption": corruption, "corruption_threads": args.threads, "loss_threads": loss_threads,
-               "quick": args.quick}
+    ratios = reference_ratios(corruption)
+    summary = {"corruption": corruption, "reference_over_xdllm": ratios,
+               "min_reference_over_xdllm": min(ratios.values()), "corruption_threads": args.threads,
+               "loss_threads": loss_threads, "quick": args.quick}
     if not args.skip_loss:
         dflash = bench_dflash(vocab, loss_len, dim, block_size=17)  # 16 predicted positions per block
         print_dflash_table(dflash)

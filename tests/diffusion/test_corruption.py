@@ -37,6 +37,7 @@ KERNEL_CASES = [
     ),
     pytest.param(corrupt_uniform_random, {"vocab_size": VOCAB}, False, id="random-seq"),
     pytest.param(corrupt_uniform_random, {"vocab_size": VOCAB, "block_size": 5}, False, id="random-bs5"),
+    pytest.param(corrupt_uniform_random, {"vocab_size": VOCAB, "block_size": 7}, False, id="random-bs7"),
 ]
 
 
@@ -197,6 +198,103 @@ def test_empty_batch_gives_empty_outputs(kernel, kwargs, is_mask_kernel):
     ids = torch.zeros((0, 12), dtype=torch.long)
     noisy, noise_mask, p_mask = kernel(ids, None, generator=_gen(0), **kwargs)
     assert noisy.shape == noise_mask.shape == p_mask.shape == (0, 12)
+
+
+@pytest.mark.parametrize("kernel, kwargs, is_mask_kernel", KERNEL_CASES)
+def test_inputs_are_left_unchanged_and_outputs_are_new_tensors(kernel, kwargs, is_mask_kernel):
+    ids, loss_mask = _batch(seq_len=32)
+    for mask in (loss_mask, loss_mask.float(), None):
+        ids_before = ids.clone()
+        mask_before = None if mask is None else mask.clone()
+        outputs = kernel(ids, mask, generator=_gen(2), **kwargs)
+        assert torch.equal(ids, ids_before)
+        assert mask is None or torch.equal(mask, mask_before)
+        inputs = [ids] if mask is None else [ids, mask]
+        pointers = [t.untyped_storage().data_ptr() for t in (*outputs, *inputs)]
+        assert len(set(pointers)) == len(pointers)
+
+
+@pytest.mark.parametrize("kernel, kwargs, is_mask_kernel", KERNEL_CASES)
+def test_loss_mask_memory_layout_does_not_change_the_result(kernel, kwargs, is_mask_kernel):
+    # Rows of 32 let a contiguous bool mask be combined eight bools per word; strided rows, a
+    # column-major mask and one starting at an odd byte offset take the element-wise path.
+    ids, loss_mask = _batch(seq_len=32)
+    wide = torch.zeros(ids.shape[0], 35, dtype=torch.bool)
+    wide[:, 3:] = loss_mask
+    shifted = torch.cat([torch.zeros(1, dtype=torch.bool), loss_mask.flatten()])[1:].view_as(loss_mask)
+    expected = kernel(ids, loss_mask, generator=_gen(8), **kwargs)
+    for layout in (wide[:, 3:], loss_mask.t().contiguous().t(), shifted):
+        result = kernel(ids, layout, generator=_gen(8), **kwargs)
+        assert all(torch.equal(a, b) for a, b in zip(expected, result))
+
+
+# --------------------------------------------------------------------------- draw for draw
+# Direct implementations of the formulas, making the same generator calls in the same order
+# and shapes as the kernels: the kernels must reproduce them bit for bit, so an optimisation
+# of a kernel can never silently change the noise a seed gives.
+
+
+def _direct_uniform(ids, loss_mask, generator, eps=1e-3):
+    batch, seq_len = ids.shape
+    p = eps + (1 - eps) * torch.rand((batch, 1), generator=generator)
+    noise = (torch.rand((batch, seq_len), generator=generator) < p) & loss_mask
+    return torch.where(noise, MASK_ID, ids), noise, p.expand(batch, seq_len)
+
+
+def _direct_uniform_random(ids, loss_mask, generator, block_size, eps=1e-3):
+    batch, seq_len = ids.shape
+    size = seq_len if block_size is None else block_size
+    scopes = _scope_slices(seq_len, block_size)
+    t = eps + (1 - eps) * torch.rand((batch, len(scopes)), generator=generator)
+    level = t.repeat_interleave(size, dim=1)[:, :seq_len]
+    noise = (torch.rand((batch, seq_len), generator=generator) < level) & loss_mask
+    tokens = torch.randint(0, VOCAB, (batch, seq_len), generator=generator, dtype=ids.dtype)
+    return torch.where(noise, tokens, ids), noise, torch.ones(batch, seq_len)
+
+
+def _direct_blockwise(ids, loss_mask, generator, block_size, half_life_ratio=0.25, eps=1e-3):
+    batch, seq_len = ids.shape
+    size = seq_len if block_size is None else block_size
+    scopes = _scope_slices(seq_len, block_size)
+    rows = batch * len(scopes)
+    supervised = torch.zeros(rows, size, dtype=torch.bool)
+    lengths = torch.tensor([s.stop - s.start for s in scopes] * batch)
+    for j, scope in enumerate(scopes):
+        supervised[j :: len(scopes), : lengths[j]] = loss_mask[:, scope]
+    n = supervised.sum(1)
+    m = eps + (1 - eps) * torch.rand(rows, generator=generator)
+    k = torch.round(m * n).long()
+    if block_size is None:
+        k = torch.maximum(k, (n > 0).long())
+    k = torch.minimum(k, n)
+    lam = math.log(2) / (half_life_ratio * lengths.float())
+    log_w = (lam * (1 - m))[:, None] * torch.arange(size, dtype=torch.float32)
+    log_w[~supervised] = float("-inf")
+    u = torch.rand((rows, size), generator=generator).clamp(min=torch.finfo(torch.float32).tiny)
+    order = torch.sort(log_w - torch.log(-torch.log(u)), dim=1, descending=True).indices
+    picked = torch.arange(size).expand(rows, size) < k[:, None]
+    chosen = torch.zeros(rows, size, dtype=torch.bool).scatter_(1, order, picked)
+    noise = chosen.view(batch, -1)[:, :seq_len]
+    p_mask = m.view(batch, -1).repeat_interleave(size, dim=1)[:, :seq_len]
+    return torch.where(noise, MASK_ID, ids), noise, p_mask
+
+
+@pytest.mark.parametrize("block_size", [None, 1, 4, 5, 7, 8, 40])
+@pytest.mark.parametrize("seq_len", [24, 30])
+def test_kernels_reproduce_the_direct_formulas_draw_for_draw(block_size, seq_len):
+    ids, loss_mask = _batch(seq_len=seq_len)
+    pairs = [
+        (corrupt_uniform_random(ids, loss_mask, VOCAB, block_size=block_size, generator=_gen(6)),
+         _direct_uniform_random(ids, loss_mask, _gen(6), block_size)),
+        (corrupt_blockwise(ids, loss_mask, MASK_ID, block_size=block_size, generator=_gen(6)),
+         _direct_blockwise(ids, loss_mask, _gen(6), block_size)),
+    ]
+    if block_size is None:
+        pairs.append((corrupt_uniform(ids, loss_mask, MASK_ID, generator=_gen(6)),
+                      _direct_uniform(ids, loss_mask, _gen(6))))
+    for ours, direct in pairs:
+        for a, b in zip(ours, direct):
+            assert a.dtype == b.dtype and torch.equal(a, b)
 
 
 # --------------------------------------------------------------------------- corrupt_uniform

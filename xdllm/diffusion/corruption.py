@@ -12,6 +12,13 @@ Each kernel turns clean ``input_ids`` into a noisy canvas and returns
 Only supervised positions (``loss_mask`` truthy; ``None`` means all) are ever corrupted. Every
 random draw comes from ``generator`` when one is given, so a seeded generator makes the noise
 reproducible and leaves the global RNG untouched. Kernels are vectorised over rows and blocks.
+
+The kernels run once per batch, in the data path, on tensors of a few hundred thousand
+elements, where a pass over memory costs more than the arithmetic in it. So they make as few
+``[batch, seq_len]`` passes and allocations as the formulas allow: arguments are checked by
+shape and dtype only (never a value, which would cost a host sync), per-scope levels are
+compared through broadcast views and spread to positions by one index lookup, buffers whose
+contents are spent are reused for the outputs, and in-place steps replace temporaries.
 """
 
 from __future__ import annotations
@@ -33,14 +40,17 @@ CorruptionOutput = tuple[
 
 def _supervised_positions(
     input_ids: Tensor, loss_mask: Tensor | None, where: str
-) -> Bool[Tensor, "batch seq_len"]:
-    """``loss_mask`` as a bool tensor (all True when None), after checking shapes and dtypes."""
+) -> Bool[Tensor, "batch seq_len"] | None:
+    """``loss_mask`` as a bool tensor, or None when every position is supervised (``loss_mask=None``).
+
+    Checks shapes, dtypes and devices only: no value is read, so nothing waits on the device.
+    """
     if input_ids.dim() != 2:
         raise ValueError(f"{where}: input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
         raise ValueError(f"{where}: input_ids must be an integer tensor, got {input_ids.dtype}")
     if loss_mask is None:
-        return torch.ones(input_ids.shape, dtype=torch.bool, device=input_ids.device)
+        return None
     if loss_mask.shape != input_ids.shape:
         raise ValueError(
             f"{where}: loss_mask shape {tuple(loss_mask.shape)} does not match "
@@ -48,7 +58,7 @@ def _supervised_positions(
         )
     if loss_mask.device != input_ids.device:
         raise ValueError(f"{where}: loss_mask is on {loss_mask.device}, input_ids on {input_ids.device}")
-    return loss_mask.bool() if loss_mask.dtype != torch.bool else loss_mask
+    return loss_mask if loss_mask.dtype == torch.bool else loss_mask.bool()
 
 
 def _check_eps(eps: float, where: str) -> None:
@@ -69,7 +79,7 @@ def _check_token_fits(token_id: int, input_ids: Tensor, name: str, where: str) -
 
 
 def _check_generator(generator: torch.Generator | None, device: torch.device, where: str) -> None:
-    if generator is not None and torch.device(generator.device).type != device.type:
+    if generator is not None and generator.device.type != device.type:
         raise ValueError(f"{where}: generator is on {generator.device}, tensors on {device}")
 
 
@@ -81,16 +91,25 @@ def _draw_levels(
 ) -> Float32[Tensor, "..."]:
     """Corruption levels ``eps + (1 - eps) * U[0, 1)``: in ``[eps, 1)``, float32."""
     uniform = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
-    return eps + (1.0 - eps) * uniform
+    return uniform.mul_(1.0 - eps).add_(eps)
 
 
-def _gumbel_noise(
+def _negated_gumbel_noise(
     shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator | None, device: torch.device
 ) -> Tensor:
-    """Standard Gumbel draws ``-log(-log U)``; U is kept off 0 so every draw is finite."""
+    """``log(-log U)``, minus a standard Gumbel draw, computed in place in the draws' buffer.
+
+    U is kept off 0 so every draw is finite. Callers subtract it: ``x - log(-log U)`` is exactly
+    ``x + Gumbel`` (IEEE subtraction is addition of the negation) with one pass fewer.
+    """
     uniform = torch.rand(shape, generator=generator, device=device, dtype=dtype)
-    uniform = uniform.clamp_(min=torch.finfo(dtype).tiny)
-    return -torch.log(-torch.log(uniform))
+    return uniform.clamp_(min=torch.finfo(dtype).tiny).log_().neg_().log_()
+
+
+def _gumbel_keys(log_w: Float[Tensor, "*shape"], generator: torch.Generator | None) -> Float[Tensor, "*shape"]:
+    """``log_w + Gumbel`` noise, in a new tensor (``log_w`` is left as it is)."""
+    noise = _negated_gumbel_noise(tuple(log_w.shape), log_w.dtype, generator, log_w.device)
+    return torch.sub(log_w, noise, out=noise)
 
 
 def _gumbel_topk_rows(
@@ -99,13 +118,13 @@ def _gumbel_topk_rows(
     """Unchecked core of :func:`_batched_gumbel_topk` (kernels guarantee ``0 <= k <= dim``).
 
     Ranks each row by ``log_w + Gumbel`` with one sort, marks the first ``k[i]`` ranks and
-    scatters the marks back to their positions; no host sync.
+    scatters the marks back to their positions; no host sync. The ranking is a permutation of
+    every row, so the scatter writes every position and needs no zero-filled target.
     """
-    keys = log_w + _gumbel_noise(tuple(log_w.shape), log_w.dtype, generator, log_w.device)
-    order = keys.argsort(dim=1, descending=True)
+    order = _gumbel_keys(log_w, generator).argsort(dim=1, descending=True)
     ranks = torch.arange(log_w.shape[1], device=log_w.device)
     picked_in_order = ranks.unsqueeze(0) < k.unsqueeze(1)
-    return torch.zeros_like(picked_in_order).scatter_(1, order, picked_in_order)
+    return torch.empty_like(picked_in_order).scatter_(1, order, picked_in_order)
 
 
 # --------------------------------------------------------------------------- Gumbel top-k
@@ -125,9 +144,8 @@ def gumbel_topk(
     if not 0 <= k <= log_w.shape[0]:
         raise ValueError(f"gumbel_topk: k must be in [0, {log_w.shape[0]}] (len(log_w)), got {k}")
     _check_generator(generator, log_w.device, "gumbel_topk")
-    keys = log_w + _gumbel_noise(tuple(log_w.shape), log_w.dtype, generator, log_w.device)
     chosen = torch.zeros(log_w.shape, dtype=torch.bool, device=log_w.device)
-    chosen[torch.topk(keys, k).indices] = True
+    chosen[torch.topk(_gumbel_keys(log_w, generator), k).indices] = True
     return chosen
 
 
@@ -163,6 +181,13 @@ def _batched_gumbel_topk(
 # --------------------------------------------------------------------------- scopes
 
 
+def _num_scopes(seq_len: int, block_size: int | None) -> tuple[int, int]:
+    """``(scope_len, num_scopes)`` per row: the whole row, or ``ceil(seq_len / block_size)`` blocks."""
+    if block_size is None:
+        return max(seq_len, 1), 1
+    return block_size, math.ceil(seq_len / block_size)
+
+
 def _scope_lengths(seq_len: int, scope_len: int, num_scopes: int, device: torch.device) -> Tensor:
     """Real length of each scope of a row: ``scope_len``, except a shorter last block."""
     starts = torch.arange(num_scopes, device=device) * scope_len
@@ -170,19 +195,82 @@ def _scope_lengths(seq_len: int, scope_len: int, num_scopes: int, device: torch.
 
 
 def _spread_over_scopes(
-    per_scope: Float[Tensor, "batch num_scopes"], scope_len: int, seq_len: int
+    per_scope: Float32[Tensor, "batch num_scopes"],
+    scope_len: int,
+    seq_len: int,
+    out: Float32[Tensor, "batch seq_len"] | None = None,
 ) -> Float32[Tensor, "batch seq_len"]:
-    """Each scope's value on every position of that scope, as a contiguous ``[batch, seq_len]``."""
-    batch, num_scopes = per_scope.shape
-    spread = per_scope.unsqueeze(2).expand(batch, num_scopes, scope_len).reshape(batch, num_scopes * scope_len)
-    return spread[:, :seq_len].contiguous()
+    """Each scope's value on every position of that scope, as a contiguous ``[batch, seq_len]``.
+
+    One ``index_select`` of the small per-scope tensor by each position's scope: a shorter last
+    block needs no special case, no ``[batch, num_scopes, scope_len]`` expansion is copied, and
+    torch runs the lookup on the calling thread (a broadcast copy this size goes to its worker
+    threads, whose wake-up can cost more than the copy). Written into ``out`` when given, so a
+    spent buffer can be reused.
+    """
+    scope_of_position = torch.arange(seq_len, device=per_scope.device) // scope_len
+    return torch.index_select(per_scope, 1, scope_of_position, out=out)
 
 
-def _num_scopes(seq_len: int, block_size: int | None) -> tuple[int, int]:
-    """``(scope_len, num_scopes)`` per row: the whole row, or ``ceil(seq_len / block_size)`` blocks."""
-    if block_size is None:
-        return max(seq_len, 1), 1
-    return block_size, math.ceil(seq_len / block_size)
+def _below_scope_levels(
+    draws: Float32[Tensor, "batch seq_len"], levels: Float32[Tensor, "batch num_scopes"], scope_len: int
+) -> Bool[Tensor, "batch seq_len"]:
+    """``draws[b, i] < levels[b, scope of i]``.
+
+    When the scopes tile the row exactly, the draws are viewed as ``[batch, num_scopes,
+    scope_len]`` and compared with the levels broadcast along the scope, so the levels are
+    never copied out to every position.
+    """
+    batch, seq_len = draws.shape
+    num_scopes = levels.shape[1]
+    if num_scopes * scope_len != seq_len:
+        return draws < _spread_over_scopes(levels, scope_len, seq_len)
+    below = draws.view(batch, num_scopes, scope_len) < levels.unsqueeze(2)
+    return below.view(batch, seq_len)
+
+
+def _and_in_place(
+    mask: Bool[Tensor, "batch seq_len"], other: Bool[Tensor, "batch seq_len"] | None
+) -> Bool[Tensor, "batch seq_len"]:
+    """``mask &= other`` (``other=None`` means all True), returning ``mask`` (fresh and contiguous).
+
+    A bool is one byte holding 0 or 1, so when ``other`` is contiguous, word-aligned and the
+    size a multiple of 8, the AND runs on int64 views: one eighth of the elements, few enough
+    that torch does it on the calling thread instead of handing it to its worker threads (whose
+    wake-up, on a busy host, costs more than the AND itself).
+    """
+    if other is None:
+        return mask
+    if other.is_contiguous() and other.storage_offset() % 8 == 0 and mask.numel() % 8 == 0:
+        mask.view(-1).view(torch.int64).bitwise_and_(other.view(-1).view(torch.int64))
+    else:
+        mask.bitwise_and_(other)
+    return mask
+
+
+def _scope_rows(
+    supervised: Bool[Tensor, "batch seq_len"], scope_len: int, num_scopes: int
+) -> Bool[Tensor, "rows scope_len"]:
+    """One row per scope; positions past the end of a shorter last block are unsupervised."""
+    batch, seq_len = supervised.shape
+    padding = scope_len * num_scopes - seq_len
+    if padding:
+        supervised = F.pad(supervised, (0, padding))
+    return supervised.reshape(batch * num_scopes, scope_len)
+
+
+def _log_weights(
+    levels: Float32[Tensor, " rows"],
+    row_lengths: Integer[Tensor, " rows"],
+    scope_len: int,
+    half_life_ratio: float | None,
+) -> Float32[Tensor, "rows scope_len"]:
+    """``log w_i = lam (1 - m) i`` per scope row, ``lam = ln 2 / (half_life_ratio S)``; zeros if no bias."""
+    if half_life_ratio is None:
+        return torch.zeros((levels.shape[0], scope_len), device=levels.device)
+    lam = math.log(2.0) / (half_life_ratio * row_lengths.clamp(min=1).float())
+    offsets = torch.arange(scope_len, device=levels.device, dtype=torch.float32)
+    return (lam * (1.0 - levels)).unsqueeze(1) * offsets
 
 
 # --------------------------------------------------------------------------- kernels
@@ -209,9 +297,10 @@ def corrupt_uniform(
     batch, seq_len = input_ids.shape
     levels = _draw_levels((batch, 1), eps, generator, input_ids.device)
     draws = torch.rand((batch, seq_len), generator=generator, device=input_ids.device)
-    noise_mask = (draws < levels) & supervised
-    noisy = input_ids.masked_fill(noise_mask, mask_token_id)
-    return noisy, noise_mask, levels.expand(batch, seq_len).contiguous()
+    noise_mask = _and_in_place(draws < levels, supervised)
+    noisy = torch.where(noise_mask, mask_token_id, input_ids)
+    p_mask = _spread_over_scopes(levels, max(seq_len, 1), seq_len, out=draws)  # the draws are spent
+    return noisy, noise_mask, p_mask
 
 
 def corrupt_blockwise(
@@ -246,9 +335,12 @@ def corrupt_blockwise(
     batch, seq_len = input_ids.shape
     scope_len, num_scopes = _num_scopes(seq_len, block_size)
     padded_len = scope_len * num_scopes
+    row_lengths = _scope_lengths(seq_len, scope_len, num_scopes, device).repeat(batch)
+    if supervised is None and padded_len != seq_len:
+        supervised = torch.ones((batch, seq_len), dtype=torch.bool, device=device)  # to exclude the padding
     # One row per scope; padding past seq_len is unsupervised, so it is never picked.
-    supervised_scopes = F.pad(supervised, (0, padded_len - seq_len)).reshape(batch * num_scopes, scope_len)
-    num_supervised = supervised_scopes.sum(dim=1)
+    supervised_rows = None if supervised is None else _scope_rows(supervised, scope_len, num_scopes)
+    num_supervised = row_lengths if supervised_rows is None else supervised_rows.sum(dim=1)
 
     levels = _draw_levels((batch * num_scopes,), eps, generator, device)
     num_masked = torch.round(levels * num_supervised).long()
@@ -256,20 +348,16 @@ def corrupt_blockwise(
         num_masked = num_masked.clamp(min=num_supervised.clamp(max=1))
     num_masked = torch.minimum(num_masked, num_supervised)
 
-    if half_life_ratio is None:
-        log_w = torch.zeros((batch * num_scopes, scope_len), device=device)
-    else:
-        scope_lengths = _scope_lengths(seq_len, scope_len, num_scopes, device).repeat(batch)
-        lam = math.log(2.0) / (half_life_ratio * scope_lengths.clamp(min=1).float())
-        offsets = torch.arange(scope_len, device=device, dtype=torch.float32)
-        log_w = (lam * (1.0 - levels)).unsqueeze(1) * offsets
-    log_w = log_w.masked_fill(~supervised_scopes, float("-inf"))
+    log_w = _log_weights(levels, row_lengths, scope_len, half_life_ratio)
+    if supervised_rows is not None:
+        log_w = torch.where(supervised_rows, log_w, float("-inf"))
     chosen = _gumbel_topk_rows(log_w, num_masked, generator)
 
-    noise_mask = chosen.view(batch, padded_len)[:, :seq_len]
-    noisy = input_ids.masked_fill(noise_mask, mask_token_id)
-    p_mask = _spread_over_scopes(levels.view(batch, num_scopes), scope_len, seq_len)
-    return noisy, noise_mask.contiguous(), p_mask
+    noise_mask = chosen.view(batch, padded_len)[:, :seq_len].contiguous()
+    noisy = torch.where(noise_mask, mask_token_id, input_ids)
+    spent = log_w.view(batch, padded_len) if padded_len == seq_len else None  # reuse the weights' buffer
+    p_mask = _spread_over_scopes(levels.view(batch, num_scopes), scope_len, seq_len, out=spent)
+    return noisy, noise_mask, p_mask
 
 
 def corrupt_uniform_random(
@@ -300,12 +388,11 @@ def corrupt_uniform_random(
     scope_len, num_scopes = _num_scopes(seq_len, block_size)
 
     levels = _draw_levels((batch, num_scopes), eps, generator, device)
-    position_levels = _spread_over_scopes(levels, scope_len, seq_len)
     draws = torch.rand((batch, seq_len), generator=generator, device=device)
-    noise_mask = (draws < position_levels) & supervised
+    noise_mask = _and_in_place(_below_scope_levels(draws, levels, scope_len), supervised)
     replacements = torch.randint(
         0, vocab_size, (batch, seq_len), generator=generator, device=device, dtype=input_ids.dtype
     )
-    noisy = torch.where(noise_mask, replacements, input_ids)
-    p_mask = torch.ones((batch, seq_len), dtype=torch.float32, device=device)
+    noisy = torch.where(noise_mask, replacements, input_ids, out=replacements)  # replacements are spent
+    p_mask = draws.fill_(1.0)  # so are the draws
     return noisy, noise_mask, p_mask
