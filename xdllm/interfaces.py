@@ -97,27 +97,40 @@ class LossFunction(Protocol):
 
 @dataclass(frozen=True)
 class DenoisingStep:
-    """The state the predictor hands to a history recorder after each step.
+    """What the predictor hands a history recorder after each step: only what a recorder keeps.
 
-    Positions are canvas positions; ``output_start`` marks where each row's output region
-    begins (``output_start[b] .. canvas_len``). ``probs`` are the final token distributions the
-    step sampled from (after temperature / top-k / top-p). ``active`` marks rows that used a
-    forward pass in this step; finished rows are carried unchanged. The tensors belong to the
-    predictor: a recorder copies what it keeps.
+    Per-position values live on the predictor's *output window*: offset ``o`` of row ``b`` is
+    canvas column ``output_start[b] + o``, a real position of the row's output region where
+    ``window_valid[b, o]`` (rows' regions may differ in length; the window is as wide as the
+    longest). ``topk_ids`` / ``topk_probs`` are the ``k`` most probable tokens, best first, of
+    the final distribution the step sampled from (after temperature / top-k / top-p), with
+    ``k`` the recorder's own :attr:`HistoryRecorder.k`: no tensor has a vocabulary dimension.
+    ``committed`` marks the offsets unmasked in this step and ``confidence`` holds the
+    predictor's scores. ``active`` marks rows that used a forward pass in this step; rows that
+    did not, and offsets outside a row's region, hold zeros (False). ``canvas`` is the whole
+    canvas after the step. The tensors belong to the predictor: a recorder copies what it keeps.
     """
 
     step: int
     canvas: Integer[Tensor, "batch seq_len"]
-    probs: Float[Tensor, "batch seq_len vocab"]
-    committed: Bool[Tensor, "batch seq_len"]
-    confidence: Float[Tensor, "batch seq_len"]
-    active: Bool[Tensor, " batch"]
     output_start: Integer[Tensor, " batch"]
+    window_valid: Bool[Tensor, "batch region"]
+    topk_ids: Integer[Tensor, "batch region k"]
+    topk_probs: Float[Tensor, "batch region k"]
+    committed: Bool[Tensor, "batch region"]
+    confidence: Float[Tensor, "batch region"]
+    active: Bool[Tensor, " batch"]
 
 
 @runtime_checkable
 class HistoryRecorder(Protocol):
-    """Called by the predictor: ``begin`` once per batch, ``on_step`` after every step."""
+    """Called by the predictor: ``begin`` once per batch, ``on_step`` after every step.
+
+    ``k`` is how many top tokens per position and step the recorder keeps; the predictor reads
+    it once per batch and hands over exactly that many (so it never passes whole distributions).
+    """
+
+    k: int
 
     def begin(self, batch: Mapping[str, Any], canvas: Integer[Tensor, "batch seq_len"],
               output_start: Integer[Tensor, " batch"]) -> None: ...

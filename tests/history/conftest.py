@@ -1,7 +1,8 @@
 """A small fake unmasking engine that drives a history recorder exactly like the predictor.
 
 It commits a fixed number of positions per row and step (so rows finish at different steps),
-gives rows different output starts, and updates its canvas in place between steps (so a
+gives rows different output starts (so output windows differ in length), hands the recorder the
+top-``recorder.k`` of each window position, and updates its canvas in place between steps (so a
 recorder that kept references instead of copies would record the final canvas every step).
 """
 
@@ -20,11 +21,25 @@ PAD_ID = 0
 
 @dataclass
 class FakeRun:
+    """What the engine did: ``steps`` as handed to the recorder (canvases snapshotted) and, for
+    checking them, each step's canvas-wide distributions ``probs`` (never handed over)."""
+
     batch: dict
     initial_canvas: torch.Tensor
     output_start: torch.Tensor
     steps: list[DenoisingStep]
+    probs: list[torch.Tensor]
     prediction: PredictionDict
+
+
+def window_of(values: torch.Tensor, window_index: torch.Tensor,
+              keep: torch.Tensor) -> torch.Tensor:
+    """Canvas-wide ``[rows, canvas_len, ...]`` values at the window's columns, zero where not
+    ``keep`` (outside a row's region, or a row that did not run)."""
+    if values.dim() == 3:
+        window_index = window_index[..., None].expand(-1, -1, values.shape[-1])
+        keep = keep[..., None]
+    return values.gather(1, window_index).masked_fill(~keep, 0)
 
 
 def fake_generate(
@@ -35,8 +50,9 @@ def fake_generate(
     vocab_size: int = 12,
     seed: int = 0,
     sample_index: list[int] | None = None,
+    k: int = 3,
 ) -> FakeRun:
-    """Run the fake engine; return what it handed to the recorder (canvases snapshotted)."""
+    """Run the fake engine; the top-k it hands over uses ``recorder.k`` (``k`` without one)."""
     generator = torch.Generator().manual_seed(seed)
     rows = len(prompt_lens)
     canvas_len = max(prompt_lens) + gen_len
@@ -54,10 +70,15 @@ def fake_generate(
     if sample_index is not None:
         batch["sample_index"] = torch.tensor(sample_index)
     initial = canvas.clone()
+    offsets = torch.arange(canvas_len - min(prompt_lens))
+    window_index = (output_start[:, None] + offsets).clamp(max=canvas_len - 1)
+    window_valid = offsets < (canvas_len - output_start)[:, None]
     if recorder is not None:
+        k = recorder.k
         recorder.begin(batch, canvas, output_start)
     per_row = torch.tensor(commits_per_step)[:, None]
     steps: list[DenoisingStep] = []
+    step_probs: list[torch.Tensor] = []
     step = 0
     while bool((canvas == MASK_ID).any()):
         masked = canvas == MASK_ID
@@ -70,14 +91,19 @@ def fake_generate(
         rank = score.argsort(dim=1, descending=True).argsort(dim=1)
         committed = masked & (rank < per_row)
         canvas[committed] = token[committed]  # in place, as an engine may do
+        keep = window_valid & active[:, None]
+        top = window_of(probs, window_index, keep).topk(k, dim=-1)
         state = DenoisingStep(
-            step=step, canvas=canvas, probs=probs, committed=committed,
-            confidence=torch.where(committed, confidence, 0.0), active=active,
-            output_start=output_start,
+            step=step, canvas=canvas, output_start=output_start, window_valid=window_valid,
+            topk_ids=top.indices.masked_fill(~keep[..., None], 0), topk_probs=top.values,
+            committed=window_of(committed, window_index, keep),
+            confidence=window_of(torch.where(committed, confidence, 0.0), window_index, keep),
+            active=active,
         )
         if recorder is not None:
             recorder.on_step(state)
         steps.append(replace(state, canvas=canvas.clone()))
+        step_probs.append(probs)
         step += 1
     active_steps = (torch.stack([s.active for s in steps]).sum(0) if steps
                     else torch.zeros(rows, dtype=torch.long))
@@ -87,7 +113,7 @@ def fake_generate(
     )
     if recorder is not None:
         recorder.end(prediction)
-    return FakeRun(batch, initial, output_start, steps, prediction)
+    return FakeRun(batch, initial, output_start, steps, step_probs, prediction)
 
 
 @pytest.fixture

@@ -21,24 +21,32 @@ def _prediction(ids: torch.Tensor, output_start: torch.Tensor) -> PredictionDict
                           output_start_idx=output_start, steps_taken=[2] * rows)
 
 
+def _hand_step(step: int, canvas: torch.Tensor, output_start: list[int],
+               window_probs: list[list[list[float]]], committed: list[list[bool]],
+               confidence: list[list[float]], k: int,
+               window_valid: list[list[bool]] | None = None) -> DenoisingStep:
+    """A step as the predictor hands it over: the top-k of hand-written window distributions."""
+    top = torch.tensor(window_probs).topk(k, dim=-1)
+    valid = (torch.ones(top.values.shape[:2], dtype=torch.bool) if window_valid is None
+             else torch.tensor(window_valid))
+    return DenoisingStep(
+        step=step, canvas=canvas, output_start=torch.tensor(output_start), window_valid=valid,
+        topk_ids=top.indices, topk_probs=top.values, committed=torch.tensor(committed),
+        confidence=torch.tensor(confidence), active=torch.ones(len(output_start), dtype=torch.bool))
+
+
 def _hand_run(recorder: HistoryTopKPlugin) -> None:
     """One sample: prompt token 5 at position 0, two masked positions, two steps, V = 6."""
     output_start = torch.tensor([1])
     canvas = torch.tensor([[5, MASK, MASK]])
     recorder.begin({"input_ids": torch.tensor([[5]]), "attention_mask": torch.tensor([[True]])},
                    canvas, output_start)
-    probs0 = torch.tensor([[[0, 0, 0, 0, 0, 1.0], [0.1, 0, 0.6, 0.3, 0, 0], [0.5, 0, 0.25, 0.15, 0.1, 0]]])
+    probs0 = [[[0.1, 0, 0.6, 0.3, 0, 0], [0.5, 0, 0.25, 0.15, 0.1, 0]]]
     canvas[0, 2] = 0
-    recorder.on_step(DenoisingStep(
-        step=0, canvas=canvas, probs=probs0, committed=torch.tensor([[False, False, True]]),
-        confidence=torch.tensor([[0.0, 0.0, 0.5]]), active=torch.tensor([True]),
-        output_start=output_start))
-    probs1 = torch.tensor([[[0, 0, 0, 0, 0, 1.0], [0.7, 0, 0.1, 0.2, 0, 0], [0.4, 0, 0.3, 0.2, 0.1, 0]]])
+    recorder.on_step(_hand_step(0, canvas, [1], probs0, [[False, True]], [[0.0, 0.5]], k=2))
+    probs1 = [[[0.7, 0, 0.1, 0.2, 0, 0], [0.4, 0, 0.3, 0.2, 0.1, 0]]]
     canvas[0, 1] = 0
-    recorder.on_step(DenoisingStep(
-        step=1, canvas=canvas, probs=probs1, committed=torch.tensor([[False, True, False]]),
-        confidence=torch.tensor([[0.0, 0.7, 0.0]]), active=torch.tensor([True]),
-        output_start=output_start))
+    recorder.on_step(_hand_step(1, canvas, [1], probs1, [[True, False]], [[0.7, 0.0]], k=2))
     recorder.end(_prediction(canvas, output_start))
 
 
@@ -77,16 +85,19 @@ def test_matches_engine_per_sample(tmp_path, generate):
         ran = [s for s in run.steps if bool(s.active[b])]
         assert sample.steps.tolist() == [s.step for s in ran]
         assert sample.num_steps == math.ceil((7 - (start - 2)) / (b + 1))
-        top = torch.stack([s.probs[b, start:] for s in ran]).topk(3, dim=-1)
+        # the engine's own distributions, never handed to the recorder
+        distributions = [p for p, s in zip(run.probs, run.steps) if bool(s.active[b])]
+        top = torch.stack([p[b, start:] for p in distributions]).topk(3, dim=-1)
         assert torch.equal(sample.topk_ids, top.indices)
         torch.testing.assert_close(sample.topk_probs, top.values, atol=1e-3, rtol=1e-3)
+        region = run.prediction["ids"].shape[1] - start  # window offsets 0..region-1
         assert torch.equal(sample.canvas, torch.stack([s.canvas[b, start:] for s in ran]))
-        assert torch.equal(sample.committed, torch.stack([s.committed[b, start:] for s in ran]))
+        assert torch.equal(sample.committed, torch.stack([s.committed[b, :region] for s in ran]))
         assert torch.equal(sample.initial_canvas, run.initial_canvas[b, start:])
         assert bool((sample.committed.sum(0) == 1).all())  # every output position once
         commit_index = sample.committed.float().argmax(0)
         assert torch.equal(sample.commit_step, sample.steps[commit_index])
-        expected_conf = torch.stack([s.confidence[b, start:] for s in ran])[
+        expected_conf = torch.stack([s.confidence[b, :region] for s in ran])[
             commit_index, torch.arange(len(commit_index))]
         torch.testing.assert_close(sample.confidence_at_commit, expected_conf)
         assert sample.masks_remaining.tolist() == [
@@ -120,17 +131,47 @@ def test_batch_without_steps(tmp_path):
     assert sample.commit_step.tolist() == [-1] and sample.prompt_ids.numel() == 0
 
 
-def test_misuse_is_a_clear_error(tmp_path, generate):
+def test_window_offsets_land_on_their_canvas_columns(tmp_path):
+    """Rows whose regions start at different columns and end before the canvas does: window
+    offset o of row b is stored at canvas column output_start[b] + o, and recorded columns
+    outside a row's region hold zeros."""
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path, mask_token_id=MASK)
+    canvas = torch.tensor([[5, MASK, MASK, 6, 7], [5, 6, 7, MASK, 8]])
+    output_start = torch.tensor([1, 3])
+    recorder.begin({}, canvas, output_start)
+    window_probs = [[[0.1, 0.9, 0, 0], [0, 0.2, 0.8, 0]],
+                    [[0, 0, 0.3, 0.7], [0.25, 0.25, 0.25, 0.25]]]  # row 1, offset 1: not real
+    canvas[0, 1:3] = torch.tensor([9, 9])
+    canvas[1, 3] = 9
+    recorder.on_step(_hand_step(0, canvas, [1, 3], window_probs, [[True, True], [True, False]],
+                                [[0.9, 0.8], [0.7, 0.0]], k=2,
+                                window_valid=[[True, True], [True, False]]))
+    recorder.end(_prediction(canvas, output_start))
+    raw = load_history(recorder.files_written[0]).raw
+    assert raw["region_start"] == 1 and raw["topk_ids"].shape == (2, 1, 4, 2)
+    assert raw["topk_ids"][:, 0].tolist() == [[[1, 0], [2, 1], [0, 0], [0, 0]],
+                                              [[0, 0], [0, 0], [3, 2], [0, 0]]]
+    torch.testing.assert_close(raw["topk_probs"][:, 0].float(), torch.tensor(
+        [[[0.9, 0.1], [0.8, 0.2], [0, 0], [0, 0]], [[0, 0], [0, 0], [0.7, 0.3], [0, 0]]]),
+        atol=1e-3, rtol=0)
+    assert raw["committed"][:, 0].tolist() == [[True, True, False, False],
+                                               [False, False, True, False]]
+    assert raw["commit_step"].tolist() == [[0, 0, -1, -1], [-1, -1, 0, -1]]
+    torch.testing.assert_close(raw["confidence_at_commit"][1, 2], torch.tensor(0.7))
+    assert raw["canvas"][:, 0].tolist() == [[9, 9, 6, 7], [6, 7, 9, 8]]
+
+
+def test_misuse_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="k must be >= 1"):
         HistoryTopKPlugin(k=0, output_dir=tmp_path)
+    canvas = torch.tensor([[5, MASK]])
+    step = _hand_step(0, canvas, [1], [[[0.2, 0.3, 0.5]]], [[True]], [[0.5]], k=3)
     recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path)
     with pytest.raises(HistoryError, match="before begin"):
-        recorder.on_step(DenoisingStep(
-            step=0, canvas=torch.zeros(1, 2, dtype=torch.long), probs=torch.ones(1, 2, 3) / 3,
-            committed=torch.zeros(1, 2, dtype=torch.bool), confidence=torch.zeros(1, 2),
-            active=torch.ones(1, dtype=torch.bool), output_start=torch.zeros(1, dtype=torch.long)))
-    with pytest.raises(HistoryError, match="k=20 exceeds the vocabulary size 12"):
-        generate(HistoryTopKPlugin(k=20, output_dir=tmp_path), [2], 3, [1])
+        recorder.on_step(step)
+    recorder.begin({}, canvas, torch.tensor([1]))
+    with pytest.raises(HistoryError, match="top 3 tokens per position, the recorder keeps k=2"):
+        recorder.on_step(step)
 
 
 class _ScalarReads(TorchDispatchMode):

@@ -76,9 +76,10 @@ def position_table(rows: dict[int, dict[int, float]], length: int = 32) -> torch
 
 
 class RecordingHistory:
-    """A HistoryRecorder that keeps everything it is given."""
+    """A HistoryRecorder that keeps everything it is given (the top ``k`` tokens per step)."""
 
-    def __init__(self) -> None:
+    def __init__(self, k: int = 3) -> None:
+        self.k = k
         self.begun = None
         self.steps = []
         self.ended = None
@@ -94,7 +95,7 @@ class RecordingHistory:
 
     def commit_order(self, row: int) -> list[list[int]]:
         """Canvas columns committed per step for one row (active steps only)."""
-        return [state.committed[row].nonzero().flatten().tolist()
+        return [(state.output_start[row] + state.committed[row].nonzero().flatten()).tolist()
                 for state in self.steps if bool(state.active[row])]
 
 

@@ -15,6 +15,7 @@ from predict_fakes import (
     prompt_batch,
 )
 
+from xdllm.history import HistoryTopKPlugin
 from xdllm.predict import UnmaskingPredictor
 
 PROMPTS = [[letter("a")], [letter("b"), letter("c"), letter("d")], []]
@@ -93,9 +94,9 @@ def test_unconditional_and_empty_prompts():
     assert bos_only["steps_taken"] == nothing["steps_taken"] == [2, 2]
 
 
-def test_history_gets_every_step_in_canvas_coordinates():
+def test_history_gets_every_step_on_the_output_window():
     model = random_model()
-    history = RecordingHistory()
+    history = RecordingHistory(k=5)
     predictor = UnmaskingPredictor(max_steps=3, max_new_tokens=6, tokenizer=LetterTokenizer(),
                                    confidence="entropy", top_k=4)
     batch = prompt_batch(PROMPTS, "right")
@@ -104,17 +105,18 @@ def test_history_gets_every_step_in_canvas_coordinates():
     assert (canvas == MASK).sum().item() == 18 and start.tolist() == [2, 4, 1]
     assert [s.step for s in history.steps] == [0, 1, 2]
     assert history.ended is prediction
-    committed = torch.stack([s.committed for s in history.steps]).sum(0)
-    region = (torch.arange(canvas.shape[1])[None] >= start[:, None]) & (
-        torch.arange(canvas.shape[1])[None] < start[:, None] + 6)
-    assert torch.equal(committed, region.long())
     last = history.steps[-1]
+    assert torch.equal(last.output_start, start) and bool(last.window_valid.all())
+    assert last.window_valid.shape == (3, 6)  # offset o of row b is canvas column start[b] + o
+    committed = torch.stack([s.committed for s in history.steps]).sum(0)
+    assert torch.equal(committed, torch.ones(3, 6, dtype=torch.long))  # each offset once
     assert torch.equal(last.canvas, prediction["ids"])
-    probs = last.probs
-    assert torch.allclose(probs.sum(-1), region.float())
-    assert ((probs > 0).sum(-1)[region] == 4).all()
+    probs = last.topk_probs  # top-5 of a distribution restricted to 4 tokens: all of its mass
+    assert torch.allclose(probs.sum(-1), torch.ones(3, 6))
+    assert ((probs > 0).sum(-1) == 4).all()
+    assert bool((probs[..., :-1] >= probs[..., 1:]).all())
     entropy = -torch.special.entr(probs).sum(-1)
-    assert torch.allclose(last.confidence, torch.where(region, entropy, 0.0))
+    assert torch.allclose(last.confidence, entropy)
 
 
 def test_infill_flag_and_detection():
@@ -185,7 +187,10 @@ def test_bad_batches_are_named():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_one_host_sync_per_step_on_cuda():
+@pytest.mark.parametrize("record", [False, True])
+def test_one_host_sync_per_step_on_cuda(record, tmp_path):
+    """With a history recorder too: its steps read nothing on the host (``begin`` and ``end``
+    do, a number of times that does not depend on the step count)."""
     import warnings
 
     model = random_model().cuda()
@@ -195,11 +200,12 @@ def test_one_host_sync_per_step_on_cuda():
                                        tokenizer=LetterTokenizer(), confidence="entropy",
                                        temperature=0.5, top_p=0.9)
         batch = {k: v.cuda() for k, v in prompt_batch(PROMPTS).items()}
+        history = HistoryTopKPlugin(k=3, output_dir=tmp_path / str(n_tokens)) if record else None
         torch.cuda.set_sync_debug_mode("warn")
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                prediction = predictor.predict(batch, model=model)
+                prediction = predictor.predict(batch, model=model, history=history)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         assert prediction["steps_taken"] == [n_tokens] * 3

@@ -164,24 +164,30 @@ def test_finished_rows_leave_the_forward_pass():
     assert prediction["time_taken"][0] <= prediction["time_taken"][1]
 
 
-def test_step_states_hold_each_active_row_s_window_distributions_and_nothing_else():
-    # Right-aligned infilling windows of different starts (the gather path); row 0 finishes
-    # after one step, so later states must carry zeros for it.
+def test_step_states_hold_each_active_row_s_window_top_k_and_nothing_else():
+    # Right-aligned infilling windows of different starts and lengths (the gather path); row 0
+    # finishes after one step, so later states must carry zeros for it.
     ids = torch.tensor([[2, letter("a"), MASK, letter("b"), 4, 4],
                         [2, MASK, MASK, MASK, MASK, letter("c")]])
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool)}
     rows = {p: {letter("e"): 0.5 + 0.1 * p, letter("f"): 0.5 - 0.1 * p} for p in range(5)}
     _, history, _ = run(rows, max_new_tokens=None, max_steps=4, confidence="top_prob", batch=batch)
     table = position_table(rows).softmax(-1)
-    windows = {0: [2], 1: [1, 2, 3, 4]}
+    windows = {0: [2], 1: [1, 2, 3, 4]}  # canvas columns of each row's window offsets
     for state in history.steps:
+        assert state.output_start.tolist() == [2, 1]
+        assert state.window_valid.tolist() == [[True, False, False, False], [True] * 4]
         for row, columns in windows.items():
-            outside = [c for c in range(6) if not (bool(state.active[row]) and c in columns)]
-            assert not state.probs[row, outside].any() and not state.confidence[row, outside].any()
-            if bool(state.active[row]):
-                torch.testing.assert_close(state.probs[row, columns], table[columns])
-                for column in state.committed[row].nonzero().flatten().tolist():
-                    assert state.confidence[row, column] == pytest.approx(table[column].max().item())
+            width = len(columns) if bool(state.active[row]) else 0
+            for values in (state.topk_ids, state.topk_probs, state.committed, state.confidence):
+                assert not values[row, width:].any()
+            if width:
+                top = table[columns].topk(history.k, dim=-1)  # two tokens with mass, then zeros
+                torch.testing.assert_close(state.topk_probs[row, :width], top.values)
+                assert torch.equal(state.topk_ids[row, :width, :2], top.indices[:, :2])
+                for offset in state.committed[row].nonzero().flatten().tolist():
+                    assert state.confidence[row, offset] == pytest.approx(
+                        table[columns[offset]].max().item())
     assert [bool(s.active[0]) for s in history.steps] == [True, False, False, False]
 
 

@@ -2,9 +2,11 @@
 
 Per sample and step it keeps the top-k token ids and probabilities over the output region, the
 canvas after the step and the positions committed at that step; per position, the step and
-confidence of its (last) commit. Step work stays on the predictor's device and never waits for
-it (a top-k, slices, copies and two ``torch.where``); tensors are stacked and moved to the host
-once, in :meth:`HistoryTopKPlugin.end`, and written as one file per generation batch (see
+confidence of its (last) commit. The predictor computes the top-k (the recorder's ``k``) on its
+output window; the recorder places window offsets at the columns of the recorded region. Step
+work stays on the predictor's device and never waits for it (gathers, copies and
+``torch.where``); tensors are stacked and moved to the host once, in
+:meth:`HistoryTopKPlugin.end`, and written as one file per generation batch (see
 :mod:`xdllm.history.format`).
 
 One file per batch, rather than one per run: each file is complete and atomic the moment its
@@ -32,7 +34,8 @@ class HistoryTopKPlugin:
     """Records the top-``k`` alternatives of every denoising step into ``output_dir``.
 
     Args:
-        k: number of alternatives kept per position and step.
+        k: number of alternatives kept per position and step (read by the predictor, which
+            hands over exactly this many).
         output_dir: directory receiving ``history-NNNNN.pt`` files (created when needed;
             numbering continues after files already there, nothing is overwritten).
         max_samples: stop recording after this many samples (``None``: record all). A batch
@@ -116,12 +119,17 @@ class _BatchRecording:
         rows: int,
         region_start: int,
         canvas_len: int,
+        output_start: Tensor,
         static: dict[str, Any],
         initial_canvas: Tensor,
     ) -> None:
         self.rows = rows
         self.region_start = region_start
         self.canvas_len = canvas_len
+        # per row, the window offset of every recorded column: column c is canvas position
+        # region_start + c, i.e. offset region_start + c - output_start of the row's window
+        self.offset = (torch.arange(canvas_len - region_start, device=output_start.device)
+                       + region_start - output_start[:, None])
         self.static = static
         self.initial_canvas = initial_canvas
         self.steps: list[int] = []
@@ -155,31 +163,50 @@ class _BatchRecording:
             "mask_token_id": mask_token_id,
         }
         initial = canvas[:, region_start:].to(torch.int32, copy=True)
-        return cls(rows, region_start, canvas_len, static, initial)
+        return cls(rows, region_start, canvas_len, output_start, static, initial)
 
     def record(self, state: DenoisingStep, k: int) -> None:
-        rows, start = self.rows, self.region_start
-        if state.probs.shape[-1] < k:
+        """Append the step, its window values placed at the recorded columns (device work only)."""
+        self._check(state, k)
+        rows = self.rows
+        index, inside = self._region_columns(state.window_valid[:rows])
+        committed = _take_columns(state.committed[:rows], index, inside)
+        self.steps.append(state.step)
+        self.topk_ids.append(_take_columns(state.topk_ids[:rows], index, inside).to(torch.int32))
+        self.topk_probs.append(
+            _take_columns(state.topk_probs[:rows], index, inside).to(torch.float16)
+        )
+        self.canvas.append(state.canvas[:rows, self.region_start:].to(torch.int32, copy=True))
+        self.committed.append(committed)
+        self.active.append(state.active[:rows].clone())
+        self.commit_step = torch.where(committed, state.step, self.commit_step)
+        self.confidence_at_commit = torch.where(
+            committed,
+            _take_columns(state.confidence[:rows], index, inside).float(),
+            self.confidence_at_commit,
+        )
+
+    def _check(self, state: DenoisingStep, k: int) -> None:
+        """Shapes only (no device values): the step must fit what ``begin`` and ``k`` fixed."""
+        if state.topk_ids.shape[-1] != k:
             raise HistoryError(
-                f"HistoryTopKPlugin: k={k} exceeds the vocabulary size {state.probs.shape[-1]}"
+                f"HistoryTopKPlugin: step {state.step} hands over the top "
+                f"{state.topk_ids.shape[-1]} tokens per position, the recorder keeps k={k} "
+                "(the predictor must compute the recorder's k)"
             )
         if state.canvas.shape[1] != self.canvas_len:
             raise HistoryError(
                 f"HistoryTopKPlugin: step {state.step} canvas has length {state.canvas.shape[1]}, "
                 f"begin() had {self.canvas_len}"
             )
-        top_probs, top_ids = state.probs[:rows, start:].topk(k, dim=-1)
-        committed = state.committed[:rows, start:].clone()
-        self.steps.append(int(state.step))
-        self.topk_ids.append(top_ids.to(torch.int32))
-        self.topk_probs.append(top_probs.to(torch.float16))
-        self.canvas.append(state.canvas[:rows, start:].to(torch.int32, copy=True))
-        self.committed.append(committed)
-        self.active.append(state.active[:rows].clone())
-        self.commit_step = torch.where(committed, state.step, self.commit_step)
-        self.confidence_at_commit = torch.where(
-            committed, state.confidence[:rows, start:].float(), self.confidence_at_commit
-        )
+
+    def _region_columns(self, window_valid: Tensor) -> tuple[Tensor, Tensor]:
+        """For every recorded column of every row: the window offset it reads (clamped into
+        the window) and whether that offset is a real position of the row's region."""
+        width = window_valid.shape[1]
+        index = self.offset.clamp(0, max(width - 1, 0))
+        inside = (self.offset >= 0) & (self.offset < width) & window_valid.gather(1, index)
+        return index, inside
 
     def finish(self, prediction: PredictionDict, k: int) -> dict[str, Any]:
         region = self.canvas_len - self.region_start
@@ -204,6 +231,15 @@ class _BatchRecording:
             "texts": texts,
             **self.static,
         }
+
+
+def _take_columns(window: Tensor, index: Tensor, inside: Tensor) -> Tensor:
+    """``window[b, index[b, c], ...]`` where ``inside[b, c]``, else zero (False): per-offset
+    values ``[B, W, ...]`` of the output window at the recorded columns ``[B, R, ...]``."""
+    if window.dim() == 3:
+        index = index[..., None].expand(-1, -1, window.shape[-1])
+        inside = inside[..., None]
+    return window.gather(1, index).masked_fill(~inside, 0)
 
 
 def _stack(steps: list[Tensor], row_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:

@@ -277,6 +277,7 @@ class UnmaskingPredictor(nn.Module):
                       & canvas.window_valid).any(1)
         steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
         if history is not None:
+            history_k = history.k
             history.begin(batch, state.ids, canvas.output_start)
         elapsed: list[float] = []
         for step in range(self.max_steps + 1):
@@ -299,10 +300,8 @@ class UnmaskingPredictor(nn.Module):
                 unfinished = unfinished.index_copy(0, active, outcome.unfinished)
                 steps_taken = steps_taken.index_add(0, active, torch.ones_like(active))
             if history is not None:
-                history.on_step(_step_state(step, state.ids, active, outcome,
-                                            state.window_index.index_select(0, active),
-                                            state.window_valid.index_select(0, active),
-                                            canvas.output_start))
+                history.on_step(_step_state(step, state, active, outcome, canvas.output_start,
+                                            history_k))
 
         steps = steps_taken.tolist()
         prediction: PredictionDict = {
@@ -320,35 +319,40 @@ class UnmaskingPredictor(nn.Module):
 
 
 
-def _step_state(step: int, ids: Tensor, active: Tensor, outcome: _StepOutcome,
-                window_index: Integer[Tensor, "rows region"],
-                window_valid: Bool[Tensor, "rows region"], output_start: Tensor) -> DenoisingStep:
-    """The step's window tensors scattered back to canvas coordinates (zeros elsewhere).
+def _step_state(step: int, state: _Rows, active: Integer[Tensor, " active"],
+                outcome: _StepOutcome, output_start: Integer[Tensor, " batch"], k: int
+                ) -> DenoisingStep:
+    """What a history recorder keeps of a step, on the output window, for the whole batch.
 
-    Past a row's region end the window repeats a clamped column, so values are added with the
-    invalid offsets zeroed rather than written (a plain scatter would race there). The canvas
-    is handed over as is: the engine never writes ``ids`` in place, and recorders copy what
-    they keep.
+    One ``topk`` of the window distributions the step already has: the recorder gets ``k``
+    tokens per position, never a vocabulary-sized tensor. Offsets outside a row's region and
+    rows that did not run hold zeros. Nothing is read on the host. The canvas is handed over as
+    is: the engine never writes ``ids`` in place, and recorders copy what they keep.
     """
-    n_rows, seq_len = ids.shape
-    probs, scores = outcome.probs, outcome.scores
-    n_active, vocab = probs.shape[0], probs.shape[-1]
-    valid = window_valid.to(probs.dtype)
-    row_probs = probs.new_zeros((n_active, seq_len, vocab)).scatter_add(
-        1, window_index[..., None].expand(-1, -1, vocab), probs * valid[..., None])
-    row_scores = scores.new_zeros((n_active, seq_len)).scatter_add(
-        1, window_index, scores * valid)
-    row_committed = torch.zeros_like(ids[:n_active]).scatter_add(
-        1, window_index, (outcome.committed & window_valid).long()) > 0
-    if n_active == n_rows:  # every row ran: ``active`` is 0..n-1, the row tensors are the batch's
-        return DenoisingStep(
-            step=step, canvas=ids, probs=row_probs, committed=row_committed,
-            confidence=row_scores, active=torch.ones(n_rows, dtype=torch.bool, device=ids.device),
-            output_start=output_start)
-    return DenoisingStep(
-        step=step, canvas=ids,
-        probs=probs.new_zeros((n_rows, seq_len, vocab)).index_copy(0, active, row_probs),
-        committed=torch.zeros_like(ids, dtype=torch.bool).index_copy(0, active, row_committed),
-        confidence=scores.new_zeros((n_rows, seq_len)).index_copy(0, active, row_scores),
-        active=torch.zeros(n_rows, dtype=torch.bool, device=ids.device).index_fill(0, active, True),
-        output_start=output_start)
+    n_rows = state.ids.shape[0]
+    every_row = active.numel() == n_rows  # then ``active`` is 0..n-1
+    valid = state.window_valid if every_row else state.window_valid.index_select(0, active)
+    top_probs, top_ids = _top_k(outcome.probs, k)
+    values = (torch.ones(active.shape, dtype=torch.bool, device=active.device),
+              torch.where(valid[..., None], top_ids, 0),
+              torch.where(valid[..., None], top_probs, 0.0),
+              outcome.committed & valid,
+              torch.where(valid, outcome.scores, 0.0))
+    if not every_row:  # the rows that did not run get zeros
+        values = tuple(v.new_zeros((n_rows, *v.shape[1:])).index_copy(0, active, v)
+                       for v in values)
+    ran, top_ids, top_probs, committed, confidence = values
+    return DenoisingStep(step=step, canvas=state.ids, output_start=output_start,
+                         window_valid=state.window_valid, topk_ids=top_ids, topk_probs=top_probs,
+                         committed=committed, confidence=confidence, active=ran)
+
+
+def _top_k(probs: Float[Tensor, "rows region vocab"], k: int
+           ) -> tuple[Float[Tensor, "rows region k"], Integer[Tensor, "rows region k"]]:
+    """The ``k`` most probable tokens of every window position, best first."""
+    vocab = probs.shape[-1]
+    if not 1 <= k <= vocab:
+        raise ValueError(f"history recorder asks for the top k={k} tokens per position; "
+                         f"k must be in 1..{vocab} (the vocabulary size)")
+    top = probs.topk(k, dim=-1)
+    return top.values, top.indices
