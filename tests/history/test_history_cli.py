@@ -89,3 +89,17 @@ def test_tensorboard_outside_a_run_needs_logdir(tmp_path, generate, capsys):
     generate(recorder, prompt_lens=[1], gen_len=2, commits_per_step=[1])
     assert _run("history", "tensorboard", str(recorder.files_written[0])) == 1
     assert "not inside a run directory" in capsys.readouterr().err
+
+
+def test_tensorboard_writes_every_valid_file_and_names_every_bad_one(tmp_path, generate, capsys):
+    recorder = HistoryTopKPlugin(k=3, output_dir=tmp_path / "history", tokenizer=TOKENIZER)
+    for seed in range(4):  # four files, one sample each
+        generate(recorder, prompt_lens=[2], gen_len=3, commits_per_step=[3], seed=seed)
+    for bad in ("history-00001.pt", "history-00002.pt"):
+        (tmp_path / "history" / bad).write_bytes(b"garbled")
+    assert _run("history", "tensorboard", str(tmp_path), "--logdir", str(tmp_path / "tb")) == 1
+    captured = capsys.readouterr()
+    assert "wrote 2 samples" in captured.out  # files 0 and 3: the one after the bad ones too
+    errors = captured.err.strip().splitlines()
+    assert len(errors) == 2 and all(line.startswith("xdllm history: error: skipped ") for line in errors)
+    assert "history-00001.pt" in errors[0] and "history-00002.pt" in errors[1]

@@ -31,7 +31,7 @@ def written(tmp_path, generate):
     recorder = HistoryTopKPlugin(k=3, output_dir=tmp_path / "run" / "history", tokenizer=TOKENIZER)
     generate(recorder, prompt_lens=[2, 3], gen_len=4, commits_per_step=[1, 2], seed=1)
     generate(recorder, prompt_lens=[2, 2], gen_len=4, commits_per_step=[3, 3], seed=2)
-    count = write_tensorboard(tmp_path / "run", tmp_path / "tb", max_samples=3)
+    count = write_tensorboard(tmp_path / "run", tmp_path / "tb", max_samples=3).written
     events = EventAccumulator(str(tmp_path / "tb"),
                               size_guidance={"tensors": 0, "images": 0, "scalars": 0})
     events.Reload()

@@ -69,12 +69,14 @@ def run_history_command(args: argparse.Namespace) -> int:
 def _tensorboard(args: argparse.Namespace) -> int:
     find_history_files(args.path)
     logdir = args.logdir if args.logdir is not None else default_logdir(args.path)
-    written = write_tensorboard(args.path, logdir, max_samples=args.max_samples)
+    report = write_tensorboard(args.path, logdir, max_samples=args.max_samples)
     print(
-        f"wrote {written} samples to {logdir}\n"
+        f"wrote {report.written} samples to {logdir}\n"
         f"view: tensorboard --logdir {logdir} --samples_per_plugin=text=1000"
     )
-    return 0
+    for path, reason in report.bad_files:
+        print(f"xdllm history: error: skipped {path}: {reason}", file=sys.stderr)
+    return 1 if report.bad_files else 0
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -20,13 +20,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
+from xdllm.history.format import HistoryError
 from xdllm.history.images import commit_image, confidence_image
 from xdllm.history.reader import SampleHistory, iter_samples
 from xdllm.history.render import StepView, step_views, visible_token
+from xdllm.history.storage import find_history_files
 from xdllm.interfaces import Tokenizer
 
 DEFAULT_MAX_SAMPLES = 16
@@ -39,29 +42,44 @@ def sample_tag(sample: SampleHistory) -> str:
     return f"sample_{sample.sample_id:05d}"
 
 
+@dataclass(frozen=True)
+class TensorboardReport:
+    """What :func:`write_tensorboard` did: samples written, and each file it could not read
+    (path and reason); the valid files are all written whatever the bad ones."""
+
+    written: int
+    bad_files: tuple[tuple[Path, str], ...] = ()
+
+
 def write_tensorboard(
     history_paths: str | Path | Iterable[str | Path],
     logdir: str | Path,
     max_samples: int | None = DEFAULT_MAX_SAMPLES,
     tokenizer: Tokenizer | None = None,
-) -> int:
-    """Write TensorBoard views of up to ``max_samples`` samples; return how many were written.
+) -> TensorboardReport:
+    """Write TensorBoard views of up to ``max_samples`` samples, file by file.
 
     ``history_paths``: history files, history directories or run directories (``<run>/history``).
-    ``tokenizer`` overrides the token strings stored in the files.
+    ``tokenizer`` overrides the token strings stored in the files. A file that cannot be read
+    (truncated, garbled, wrong schema) is skipped and reported; every valid one is written.
     """
     paths = [history_paths] if isinstance(history_paths, (str, Path)) else list(history_paths)
     token_text = tokenizer.id_to_token if tokenizer is not None else None
-    written = 0
+    written, bad = 0, []
     with SummaryWriter(log_dir=str(logdir)) as writer:
-        for path in paths:
+        for file_path in (f for path in paths for f in find_history_files(path)):
             remaining = None if max_samples is None else max_samples - written
             if remaining is not None and remaining <= 0:
                 break
-            for sample in iter_samples(path, max_samples=remaining):
+            try:
+                samples = list(iter_samples(file_path, max_samples=remaining))
+            except HistoryError as error:
+                bad.append((file_path, str(error)))
+                continue
+            for sample in samples:
                 _write_sample(writer, sample, token_text)
                 written += 1
-    return written
+    return TensorboardReport(written, tuple(bad))
 
 
 def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text) -> None:
