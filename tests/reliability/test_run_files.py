@@ -105,9 +105,19 @@ def test_stale_temporary_files_are_removed_at_the_next_start(run, tmp_path):
     stale.write_bytes(b"half a checkpoint")
     gen_stale = next((run / "generate").iterdir()) / ".predictions.jsonl.tmp-999999998"
     gen_stale.write_text("{")
+    history_stale = run / "generate" / "old" / "history" / ".history-00000.pt.tmp-999999997"
+    history_stale.parent.mkdir(parents=True)
+    history_stale.write_bytes(b"half a history file")
     assert main(["generate", f"ckpt={run}", "num_samples=2"]) == 0
-    assert not gen_stale.exists()
+    assert not gen_stale.exists() and not history_stale.exists()
     assert main(["train", *TINY, "trainer.max_steps=9", "trainer.val_check_interval=3", f"run_dir={run}",
                  f"resume={run}"]) == 0
     assert not stale.exists()
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 9
+
+
+def test_resuming_with_another_model_size_or_family_is_one_line(run, capsys):
+    assert main(["train", *TINY, *STEPS, "model.d_model=64", f"run_dir={run}", f"resume={run}"]) == 2
+    assert "does not fit the model this config builds" in _error(capsys)
+    assert main(["train", *TINY, *STEPS, "model=mdlm", f"run_dir={run}", f"resume={run}"]) == 2
+    assert "holds a mlm model, this run builds mdlm" in _error(capsys)

@@ -7,12 +7,8 @@ import torch
 
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import resolve_checkpoint, resume_point, run_dir_of
-from xdllm.train.checkpoint_io import (
-    CheckpointError,
-    read_checkpoint_file,
-    remove_stale_temporaries,
-    save_checkpoint_file,
-)
+from xdllm.temporary_files import remove_stale_temporaries
+from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file, save_checkpoint_file
 
 
 def _checkpoint(step: int) -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 
 from xdllm.history.format import HistoryError, HistoryFormatError, payload_checksums, validate_payload
+from xdllm.temporary_files import temporary_path
 
 HISTORY_SUBDIR = "history"
 FILE_PATTERN = re.compile(r"^history-(\d{5,})\.pt$")
@@ -46,17 +46,15 @@ def write_history_file(payload: Mapping[str, Any], path: Path) -> None:
     record["checksums"] = payload_checksums(record)
     validate_payload(record, path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
-    )
+    temporary = temporary_path(path)
     try:
-        with handle:
+        with open(temporary, "wb") as handle:
             torch.save(record, handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(handle.name, path)
+        os.replace(temporary, path)
     except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
 
 

@@ -26,7 +26,7 @@ from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.interfaces import Example
 from xdllm.run.build import position_limit
 from xdllm.run.checkpoint import TrainedRun, load_trained
-from xdllm.train.checkpoint_io import remove_stale_temporaries, temporary_path
+from xdllm.temporary_files import remove_stale_temporaries, temporary_path
 
 HISTORY_CHOICES = (None, "topk")
 
@@ -123,7 +123,7 @@ def _claim_output_dir(run: TrainedRun, requested: str | None) -> Path:
     in the same second). Temporary files that interrupted generations left are removed first."""
     generated = run.run_dir / "generate"
     if generated.is_dir():
-        for folder in (generated, *(path for path in generated.iterdir() if path.is_dir())):
+        for folder in (generated, *(path for path in generated.rglob("*") if path.is_dir())):
             remove_stale_temporaries(folder)
     if requested:
         folder = Path(requested).expanduser()

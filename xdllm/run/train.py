@@ -30,7 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.errors import XdllmError
 from xdllm.run.build import build_components, build_datamodule
 from xdllm.run.checkpoint import CHECKPOINT_DIR, ResumePoint, load_frozen_models, resume_point, run_dir_of
-from xdllm.train.checkpoint_io import AtomicCheckpointIO, remove_stale_temporaries, temporary_path
+from xdllm.temporary_files import remove_stale_temporaries, temporary_path
+from xdllm.train.checkpoint_io import AtomicCheckpointIO
 from xdllm.train.history_hook import ValidationHistory
 from xdllm.train.latest_checkpoint import LAST_NAME, LatestCheckpoint
 from xdllm.train.metric_lines import MetricLines
@@ -231,7 +232,9 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
         raise XdllmError(f"invalid trainer configuration: {error}") from error
     if launching:
         claim_run_dir(run_dir, point, config.get("existing_run_dir", "refuse"))
-        for folder in (run_dir, run_dir / CHECKPOINT_DIR):
+        history = run_dir / "history"
+        nested = [path for path in history.rglob("*") if path.is_dir()] if history.is_dir() else []
+        for folder in (run_dir, run_dir / CHECKPOINT_DIR, history, *nested):
             for stale in remove_stale_temporaries(folder):
                 log.info("removed %s, left by an interrupted write", stale)
         _save_config(OmegaConf.create(resolved), run_dir)

@@ -18,10 +18,9 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from xdllm.errors import XdllmError
+from xdllm.temporary_files import temporary_path
 
 DIGEST_KEY = "xdllm_digest"
-TEMPORARY_MARK = ".tmp-"
-"""Temporary files are named ``.<name>.tmp-<pid>``; :func:`remove_stale_temporaries` finds them."""
 
 
 class CheckpointError(XdllmError):
@@ -89,40 +88,6 @@ def read_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
         raise CheckpointError(f"checkpoint {path} is corrupt: its content does not match the digest "
                               "written with it")
     return checkpoint
-
-
-def temporary_path(path: Path) -> Path:
-    """Where ``path`` is written before the rename: ``.<name>.tmp-<pid>`` beside it."""
-    return path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
-
-
-def _writer_alive(path: Path) -> bool:
-    """Whether the process that named this temporary file still runs (it may still be writing)."""
-    pid = path.name.rpartition(TEMPORARY_MARK)[2]
-    if not pid.isdigit() or int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
-    """Delete the temporary files interrupted writes left in ``folder`` (never a finished file:
-    those have no temporary mark; never one a running process may still be writing), and
-    return them."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    stale = [path for path in folder.iterdir()
-             if path.is_file() and path.name.startswith(".") and TEMPORARY_MARK in path.name
-             and not _writer_alive(path)]
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -9,7 +9,7 @@ from typing import Any
 
 import lightning as L
 
-from xdllm.train.checkpoint_io import temporary_path
+from xdllm.temporary_files import temporary_path
 
 LAST_NAME = "last.ckpt"
 
