@@ -137,6 +137,19 @@ def _cmd_models() -> int:
     return 0
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of each record, not the stream that was
+    current when the handler was made (a redirected or replaced stderr keeps working)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _configure_output() -> None:
     """xdllm's own INFO lines on stderr; Lightning keeps its own handler; no warning spam."""
     warnings.filterwarnings("ignore", module="lightning")
@@ -147,7 +160,7 @@ def _configure_output() -> None:
     for name in ("xdllm", "xdllm_models"):
         logger = logging.getLogger(name)
         if not logger.handlers:
-            handler = logging.StreamHandler()
+            handler = _StderrHandler()
             handler.setFormatter(logging.Formatter("%(message)s"))
             logger.addHandler(handler)
             logger.setLevel(logging.INFO)

@@ -184,8 +184,6 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     run_dir = resolve_run_dir(config)
     launching = is_launching_process()
     point = resume_point(resume) if resume else None
-    if point is not None and launching:
-        log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
     set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
     components = build_components(config)
@@ -198,6 +196,8 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
         num_samples=config.history.num_samples, k=config.history.k)
     if point is not None:
         check_resume_matches(point, components.model, config)
+        if launching:
+            log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
     frozen, frozen_sources = load_frozen_models(config)
     module = DiffusionLMModule(
         model=components.model,
