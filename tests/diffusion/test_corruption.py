@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xdllm.diffusion import (
-    _batched_gumbel_topk,
     corrupt_blockwise,
     corrupt_uniform,
     corrupt_uniform_random,
     corruption,
     gumbel_topk,
 )
+from xdllm.diffusion.corruption import _batched_gumbel_topk
 
 MASK_ID = 0
 VOCAB = 50

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from xdllm.diffusion import (
-    _batched_gumbel_topk,
     corrupt_blockwise,
     corrupt_uniform,
     corrupt_uniform_random,
     corruption,
     gumbel_topk,
 )
+from xdllm.diffusion.corruption import _batched_gumbel_topk
 
 MASK_ID = 0
 REJECT_BELOW = 1e-3

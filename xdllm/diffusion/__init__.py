@@ -1,7 +1,9 @@
-"""Diffusion corruption kernels and per-sample seeding (SPEC.md section 1)."""
+"""Diffusion corruption kernels and per-sample seeding (docs/corruption.md).
+
+``_batched_gumbel_topk`` keeps the seed API's name and lives in :mod:`xdllm.diffusion.corruption`.
+"""
 
 from xdllm.diffusion.corruption import (
-    _batched_gumbel_topk,
     corrupt_blockwise,
     corrupt_uniform,
     corrupt_uniform_random,
@@ -10,7 +12,6 @@ from xdllm.diffusion.corruption import (
 from xdllm.diffusion.seeding import corrupt_per_sample, sample_generators, sample_seed
 
 __all__ = [
-    "_batched_gumbel_topk",
     "corrupt_blockwise",
     "corrupt_per_sample",
     "corrupt_uniform",

@@ -1,4 +1,4 @@
-"""Corruption kernels for diffusion-LM training (SPEC.md section 1, seeds 000 and 001).
+"""Corruption kernels for diffusion-LM training (semantics and speed: docs/corruption.md).
 
 Each kernel turns clean ``input_ids`` into a noisy canvas and returns
 ``(noisy_input_ids, noise_mask, p_mask)``, all ``[batch, seq_len]``:
