@@ -1,0 +1,48 @@
+"""ARLM validation: the NLL per supervised token and its perplexity; exact match where there are answers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from xdllm.evaluate import AnswerEvaluator
+from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
+from xdllm_models.arlm.loss import ARLMLoss
+
+MAX_EXPONENT = 700.0
+"""``exp`` of more than this overflows a float; the perplexity is then reported as inf."""
+
+
+class ARLMEvaluator(AnswerEvaluator):
+    """On the loss loader, from one forward pass per batch: ``loss`` (the batch mean, weighted by
+    its samples, as every family logs it) and ``nll``, the exact NLL per supervised token over
+    the whole split (nats; EOS included), with ``ppl = exp(nll)`` added by :meth:`finalize`.
+    On the prediction loader: exact match and token accuracy of generated answers.
+
+    Both come from :meth:`ARLMLoss.token_nll <xdllm_models.arlm.loss.ARLMLoss.token_nll>`
+    (``loss`` is what the family loss returns without a context), so the harness's
+    ``loss_fn`` is not called: one forward pass gives both.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, fp32_upcast: bool = True) -> None:
+        super().__init__(tokenizer)
+        self.loss = ARLMLoss(fp32_upcast=fp32_upcast)
+
+    def loss_metrics(self, model: torch.nn.Module, batch: Mapping[str, Any],
+                     loss_fn: LossFunction) -> MetricSums:
+        nll, supervised = self.loss.token_nll(model, batch)
+        total = torch.where(supervised, nll, 0.0).sum().double()
+        count = supervised.sum().double()
+        samples = torch.tensor(float(batch["input_ids"].shape[0]), dtype=torch.float64, device=total.device)
+        batch_loss = total / count.clamp_min(1.0)
+        return {"loss": (batch_loss * samples, samples), "nll": (total, count)}
+
+    def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
+        values = dict(means)
+        if "nll" in values:
+            nll = values["nll"]
+            values["ppl"] = math.exp(nll) if nll < MAX_EXPONENT else math.inf
+        return values
