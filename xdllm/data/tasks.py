@@ -19,6 +19,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
+from xdllm.data.sudoku import CELLS, follows_rules, make_puzzle
 from xdllm.data.text_corpus import TextFileTask
 from xdllm.interfaces import Example, Tokenizer
 
@@ -214,11 +215,54 @@ class VarLenCopyTask:
         return [], [unit[i % len(unit)] for i in range(length)]
 
 
+@dataclass(frozen=True)
+class SudokuTask:
+    """9x9 sudoku with a unique solution (checked by a solver), ``num_givens`` cells given.
+
+    Prompt: the 81 cells in row-major order, ``0`` for a blank; target: the 81 digits of the
+    solution (the model writes every cell, copying the givens). Besides exact match, generation
+    reports :meth:`answer_scores`: solved rate, cell accuracy on the blanks, and whether the
+    output grid follows the rules even where it differs from the solution.
+    """
+
+    num_givens: int = 36
+    name: ClassVar[str] = "sudoku"
+
+    def __post_init__(self) -> None:
+        if not 17 <= self.num_givens <= CELLS:
+            raise ValueError(f"SudokuTask.num_givens must be in [17, 81], got {self.num_givens}")
+
+    @property
+    def max_prompt_len(self) -> int:
+        return CELLS
+
+    @property
+    def max_target_len(self) -> int:
+        return CELLS
+
+    def generate(self, rng: random.Random) -> tuple[list[str], list[str]]:
+        puzzle, solution = make_puzzle(rng, self.num_givens)
+        return [str(value) for value in puzzle], [str(value) for value in solution]
+
+    def answer_scores(self, prompt: list[str], target: list[str],
+                      output: list[str]) -> dict[str, tuple[float, float]]:
+        """``{name: (sum, count)}`` of one answer: ``solved`` (every cell right),
+        ``blank_accuracy`` (right cells among the prompt's blanks) and ``rule_valid`` (81 digits
+        whose rows, columns and boxes are permutations of 1-9)."""
+        blanks = [cell for cell, symbol in enumerate(prompt[:CELLS]) if symbol == "0"]
+        right = sum(1 for cell in blanks if cell < len(output) and output[cell] == target[cell])
+        digits = [int(symbol) if symbol.isdigit() else 0 for symbol in output[:CELLS]]
+        return {"solved": (float(output[:CELLS] == target[:CELLS]), 1.0),
+                "blank_accuracy": (float(right), float(len(blanks))),
+                "rule_valid": (float(follows_rules(digits)), 1.0)}
+
+
 TASKS: dict[str, Callable[..., Task | TokenizedTask]] = {
     SortTask.name: SortTask,
     AdditionTask.name: AdditionTask,
     VarLenCopyTask.name: VarLenCopyTask,
     VarLenSortTask.name: VarLenSortTask,
+    SudokuTask.name: SudokuTask,
     TextFileTask.name: TextFileTask,
 }
 

@@ -22,6 +22,7 @@ from xdllm.config.schema import check_components
 from xdllm.data import DiffusionDataModule, example, get_task, load_tokenizer
 from xdllm.errors import XdllmError
 from xdllm.evaluate import AnswerEvaluator
+from xdllm.evaluate.task_scores import ScoredTask, TaskScoredEvaluator
 from xdllm.interfaces import Evaluator, Tokenizer
 
 COMPONENT_KEYS = ("model", "collator", "loss", "predictor")
@@ -126,19 +127,24 @@ def build_components(config: DictConfig) -> RunComponents:
         model=model,
         loss=_instantiate(config.loss, "loss"),
         predictor=_instantiate(config.predictor, "predictor", tokenizer=tokenizer),
-        evaluator=_build_evaluator(config, tokenizer),
+        evaluator=_build_evaluator(config, tokenizer, task),
         collators=collators,
     )
 
 
-def _build_evaluator(config: DictConfig, tokenizer: Tokenizer) -> Evaluator:
+def _build_evaluator(config: DictConfig, tokenizer: Tokenizer, task: object) -> Evaluator:
+    """The family's evaluator (AnswerEvaluator by default), with the task's own answer scores
+    added when the task has them."""
     node = config.get("evaluator")
     if node is None:
-        return AnswerEvaluator(tokenizer)
-    evaluator = _instantiate(node, "evaluator", tokenizer=tokenizer)
-    if not isinstance(evaluator, Evaluator):
-        raise XdllmError(f"evaluator {node.get('_target_')} lacks the Evaluator methods "
-                         "(loss_metrics, prediction_metrics, finalize, records)")
+        evaluator = AnswerEvaluator(tokenizer)
+    else:
+        evaluator = _instantiate(node, "evaluator", tokenizer=tokenizer)
+        if not isinstance(evaluator, Evaluator):
+            raise XdllmError(f"evaluator {node.get('_target_')} lacks the Evaluator methods "
+                             "(loss_metrics, prediction_metrics, finalize, records)")
+    if isinstance(task, ScoredTask):
+        return TaskScoredEvaluator(evaluator, task, tokenizer)
     return evaluator
 
 
