@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tiny_run import TINY_RUN
+
+from xdllm.errors import XdllmError
+from xdllm.run.train import progress_as_lines
 
 
 def test_logs_off_a_terminal_are_plain_lines(external_models: Path, tmp_path):
@@ -14,13 +18,40 @@ def test_logs_off_a_terminal_are_plain_lines(external_models: Path, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "XDLLM_RUN_DIR"}
     result = subprocess.run(
         [sys.executable, "-m", "xdllm.cli.main", "train", *overrides, "model=toyfam",
-         f"model_search_path=[{external_models}]", "trainer.max_steps=4", "trainer.log_every_n_steps=2",
+         f"model_search_path=[{external_models}]", "trainer.max_steps=4", "progress_every_n_steps=2",
          "trainer.val_check_interval=4", f"run_dir={tmp_path / 'run'}"],
         capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     log = result.stdout + result.stderr
     assert "\r" not in log and "\x1b[" not in log  # no bar redraws, no cursor escapes
+    assert "Tip" not in log and "litlogger" not in log  # Lightning's advertisement is silenced
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
     steps = re.findall(rf"^{stamp} step (\d+)/4 .*train/loss=[0-9.e-]+ .*steps/s\)$", log, re.M)
     assert steps == ["2", "4"]
     assert re.search(rf"^{stamp} validation at step 4: val/exact_match=\S+ .*val/loss=\S+", log, re.M)
+
+
+class _Stream:
+    def __init__(self, terminal: bool) -> None:
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+@pytest.mark.parametrize("stdout, stderr, progress, lines", [
+    (True, True, "auto", False),  # a terminal: the bar
+    (False, True, "auto", True),  # xdllm train > log.txt: the bar would go to the file
+    (True, False, "auto", True),  # xdllm train 2> log.txt
+    (False, False, "bar", False),
+    (True, True, "lines", True),
+])
+def test_bar_only_when_both_streams_are_a_terminal(monkeypatch, stdout, stderr, progress, lines):
+    monkeypatch.setattr(sys, "stdout", _Stream(stdout))
+    monkeypatch.setattr(sys, "stderr", _Stream(stderr))
+    assert progress_as_lines(progress) is lines
+
+
+def test_unknown_progress_is_refused():
+    with pytest.raises(XdllmError, match="progress must be one of auto, bar, lines"):
+        progress_as_lines("dots")

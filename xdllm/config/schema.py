@@ -84,6 +84,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "tokenizer": Rule((str,)),
         "generate_after_train": FLAG,
         "progress": Rule((str,), choices=("auto", "bar", "lines")),
+        "progress_every_n_steps": POSITIVE,
         "trainer.max_steps": POSITIVE,
         "trainer.val_check_interval": POSITIVE,
         "trainer.log_every_n_steps": POSITIVE,

@@ -129,11 +129,13 @@ PROGRESS_CHOICES = ("auto", "bar", "lines")
 
 
 def progress_as_lines(progress: str) -> bool:
-    """``auto``: a progress bar on a terminal, plain metric lines otherwise (a log file keeps
-    every carriage return of a bar); ``bar`` or ``lines`` force one."""
+    """``auto``: a progress bar when both stdout (where Lightning draws the bar) and stderr (where
+    xdllm logs) are a terminal, plain metric lines otherwise (a log file keeps every carriage
+    return of a bar); ``bar`` or ``lines`` force one."""
     if progress not in PROGRESS_CHOICES:
         raise XdllmError(f"progress must be one of {', '.join(PROGRESS_CHOICES)}, got {progress!r}")
-    return progress == "lines" or (progress == "auto" and not sys.stderr.isatty())
+    on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
+    return progress == "lines" or (progress == "auto" and not on_terminal)
 
 
 def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig) -> None:
@@ -216,7 +218,7 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
     if progress_as_lines(config.get("progress", "auto")):
         trainer_args["enable_progress_bar"] = False
-        callbacks.append(MetricLines(config.trainer.log_every_n_steps))
+        callbacks.append(MetricLines(config.progress_every_n_steps))
     try:
         trainer = L.Trainer(
             **trainer_args,
