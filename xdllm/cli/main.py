@@ -32,31 +32,28 @@ def _help_epilog() -> str:
         "  xdllm train experiment=sort_mlm trainer.max_steps=200 run_dir=runs/quick",
         "  xdllm generate ckpt=runs/quick predictor.threshold=0.9 history=topk",
         "  xdllm eval ckpt=runs/quick split=test",
+        "  xdllm train --cfg experiment=sort_mlm      (print the composed config, run nothing)",
         "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
     ]
     return "\n".join(lines)
 
 
-GENERATE_EPILOG = """\
-options (KEY=VALUE; defaults in configs/generate.yaml):
-  ckpt=PATH                 checkpoint file or run directory (required)
-  split=test|validation     prompts from the run's task split, or
-  prompts_file=PATH         one prompt per line, tokenized with the run's tokenizer
-  num_samples=N batch_size=N output_dir=PATH
-  history=topk history_k=5 history_tensorboard_samples=8     (generate only)
-  predictor.KEY=VALUE       merged over the run's predictor config:
-      max_steps, max_new_tokens, confidence=top_prob|prob_diff|entropy|null,
-      threshold, noise_schedule=linear|cosine|log_linear, temperature, top_k, top_p,
-      block_size, stop_at_eos, seed, skip_special_tokens   (docs/predictor.md)
+PREDICTOR_HELP = """\
+predictor.KEY=VALUE is merged over the run's predictor config:
+  max_steps, max_new_tokens, confidence=top_prob|prob_diff|entropy|null,
+  threshold, noise_schedule=linear|cosine|log_linear, temperature, top_k, top_p,
+  block_size, stop_at_eos, seed, skip_special_tokens   (docs/predictor.md)
 
 examples:
   xdllm generate ckpt=runs/sort_mlm predictor.threshold=0.9 history=topk
   xdllm generate ckpt=runs/sort_mlm prompts_file=prompts.txt predictor.temperature=0.7
   xdllm eval ckpt=runs/sort_mlm split=validation
+  xdllm generate --cfg ckpt=runs/sort_mlm      (print the composed options, run nothing)
 """
 
 
 def _parser() -> argparse.ArgumentParser:
+    from xdllm.cli.config_help import generate_options_help, train_options_help
     from xdllm.cli.history import add_history_parser
 
     train_epilog = _help_epilog()
@@ -69,10 +66,13 @@ def _parser() -> argparse.ArgumentParser:
         ("generate", "run the predictor from a checkpoint and write predictions.jsonl"),
         ("eval", "loss and generation metrics of a checkpoint on a split"),
     ):
-        epilog = train_epilog if name == "train" else GENERATE_EPILOG
+        epilog = (f"{train_options_help()}\n{train_epilog}" if name == "train"
+                  else f"{generate_options_help()}{PREDICTOR_HELP}")
         sub = commands.add_parser(name, help=text, description=text, epilog=epilog,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
+        sub.add_argument("--cfg", action="store_true",
+                         help="print the composed config (YAML) and exit without running")
     commands.add_parser("models", help="list the discovered model-family packages")
     add_history_parser(commands)
     return parser
@@ -89,13 +89,17 @@ def _split_resume(overrides: Sequence[str]) -> tuple[list[str], str | None]:
     return rest, resume
 
 
-def _cmd_train(overrides: Sequence[str]) -> int:
+def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
+    from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
     from xdllm.run.generate import generate_from_config
     from xdllm.run.train import train
 
     overrides, resume = _split_resume(overrides)
     config = compose_config("train", overrides)
+    if print_config:
+        print(composed_yaml(config), end="")
+        return 0
     result = train(config, resume=resume)
     if not result.is_global_zero:
         return 0
@@ -108,20 +112,28 @@ def _cmd_train(overrides: Sequence[str]) -> int:
     return 0
 
 
-def _cmd_generate(overrides: Sequence[str]) -> int:
+def _cmd_generate(overrides: Sequence[str], print_config: bool = False) -> int:
+    from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
     from xdllm.run.generate import generate_from_config
 
     config = compose_config("generate", overrides)
+    if print_config:
+        print(composed_yaml(config), end="")
+        return 0
     print(json.dumps(generate_from_config(config), indent=2))
     return 0
 
 
-def _cmd_eval(overrides: Sequence[str]) -> int:
+def _cmd_eval(overrides: Sequence[str], print_config: bool = False) -> int:
+    from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
     from xdllm.run.generate import evaluate_from_config
 
     config = compose_config("generate", overrides)
+    if print_config:
+        print(composed_yaml(config), end="")
+        return 0
     print(json.dumps(evaluate_from_config(config), indent=2))
     return 0
 
@@ -172,11 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_output()
     try:
         if arguments.command == "train":
-            return _cmd_train(arguments.overrides)
+            return _cmd_train(arguments.overrides, arguments.cfg)
         if arguments.command == "generate":
-            return _cmd_generate(arguments.overrides)
+            return _cmd_generate(arguments.overrides, arguments.cfg)
         if arguments.command == "eval":
-            return _cmd_eval(arguments.overrides)
+            return _cmd_eval(arguments.overrides, arguments.cfg)
         if arguments.command == "models":
             return _cmd_models()
         from xdllm.cli.history import run_history_command
