@@ -43,6 +43,7 @@ options (KEY=VALUE; defaults in configs/generate.yaml):
   split=test|validation     prompts from the run's task split, or
   prompts_file=PATH         one prompt per line, tokenized with the run's tokenizer
   num_samples=N batch_size=N output_dir=PATH
+  device=auto|cpu|cuda      auto: CUDA when there is one (bf16 autocast if trained in bf16)
   history=topk history_k=5 history_tensorboard_samples=8     (generate only)
   predictor.KEY=VALUE       merged over the run's predictor config:
       max_steps, max_new_tokens, confidence=top_prob|prob_diff|entropy|null,
