@@ -35,6 +35,12 @@ def random_network(vocab_size: int, seed: int = 0, max_positions: int = 128) -> 
 
 
 @pytest.fixture
+def no_grad():
+    with torch.no_grad():
+        yield
+
+
+@pytest.fixture
 def network(tokenizer) -> RotaryTransformer:
     return random_network(tokenizer.vocab_size)
 
