@@ -15,7 +15,6 @@ its tokens in the document, so its blocks stay where they were.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -31,8 +30,11 @@ class BD3LMCollator:
     Arguments: those of :class:`~xdllm_models.bd3lm.layout.BlockDocuments`.
     """
 
-    def __init__(self, tokenizer: Tokenizer, block_size: int, **options: Any) -> None:
-        self.documents = BlockDocuments(tokenizer, block_size, **options)
+    def __init__(self, tokenizer: Tokenizer, block_size: int, seed: int = 0, noise: str = "uniform",
+                 noise_low: float = 1e-3, noise_high: float = 1.0, half_life_ratio: float | None = None,
+                 target_length: int | None = None, max_positions: int | None = None) -> None:
+        self.documents = BlockDocuments(tokenizer, block_size, seed, noise, noise_low, noise_high, half_life_ratio,
+                                        target_length, max_positions)
         self.tokenizer = tokenizer
 
     def __call__(self, examples: Sequence[Example]) -> BD3LMBatch:
@@ -68,12 +70,15 @@ class PackedBD3LMCollator:
     """
 
     def __init__(self, tokenizer: Tokenizer, block_size: int, row_length: int, num_rows: int | None = None,
-                 **options: Any) -> None:
+                 seed: int = 0, noise: str = "uniform", noise_low: float = 1e-3, noise_high: float = 1.0,
+                 half_life_ratio: float | None = None, target_length: int | None = None,
+                 max_positions: int | None = None) -> None:
         if row_length < 1:
             raise ValueError(f"PackedBD3LMCollator: row_length must be >= 1, got {row_length}")
         if num_rows is not None and num_rows < 1:
             raise ValueError(f"PackedBD3LMCollator: num_rows must be >= 1 or None, got {num_rows}")
-        self.documents = BlockDocuments(tokenizer, block_size, **options)
+        self.documents = BlockDocuments(tokenizer, block_size, seed, noise, noise_low, noise_high, half_life_ratio,
+                                        target_length, max_positions)
         self.tokenizer = tokenizer
         self.row_length = row_length
         self.num_rows = num_rows
