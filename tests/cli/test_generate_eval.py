@@ -1,20 +1,10 @@
 """`xdllm generate` and `xdllm eval` on a briefly trained run."""
 
 import json
-from pathlib import Path
 
 import pytest
-from tiny_run import TINY
 
 from xdllm.cli.main import main
-
-
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("cli") / "run"
-    assert main(["train", *TINY, "trainer.max_steps=6", "trainer.val_check_interval=3",
-                 "generate_after_train=true", f"run_dir={run_dir}"]) == 0
-    return run_dir
 
 
 def test_training_ends_by_generating_on_the_test_split(trained_run):

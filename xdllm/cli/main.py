@@ -48,6 +48,7 @@ examples:
   xdllm generate ckpt=runs/sort_mlm predictor.threshold=0.9 history=topk
   xdllm generate ckpt=runs/sort_mlm prompts_file=prompts.txt predictor.temperature=0.7
   xdllm eval ckpt=runs/sort_mlm split=validation
+  xdllm generate -m ckpt=runs/sort_mlm predictor.threshold=0.5,0.7,0.9   (a sweep)
   xdllm generate --cfg ckpt=runs/sort_mlm      (print the composed options, run nothing)
 """
 
@@ -73,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
         sub.add_argument("--cfg", action="store_true",
                          help="print the composed config (YAML) and exit without running")
+        if name == "generate":
+            sub.add_argument("-m", "--multirun", action="store_true",
+                             help="sweep: one generation per combination of KEY=A,B,... values, "
+                                  "each in a folder named by its settings")
     commands.add_parser("models", help="list the discovered model-family packages")
     add_history_parser(commands)
     return parser
@@ -112,11 +117,16 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     return 0
 
 
-def _cmd_generate(overrides: Sequence[str], print_config: bool = False) -> int:
+def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
     from xdllm.run.generate import generate_from_config
 
+    if sweep and not print_config:
+        from xdllm.run.sweep import run_sweep
+
+        print(json.dumps(run_sweep(overrides), indent=2))
+        return 0
     config = compose_config("generate", overrides)
     if print_config:
         print(composed_yaml(config), end="")
@@ -186,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments.command == "train":
             return _cmd_train(arguments.overrides, arguments.cfg)
         if arguments.command == "generate":
-            return _cmd_generate(arguments.overrides, arguments.cfg)
+            return _cmd_generate(arguments.overrides, arguments.cfg, arguments.multirun)
         if arguments.command == "eval":
             return _cmd_eval(arguments.overrides, arguments.cfg)
         if arguments.command == "models":

@@ -27,6 +27,12 @@ from xdllm.interfaces import Example
 from xdllm.run.build import position_limit
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
+from xdllm.run.generation_record import (
+    generation_settings,
+    settings_name,
+    write_generation_config,
+    write_generation_scalars,
+)
 from xdllm.temporary_files import remove_stale_temporaries, temporary_path
 
 HISTORY_CHOICES = (None, "topk")
@@ -119,10 +125,11 @@ def _build_predictor(run: TrainedRun, options: DictConfig):
 PREDICTIONS = "predictions.jsonl"
 
 
-def _claim_output_dir(run: TrainedRun, requested: str | None) -> Path:
+def _claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "") -> Path:
     """A folder of this generation's own: ``output_dir`` if it holds no predictions yet, else
-    ``<run>/generate/<time>`` made with an exclusive ``mkdir`` (a numbered suffix when two start
-    in the same second). Temporary files that interrupted generations left are removed first."""
+    ``<run>/generate/<time>`` (``<time>_<settings>`` when predictor options were given) made with
+    an exclusive ``mkdir`` (a numbered suffix when two start in the same second). Temporary files
+    that interrupted generations left are removed first."""
     generated = run.run_dir / "generate"
     if generated.is_dir():
         for folder in (generated, *(path for path in generated.rglob("*") if path.is_dir())):
@@ -133,7 +140,7 @@ def _claim_output_dir(run: TrainedRun, requested: str | None) -> Path:
             raise XdllmError(f"output_dir {folder} already holds {PREDICTIONS}; choose another folder")
         folder.mkdir(parents=True, exist_ok=True)
         return folder
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"_{settings}" if settings else "")
     generated.mkdir(parents=True, exist_ok=True)
     for attempt in range(1000):
         folder = generated / (stamp if attempt == 0 else f"{stamp}-{attempt}")
@@ -166,7 +173,10 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     else:
         check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
         batches = _held_out_loader(run, options, "prediction")
-    output_dir = _claim_output_dir(run, options.output_dir) if write_outputs else None
+    settings = generation_settings(options)
+    output_dir = _claim_output_dir(run, options.output_dir, settings_name(settings)) if write_outputs else None
+    if output_dir is not None:
+        write_generation_config(output_dir, options, run.config, run.checkpoint, run.global_step)
     history = None
     if options.history == "topk" and write_outputs:  # one recorder: one file per batch
         history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
@@ -200,13 +210,16 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
         write_tensorboard([output_dir / "history"], tensorboard_dir,
                           max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer)
         summary["history"] = str(output_dir / "history")
-        summary["tensorboard"] = str(tensorboard_dir)
+    if write_outputs:
+        write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
+        summary["tensorboard"] = str(output_dir / "tensorboard")
     return summary
 
 
-def generate_from_config(config: DictConfig) -> dict[str, Any]:
+def generate_from_config(config: DictConfig, run: TrainedRun | None = None) -> dict[str, Any]:
+    """Generate as a composed ``configs/generate.yaml`` says, with ``run`` if it is loaded already."""
     options = _options(config)
-    return generate(load_trained(options.ckpt), options)
+    return generate(run or load_trained(options.ckpt), options)
 
 
 def evaluate_from_config(config: DictConfig) -> dict[str, Any]:

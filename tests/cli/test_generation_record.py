@@ -1,0 +1,109 @@
+"""Every generation logs its results as TensorBoard scalars and stores its resolved config; a
+sweep (`generate -m`) names each folder by its settings."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from xdllm.cli.main import main
+from xdllm.errors import XdllmError
+from xdllm.run.generation_record import settings_name
+from xdllm.run.sweep import sweep_combinations
+
+
+def _scalars(tensorboard_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    events = EventAccumulator(str(tensorboard_dir))
+    events.Reload()
+    return {tag: [(s.step, s.value) for s in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def _summary(capsys) -> dict:
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{"):])
+
+
+def test_generation_after_training_logs_scalars_and_its_config(trained_run):
+    (folder,) = [path.parent for path in trained_run.glob("generate/*/predictions.jsonl")]
+    config = OmegaConf.load(folder / "generate.yaml")
+    assert config.split == "test" and config.predictor_overrides == {}
+    assert config.predictor._target_.endswith("MLMPredictor") and config.global_step > 0
+    scalars = _scalars(folder / "tensorboard")
+    for name in ("exact_match", "token_accuracy", "tokens_per_second", "mean_steps", "num_samples"):
+        ((step, _),) = scalars[f"generate/{name}"]
+        assert step == config.global_step  # at the checkpoint's training step
+    assert scalars["generate/num_samples"][0][1] == 16
+
+
+@pytest.mark.slow
+def test_generate_records_its_predictor_overrides(trained_run, tmp_path, capsys):
+    out_dir = tmp_path / "gen"
+    assert main(["generate", f"ckpt={trained_run}", "predictor.max_steps=2", "num_samples=4",
+                 f"output_dir={out_dir}"]) == 0
+    summary = _summary(capsys)
+    config = OmegaConf.load(out_dir / "generate.yaml")
+    assert config.predictor_overrides == {"max_steps": 2}
+    assert config.predictor.max_steps == 2 and config.num_samples == 4
+    scalars = _scalars(out_dir / "tensorboard")
+    assert scalars["generate/mean_steps"] == [(config.global_step, 2.0)]
+    assert scalars["generate/exact_match"][0][1] == pytest.approx(summary["exact_match"])
+    # the same accuracy again at step = forward passes per sample, for overlaying a sweep
+    assert scalars["generate_by_forward_passes/token_accuracy"] == [
+        (2, pytest.approx(summary["token_accuracy"]))]
+
+
+@pytest.mark.slow
+def test_sweep_names_each_folder_by_its_settings(trained_run, tmp_path, capsys):
+    sweep_dir = tmp_path / "sweep"
+    assert main(["generate", "-m", f"ckpt={trained_run}", "predictor.max_steps=2,5", "num_samples=4",
+                 f"output_dir={sweep_dir}"]) == 0
+    result = _summary(capsys)
+    assert [run["folder"] for run in result["runs"]] == ["max_steps=2", "max_steps=5"]
+    assert [run["settings"] for run in result["runs"]] == [{"predictor.max_steps": 2},
+                                                          {"predictor.max_steps": 5}]
+    for steps in (2, 5):
+        folder = sweep_dir / f"max_steps={steps}"
+        assert OmegaConf.load(folder / "generate.yaml").predictor.max_steps == steps
+        assert _scalars(folder / "tensorboard")["generate/mean_steps"][0][1] == steps
+    lines = (sweep_dir / "sweep.jsonl").read_text().splitlines()
+    assert [json.loads(line)["mean_steps"] for line in lines] == [2, 5]
+
+
+def test_sweep_combinations_are_the_cartesian_product():
+    fixed, combinations = sweep_combinations(["ckpt=r", "predictor.threshold=0.5,0.9", "batch_size=range(1,3)"])
+    assert fixed == ["ckpt=r"]
+    assert combinations == [{"predictor.threshold": "0.5", "batch_size": "1"},
+                            {"predictor.threshold": "0.5", "batch_size": "2"},
+                            {"predictor.threshold": "0.9", "batch_size": "1"},
+                            {"predictor.threshold": "0.9", "batch_size": "2"}]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["ckpt=r", "predictor.threshold=0.5"], "needs at least one swept option"),
+    (["ckpt=a,b", "predictor.threshold=0.5,0.9"], "ckpt cannot be swept"),
+    (["ckpt=r", "a=b=c,"], "invalid override"),
+])
+def test_bad_sweeps_are_refused(overrides, message):
+    with pytest.raises(XdllmError, match=message):
+        sweep_combinations(overrides)
+
+
+def test_settings_name():
+    name = settings_name({"threshold": 0.9, "confidence": "entropy", "top_k": None, "stop_at_eos": True})
+    assert name == "threshold=0.9,confidence=entropy,top_k=null,stop_at_eos=true"
+
+
+@pytest.mark.slow
+def test_a_generation_folder_is_named_by_its_predictor_settings(trained_run, tmp_path, capsys):
+    run_dir = tmp_path / "run"  # a copy: the shared run keeps its one generation folder
+    shutil.copytree(trained_run / "checkpoints", run_dir / "checkpoints")
+    shutil.copy(trained_run / "config.yaml", run_dir)
+    assert main(["generate", f"ckpt={run_dir}", "predictor.max_steps=3", "num_samples=2"]) == 0
+    assert main(["generate", f"ckpt={run_dir}", "num_samples=2"]) == 0
+    first, second = sorted(path.name for path in (run_dir / "generate").iterdir())
+    assert all(re.fullmatch(r"\d{8}-\d{6}(_max_steps=3)?", name) for name in (first, second))
+    assert {first.partition("_")[2], second.partition("_")[2]} == {"max_steps=3", ""}

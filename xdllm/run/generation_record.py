@@ -1,0 +1,105 @@
+"""What a generation folder says about itself: its settings in its name, its resolved config in
+``generate.yaml``, its results as TensorBoard scalars.
+
+A folder named by its settings (``<time>_threshold=0.9``, or ``threshold=0.9`` inside a sweep)
+shows up under that name in TensorBoard; its scalars (``generate/exact_match``,
+``generate/token_accuracy``, ``generate/tokens_per_second``, ``generate/mean_steps`` = forward
+passes per sample, ...) are logged at the checkpoint's training step, and its settings and
+results also go to TensorBoard's HParams dashboard, whose scatter plots set accuracy against
+forward passes over every generation of a run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from xdllm.temporary_files import temporary_path
+
+GENERATE_CONFIG = "generate.yaml"
+SCALAR_PREFIX = "generate/"
+BY_FORWARD_PASSES = "generate_by_forward_passes/"
+
+
+def flat_settings(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested overrides as ``{"key.sub": value}``."""
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if isinstance(value, Mapping):
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def generation_settings(options: DictConfig) -> dict[str, Any]:
+    """What a generation set beyond the run's own predictor: its predictor overrides, flat."""
+    return flat_settings(OmegaConf.to_container(options.predictor, resolve=True))
+
+
+def settings_name(settings: Mapping[str, Any]) -> str:
+    """``threshold=0.5,temperature=0``: a folder name that says what was set (a path separator
+    in a value becomes ``_``; the exact values are in generate.yaml)."""
+    parts = [f"{key}={_show(value)}" for key, value in settings.items()]
+    return ",".join(parts).replace(os.sep, "_")
+
+
+def predictor_config(run_config: DictConfig, overrides: DictConfig) -> dict[str, Any]:
+    """The predictor a generation runs: the run's predictor config with the overrides merged."""
+    return OmegaConf.to_container(OmegaConf.merge(run_config.predictor, overrides), resolve=True)
+
+
+def write_generation_config(folder: Path, options: DictConfig, run_config: DictConfig,
+                            checkpoint: Path, global_step: int) -> Path:
+    """``generate.yaml``: the options as given (``predictor_overrides``), the predictor they
+    resolve to, and the checkpoint (file and training step)."""
+    record = OmegaConf.to_container(options, resolve=True)
+    record["predictor_overrides"] = record["predictor"]
+    record["predictor"] = predictor_config(run_config, options.predictor)
+    record.update(checkpoint=str(checkpoint), global_step=global_step)
+    path = folder / GENERATE_CONFIG
+    temporary = temporary_path(path)
+    temporary.write_text(OmegaConf.to_yaml(OmegaConf.create(record)))
+    os.replace(temporary, path)
+    return path
+
+
+def scalar_results(summary: Mapping[str, Any]) -> dict[str, float]:
+    """Every numeric entry of a generation summary, as ``generate/<name>``."""
+    return {f"{SCALAR_PREFIX}{name}": float(value) for name, value in summary.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
+
+
+def write_generation_scalars(tensorboard_dir: Path, summary: Mapping[str, Any], global_step: int,
+                             settings: Mapping[str, Any]) -> dict[str, float]:
+    """The summary's numbers as scalars at ``global_step``; each again at step = forward passes
+    per sample (rounded) under ``generate_by_forward_passes/``, so a sweep's folders overlay as
+    accuracy against forward passes; and the settings with the results for HParams."""
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import hparams
+
+    scalars = scalar_results(summary)
+    passes = round(summary["mean_steps"])
+    hparam_values = {key: value if isinstance(value, (int, float, str, bool)) else _show(value)
+                     for key, value in settings.items()}
+    with SummaryWriter(log_dir=str(tensorboard_dir)) as writer:
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, value, global_step)
+            if tag not in (f"{SCALAR_PREFIX}mean_steps", f"{SCALAR_PREFIX}num_samples"):
+                writer.add_scalar(BY_FORWARD_PASSES + tag.removeprefix(SCALAR_PREFIX), value, passes)
+        experiment, start, end = hparams({"global_step": global_step, **hparam_values}, scalars)
+        for record in (experiment, start, end):
+            writer.file_writer.add_summary(record, global_step)
+    return scalars

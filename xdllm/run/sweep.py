@@ -1,0 +1,93 @@
+"""``xdllm generate -m KEY=A,B,...``: one generation per combination of the swept values, each in
+a folder named by its settings, all under one sweep folder::
+
+    <run_dir>/generate/sweep-<time>/threshold=0.5/   predictions.jsonl, generate.yaml, tensorboard/
+    <run_dir>/generate/sweep-<time>/threshold=0.7/
+    <run_dir>/generate/sweep-<time>/sweep.jsonl      one line per generation: settings and results
+
+Values are swept with Hydra's override grammar (``a=1,2,3``, ``a=range(1,4)``, ``a=choice(x,y)``);
+several swept keys give their Cartesian product. The checkpoint is loaded once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+from xdllm.config.compose import compose_config
+from xdllm.errors import XdllmError
+from xdllm.run.checkpoint import load_trained
+from xdllm.run.generate import PREDICTIONS, generate_from_config
+from xdllm.run.generation_record import settings_name
+from xdllm.temporary_files import temporary_path
+
+SWEEP_SUMMARY = "sweep.jsonl"
+
+
+def _display_key(key: str) -> str:
+    return key.removeprefix("predictor.")
+
+
+def sweep_combinations(overrides: Sequence[str]) -> tuple[list[str], list[dict[str, str]]]:
+    """The fixed overrides, and one ``{key: value}`` per combination of the swept ones."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as error:
+        raise XdllmError(f"invalid override: {str(error).splitlines()[0]}") from error
+    fixed = [override.input_line for override in parsed if not override.is_sweep_override()]
+    swept = [override for override in parsed if override.is_sweep_override()]
+    if not swept:
+        raise XdllmError("-m (sweep) needs at least one swept option, e.g. predictor.threshold=0.5,0.7,0.9")
+    for override in swept:
+        if override.key_or_group == "ckpt" or override.key_or_group == "output_dir":
+            raise XdllmError(f"{override.key_or_group} cannot be swept: a sweep runs one checkpoint "
+                             "into one folder")
+    keys = [override.get_key_element() for override in swept]
+    values = [list(override.sweep_string_iterator()) for override in swept]
+    return fixed, [dict(zip(keys, combination)) for combination in itertools.product(*values)]
+
+
+def _sweep_dir(requested: str | None, run_dir: Path) -> Path:
+    if requested:
+        folder = Path(requested).expanduser()
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    folder = run_dir / "generate" / f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    folder.mkdir(parents=True, exist_ok=False)
+    return folder
+
+
+def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
+    """Generate once per combination; return the sweep folder and each generation's results."""
+    fixed, combinations = sweep_combinations(overrides)
+    configs = [compose_config("generate", [*fixed, *(f"{k}={v}" for k, v in combination.items())])
+               for combination in combinations]  # every combination is checked before any runs
+    if OmegaConf.is_missing(configs[0], "ckpt"):
+        raise XdllmError("ckpt=<checkpoint file or run directory> is required")
+    run = load_trained(configs[0].ckpt)
+    sweep_dir = _sweep_dir(configs[0].output_dir, run.run_dir)
+    names = [settings_name({_display_key(k): v for k, v in combination.items()})
+             for combination in combinations]
+    for name in names:
+        if (sweep_dir / name / PREDICTIONS).exists():
+            raise XdllmError(f"{sweep_dir / name} already holds {PREDICTIONS}; choose another output_dir")
+    results = []
+    for combination, name, config in zip(combinations, names, configs):
+        config.output_dir = str(sweep_dir / name)
+        summary = generate_from_config(config, run)
+        settings = {key: OmegaConf.select(config, key.lstrip("+~")) for key in combination}
+        results.append({"settings": settings, "folder": name, **summary})
+    path = sweep_dir / SWEEP_SUMMARY
+    temporary = temporary_path(path)
+    temporary.write_text("".join(json.dumps(result) + "\n" for result in results))
+    os.replace(temporary, path)
+    return {"sweep": str(sweep_dir), "summary": str(path), "runs": results}
