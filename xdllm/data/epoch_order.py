@@ -47,8 +47,11 @@ class EpochPermutation:
     def _feistel(self, value: int) -> int:
         bits, mask = self.half_bits, self.half_mask
         left, right = value >> bits, value & mask
-        for round_key in self.round_keys:
-            left, right = right, left ^ (_mix64(right ^ round_key) & mask)
+        for round_key in self.round_keys:  # the round function is _mix64(right ^ key), inlined
+            mixed = right ^ round_key
+            mixed = ((mixed ^ (mixed >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+            mixed = ((mixed ^ (mixed >> 27)) * 0x94D049BB133111EB) & _MASK64
+            left, right = right, left ^ ((mixed ^ (mixed >> 31)) & mask)
         return (left << bits) | right
 
     def __call__(self, offset: int) -> int:
