@@ -19,6 +19,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
+from xdllm.data.prepared_task import PreparedTask
 from xdllm.data.sudoku import CELLS, follows_rules, make_puzzle
 from xdllm.data.text_corpus import TextFileTask
 from xdllm.interfaces import Example, Tokenizer
@@ -257,17 +258,18 @@ class SudokuTask:
                 "rule_valid": (float(follows_rules(digits)), 1.0)}
 
 
-TASKS: dict[str, Callable[..., Task | TokenizedTask]] = {
+TASKS: dict[str, Callable[..., Task | TokenizedTask | PreparedTask]] = {
     SortTask.name: SortTask,
     AdditionTask.name: AdditionTask,
     VarLenCopyTask.name: VarLenCopyTask,
     VarLenSortTask.name: VarLenSortTask,
     SudokuTask.name: SudokuTask,
     TextFileTask.name: TextFileTask,
+    PreparedTask.name: PreparedTask,
 }
 
 
-def get_task(name: str, tokenizer: Tokenizer | None = None, **kwargs: object) -> Task | TokenizedTask:
+def get_task(name: str, tokenizer: Tokenizer | None = None, **kwargs: object) -> Task | TokenizedTask | PreparedTask:
     """The built-in task ``name`` built with ``kwargs`` (and ``tokenizer`` for tasks that need
     one, such as ``text_file``)."""
     if name not in TASKS:
@@ -305,8 +307,12 @@ def draw_sample(task: Task | TokenizedTask, split: str, index: int, seed: int,
                        "nearly the whole task space; use fewer held-out samples or a larger task")
 
 
-def held_out_keys(task: Task | TokenizedTask, split: str, seed: int, count: int) -> frozenset[SampleKey]:
-    """The first ``count`` samples of ``split``, as the set the training stream must avoid."""
+def held_out_keys(task: Task | TokenizedTask | PreparedTask, split: str, seed: int,
+                  count: int) -> frozenset[SampleKey]:
+    """The first ``count`` samples of ``split``, as the set the training stream must avoid
+    (none for prepared data: its splits were separated when it was prepared)."""
+    if isinstance(task, PreparedTask):
+        return frozenset()
     keys = set()
     for index in range(count):
         prompt, target = draw_sample(task, split, index, seed)
@@ -328,13 +334,16 @@ def encode_symbols(tokenizer: Tokenizer, symbols: list[str], where: str) -> list
     return ids
 
 
-def example(task: Task | TokenizedTask, tokenizer: Tokenizer, split: str, index: int, seed: int, *, step: int = 0,
-            exclude: AbstractSet[SampleKey] = frozenset()) -> Example:
+def example(task: Task | TokenizedTask | PreparedTask, tokenizer: Tokenizer, split: str, index: int, seed: int, *,
+            step: int = 0, exclude: AbstractSet[SampleKey] = frozenset()) -> Example:
     """Sample ``index`` of ``split`` as an :class:`~xdllm.interfaces.Example` (ids without bos/eos).
 
     ``step`` is the optimizer step the sample is used at (0 for held-out data); ``exclude`` the
-    held-out samples a training draw must not equal.
+    held-out samples a training draw must not equal. A :class:`PreparedTask` reads its stored
+    sample (training positions in epochs, see :mod:`xdllm.data.prepared_task`).
     """
+    if isinstance(task, PreparedTask):
+        return task.example(split, index, seed, step=step)
     prompt, target = draw_sample(task, split, index, seed, exclude)
     if isinstance(task, TokenizedTask):
         return Example(prompt_ids=prompt, target_ids=target, sample_index=index, step=step)

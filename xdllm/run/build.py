@@ -20,6 +20,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from xdllm.config.schema import check_components
 from xdllm.data import DiffusionDataModule, example, get_task, load_tokenizer
+from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.evaluate.task_scores import ScoredTask, TaskScoredEvaluator
@@ -102,8 +103,9 @@ def build_components(config: DictConfig) -> RunComponents:
         tokenizer = load_tokenizer(config.tokenizer)
         params = OmegaConf.to_container(config.task.get("params", {}), throw_on_missing=True)
         task = get_task(config.task.name, tokenizer=tokenizer, **params)
-        for index in range(ENCODING_PROBE):  # the tokenizer must encode the task: fail here, not mid-run
-            example(task, tokenizer, "validation", index, config.seed)
+        if not isinstance(task, PreparedTask):  # prepared data: its tokenizer's fingerprint is checked
+            for index in range(ENCODING_PROBE):  # the tokenizer must encode the task: fail here, not mid-run
+                example(task, tokenizer, "validation", index, config.seed)
     except MissingMandatoryValue as error:
         raise XdllmError(f"task {config.task.name} needs a value for {error.full_key}") from error
     except (ValueError, FileNotFoundError, KeyError, TypeError) as error:
