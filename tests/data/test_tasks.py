@@ -20,13 +20,13 @@ from xdllm.data.tokenizer import BUILTIN_SYMBOLS, SymbolTokenizer, builtin_token
 
 
 def test_registry_builds_each_task_and_names_the_choices_on_error():
-    assert set(TASKS) == {"sort", "addition", "varlen_copy", "varlen_sort", "text_file"}
-    for name in TASKS.keys() - {"text_file"}:  # text_file: tests/data/test_text_corpus.py
+    assert set(TASKS) == {"sort", "addition", "varlen_copy", "varlen_sort", "sudoku", "text_file", "prepared"}
+    for name in TASKS.keys() - {"text_file", "prepared"}:  # tests/data/test_text_corpus.py, test_prepared_*.py
         task = get_task(name)
         assert task.name == name
         assert isinstance(task, Task)
     assert get_task("sort", length=3).length == 3
-    available = "addition, sort, text_file, varlen_copy, varlen_sort"
+    available = "addition, prepared, sort, sudoku, text_file, varlen_copy, varlen_sort"
     with pytest.raises(ValueError, match=f"unknown task 'nope'; available: {available}"):
         get_task("nope")
 

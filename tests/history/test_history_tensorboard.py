@@ -6,22 +6,13 @@ import io
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.history import HistoryTopKPlugin, load_history, write_tensorboard
-from xdllm.history.images import (
-    COMMITTED_RGB,
-    HIGH_CONFIDENCE_RGB,
-    LOW_CONFIDENCE_RGB,
-    MASKED_RGB,
-    UNMASKED_RGB,
-    cell_size,
-)
-from xdllm.history.tensorboard import escape_markdown
+from xdllm.history.tensorboard import escape_markdown, png_path
 
 TOKENIZER = SymbolTokenizer(list("abcdefgh"))
 
@@ -35,7 +26,7 @@ def written(tmp_path, generate):
     events = EventAccumulator(str(tmp_path / "tb"),
                               size_guidance={"tensors": 0, "images": 0, "scalars": 0})
     events.Reload()
-    return count, events, load_history(recorder.files_written[0])
+    return count, events, recorder.files_written[0]
 
 
 def _text(events, tag) -> dict[int, str]:
@@ -48,13 +39,13 @@ def test_max_samples_and_tags(written):
     assert count == 3
     tags = events.Tags()
     assert sorted(tags["scalars"]) == [f"sample_0000{i}/masks_remaining" for i in range(3)]
-    assert "sample_00002/commit_step" in tags["images"]
-    assert "sample_00003/commit_step" not in tags["images"]
+    assert "sample_00002/denoising" in tags["images"]
+    assert "sample_00003/denoising" not in tags["images"]
 
 
 def test_step_text_shows_canvas_commits_and_alternatives(written):
-    _, events, history = written
-    sample = history.sample(0)
+    _, events, path = written
+    sample = load_history(path).sample(0)
     texts = _text(events, "sample_00000/steps/text_summary")
     assert sorted(texts) == sample.steps.tolist()
     for s, step in enumerate(sample.steps.tolist()):
@@ -77,27 +68,16 @@ def test_step_text_shows_canvas_commits_and_alternatives(written):
     assert f"**prompt:** {prompt}" in summary and "**output:** row 0" in summary
 
 
-def test_images_and_scalars(written):
-    _, events, history = written
-    sample = history.sample(1)  # 2 steps x 4 positions
-    size = cell_size(2, 4)
-    [commit] = events.Images("sample_00001/commit_step")
-    assert (commit.width, commit.height) == (4 * size, 2 * size)
-    pixels = np.asarray(Image.open(io.BytesIO(commit.encoded_image_string)).convert("RGB"))
-    corners = torch.from_numpy(pixels[::size, ::size].copy())  # one pixel per cell
-    expected = torch.empty(2, 4, 3, dtype=torch.uint8)
-    expected[:] = torch.tensor(UNMASKED_RGB, dtype=torch.uint8)
-    expected[sample.masked] = torch.tensor(MASKED_RGB, dtype=torch.uint8)
-    expected[sample.committed] = torch.tensor(COMMITTED_RGB, dtype=torch.uint8)
-    assert torch.equal(corners, expected)
-    [confidence] = events.Images("sample_00001/confidence_at_commit")
-    assert (confidence.width, confidence.height) == (4 * size, 2 * size)
-    pixels = np.asarray(Image.open(io.BytesIO(confidence.encoded_image_string)).convert("RGB"))
-    cells = torch.from_numpy(pixels[::size, ::size].copy())
-    conf = sample.confidence_at_commit
-    lowest, highest = int(conf.argmin()), int(conf.argmax())
-    assert cells[sample.commit_step[lowest], lowest].tolist() == list(LOW_CONFIDENCE_RGB)
-    assert cells[sample.commit_step[highest], highest].tolist() == list(HIGH_CONFIDENCE_RGB)
+def test_one_picture_per_step_and_a_png_next_to_the_file(written):
+    _, events, path = written
+    sample = load_history(path).sample(1)  # 2 steps x 4 positions
+    pictures = events.Images("sample_00001/denoising")
+    assert [e.step for e in pictures] == sample.steps.tolist()
+    decoded = [np.asarray(Image.open(io.BytesIO(e.encoded_image_string)).convert("RGB")) for e in pictures]
+    assert decoded[0].shape == decoded[1].shape and not np.array_equal(decoded[0], decoded[1])
+    png = png_path(path, sample)
+    assert png == path.parent / "history-00000.sample_00001.png"
+    assert np.array_equal(np.asarray(Image.open(png).convert("RGB")), decoded[-1])
     scalars = events.Scalars("sample_00001/masks_remaining")
     assert [(e.step, e.value) for e in scalars] == [(0, 2.0), (1, 0.0)]
 

@@ -20,4 +20,4 @@ def test_each_validation_writes_history_and_tensorboard_views(tmp_path):
     assert history.sample(0).num_steps == 5  # 4 digits + eos, one token per step
     views = EventAccumulator(str(run_dir / "tensorboard" / "history-step0000004"))
     views.Reload()
-    assert any(tag.endswith("commit_step") for tag in views.Tags()["images"])
+    assert any(tag.endswith("/denoising") for tag in views.Tags()["images"])

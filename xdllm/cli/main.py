@@ -1,4 +1,4 @@
-"""The ``xdllm`` command: train | generate | eval | models | history | tokenizer."""
+"""The ``xdllm`` command: train | generate | eval | models | history | data | tokenizer."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ examples:
 
 def _parser() -> argparse.ArgumentParser:
     from xdllm.cli.config_help import generate_options_help, train_options_help
+    from xdllm.cli.data import add_data_parser
     from xdllm.cli.history import add_history_parser
     from xdllm.cli.tokenizer import add_tokenizer_parser
 
@@ -81,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
                                   "each in a folder named by its settings")
     commands.add_parser("models", help="list the discovered model-family packages")
     add_history_parser(commands)
+    add_data_parser(commands)
     add_tokenizer_parser(commands)
     return parser
 
@@ -202,6 +204,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_eval(arguments.overrides, arguments.cfg)
         if arguments.command == "models":
             return _cmd_models()
+        if arguments.command == "data":
+            from xdllm.cli.data import run_data_command
+
+            return run_data_command(arguments)
         if arguments.command == "tokenizer":
             from xdllm.cli.tokenizer import run_tokenizer_command
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
+from xdllm.data.prepared_task import PreparedTask
 from xdllm.data.samplers import (
     FixedBatchSampler,
     MicroBatchCollate,
@@ -27,7 +28,7 @@ from xdllm.interfaces import Collator, Example, Tokenizer
 class TrainStream(Dataset):
     """Training sample at a :class:`StreamIndex`, redrawn away from the held-out samples."""
 
-    def __init__(self, task: Task | TokenizedTask, tokenizer: Tokenizer, seed: int,
+    def __init__(self, task: Task | TokenizedTask | PreparedTask, tokenizer: Tokenizer, seed: int,
                  exclude: frozenset[SampleKey]) -> None:
         self.task = task
         self.tokenizer = tokenizer
@@ -57,7 +58,7 @@ class DiffusionDataModule(L.LightningDataModule):
     Evaluation loaders shard by rank with :func:`~xdllm.data.samplers.even_shard_batches`.
     """
 
-    def __init__(self, task: Task | TokenizedTask, tokenizer: Tokenizer, train_collator: Collator,
+    def __init__(self, task: Task | TokenizedTask | PreparedTask, tokenizer: Tokenizer, train_collator: Collator,
                  val_collator: Collator, prediction_collator: Collator, batch_size: int = 64,
                  eval_batch_size: int = 128,
                  num_val_samples: int = 512, num_predict_samples: int = 512, seed: int = 0,
@@ -72,6 +73,9 @@ class DiffusionDataModule(L.LightningDataModule):
                             ("seed", seed), ("num_workers", num_workers)):
             if value < 0:
                 raise ValueError(f"DiffusionDataModule: {name} must be >= 0, got {value}")
+        if isinstance(task, PreparedTask):
+            task.check_held_out("validation", num_val_samples, "data.num_val_samples")
+            task.check_held_out("test", num_predict_samples, "data.num_test_samples")
         unknown = [role for role in validation_roles if role not in ("loss", "prediction")]
         if unknown or not validation_roles or len(set(validation_roles)) != len(validation_roles):
             raise ValueError(f"DiffusionDataModule: validation_roles must be distinct entries of "

@@ -19,6 +19,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
+from xdllm.data.prepared_task import PreparedTask
+from xdllm.data.sudoku import CELLS, follows_rules, make_puzzle
 from xdllm.data.text_corpus import TextFileTask
 from xdllm.interfaces import Example, Tokenizer
 
@@ -214,16 +216,60 @@ class VarLenCopyTask:
         return [], [unit[i % len(unit)] for i in range(length)]
 
 
-TASKS: dict[str, Callable[..., Task | TokenizedTask]] = {
+@dataclass(frozen=True)
+class SudokuTask:
+    """9x9 sudoku with a unique solution (checked by a solver), ``num_givens`` cells given.
+
+    Prompt: the 81 cells in row-major order, ``0`` for a blank; target: the 81 digits of the
+    solution (the model writes every cell, copying the givens). Besides exact match, generation
+    reports :meth:`answer_scores`: solved rate, cell accuracy on the blanks, and whether the
+    output grid follows the rules even where it differs from the solution.
+    """
+
+    num_givens: int = 36
+    name: ClassVar[str] = "sudoku"
+
+    def __post_init__(self) -> None:
+        if not 17 <= self.num_givens <= CELLS:
+            raise ValueError(f"SudokuTask.num_givens must be in [17, 81], got {self.num_givens}")
+
+    @property
+    def max_prompt_len(self) -> int:
+        return CELLS
+
+    @property
+    def max_target_len(self) -> int:
+        return CELLS
+
+    def generate(self, rng: random.Random) -> tuple[list[str], list[str]]:
+        puzzle, solution = make_puzzle(rng, self.num_givens)
+        return [str(value) for value in puzzle], [str(value) for value in solution]
+
+    def answer_scores(self, prompt: list[str], target: list[str],
+                      output: list[str]) -> dict[str, tuple[float, float]]:
+        """``{name: (sum, count)}`` of one answer: ``solved`` (every cell right),
+        ``blank_accuracy`` (right cells among the prompt's blanks) and ``rule_valid`` (81 digits
+        whose rows, columns and boxes are permutations of 1-9)."""
+        blanks = [cell for cell, symbol in enumerate(prompt[:CELLS]) if symbol == "0"]
+        right = sum(1 for cell in blanks if cell < len(output) and output[cell] == target[cell])
+        digits = [int(symbol) if symbol.isdigit() else 0 for symbol in output[:CELLS]]
+        return {"solved": (float(output[:CELLS] == target[:CELLS]), 1.0),
+                "blank_accuracy": (float(right), float(len(blanks))),
+                "rule_valid": (float(follows_rules(digits)), 1.0)}
+
+
+TASKS: dict[str, Callable[..., Task | TokenizedTask | PreparedTask]] = {
     SortTask.name: SortTask,
     AdditionTask.name: AdditionTask,
     VarLenCopyTask.name: VarLenCopyTask,
     VarLenSortTask.name: VarLenSortTask,
+    SudokuTask.name: SudokuTask,
     TextFileTask.name: TextFileTask,
+    PreparedTask.name: PreparedTask,
 }
 
 
-def get_task(name: str, tokenizer: Tokenizer | None = None, **kwargs: object) -> Task | TokenizedTask:
+def get_task(name: str, tokenizer: Tokenizer | None = None, **kwargs: object) -> Task | TokenizedTask | PreparedTask:
     """The built-in task ``name`` built with ``kwargs`` (and ``tokenizer`` for tasks that need
     one, such as ``text_file``)."""
     if name not in TASKS:
@@ -261,8 +307,12 @@ def draw_sample(task: Task | TokenizedTask, split: str, index: int, seed: int,
                        "nearly the whole task space; use fewer held-out samples or a larger task")
 
 
-def held_out_keys(task: Task | TokenizedTask, split: str, seed: int, count: int) -> frozenset[SampleKey]:
-    """The first ``count`` samples of ``split``, as the set the training stream must avoid."""
+def held_out_keys(task: Task | TokenizedTask | PreparedTask, split: str, seed: int,
+                  count: int) -> frozenset[SampleKey]:
+    """The first ``count`` samples of ``split``, as the set the training stream must avoid
+    (none for prepared data: its splits were separated when it was prepared)."""
+    if isinstance(task, PreparedTask):
+        return frozenset()
     keys = set()
     for index in range(count):
         prompt, target = draw_sample(task, split, index, seed)
@@ -284,13 +334,16 @@ def encode_symbols(tokenizer: Tokenizer, symbols: list[str], where: str) -> list
     return ids
 
 
-def example(task: Task | TokenizedTask, tokenizer: Tokenizer, split: str, index: int, seed: int, *, step: int = 0,
-            exclude: AbstractSet[SampleKey] = frozenset()) -> Example:
+def example(task: Task | TokenizedTask | PreparedTask, tokenizer: Tokenizer, split: str, index: int, seed: int, *,
+            step: int = 0, exclude: AbstractSet[SampleKey] = frozenset()) -> Example:
     """Sample ``index`` of ``split`` as an :class:`~xdllm.interfaces.Example` (ids without bos/eos).
 
     ``step`` is the optimizer step the sample is used at (0 for held-out data); ``exclude`` the
-    held-out samples a training draw must not equal.
+    held-out samples a training draw must not equal. A :class:`PreparedTask` reads its stored
+    sample (training positions in epochs, see :mod:`xdllm.data.prepared_task`).
     """
+    if isinstance(task, PreparedTask):
+        return task.example(split, index, seed, step=step)
     prompt, target = draw_sample(task, split, index, seed, exclude)
     if isinstance(task, TokenizedTask):
         return Example(prompt_ids=prompt, target_ids=target, sample_index=index, step=step)

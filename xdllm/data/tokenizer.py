@@ -7,6 +7,7 @@ wraps any Hugging Face ``tokenizers`` JSON on disk for real text.
 
 from __future__ import annotations
 
+import hashlib
 import string
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,6 +56,11 @@ class SymbolTokenizer:
     @property
     def special_token_ids(self) -> frozenset[int]:
         return frozenset(range(len(SPECIAL_TOKENS)))
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the vocabulary in id order: equal exactly when the two encode alike."""
+        return hashlib.sha256("\n".join(["symbols", *self._tokens]).encode()).hexdigest()
 
     def encode(self, text: str) -> list[int]:
         ids = []
@@ -123,6 +129,14 @@ class HFTokenizerFile:
     @property
     def special_token_ids(self) -> frozenset[int]:
         return frozenset((self.pad_token_id, self.mask_token_id, self.bos_token_id, self.eos_token_id))
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the tokenizer's canonical serialization (vocabulary, merges, normalizer,
+        pre-tokenizer, ...) and the special-token ids: the same for the same tokenizer saved
+        anywhere, different when anything that changes encoding differs."""
+        special = f"{self.pad_token_id},{self.mask_token_id},{self.bos_token_id},{self.eos_token_id}"
+        return hashlib.sha256(f"{self._tokenizer.to_str()}\n{special}".encode()).hexdigest()
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids

@@ -71,6 +71,13 @@ METADATA_FIELDS: dict[str, type | tuple[type, ...]] = {
     "checksums": dict,
 }
 
+# Added after version 1 was first written; files without them read as None (target correctness
+# then scores the whole target row).
+OPTIONAL_METADATA_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "eos_token_id": (int, type(None)),
+    "pad_token_id": (int, type(None)),
+}
+
 
 def tensor_checksum(tensor: torch.Tensor) -> int:
     """CRC-32 of a tensor's bytes; torch's zip reader does not detect flipped bytes in data."""
@@ -109,7 +116,8 @@ def validate_payload(payload: Any, path: Path | str) -> dict[str, int]:
     missing = sorted(name for name in (*TENSOR_FIELDS, *METADATA_FIELDS) if name not in payload)
     if missing:
         raise HistoryFormatError(f"{where}: missing keys {missing}")
-    for name, expected in METADATA_FIELDS.items():
+    present = {name: kind for name, kind in OPTIONAL_METADATA_FIELDS.items() if name in payload}
+    for name, expected in {**METADATA_FIELDS, **present}.items():
         if not isinstance(payload[name], expected) or isinstance(payload[name], bool):
             raise HistoryFormatError(
                 f"{where}: key {name!r} has type {type(payload[name]).__name__}, expected {expected}"

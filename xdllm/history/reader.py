@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 
 from xdllm.history.format import HistoryError
 from xdllm.history.storage import find_history_files, read_history_file
+from xdllm.predict.metrics import reference_lengths
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class SampleHistory:
         text: the predictor's decoded output, if recorded.
         mask_token_id: the mask id, if known.
         vocab: token strings for the ids in this file (empty without a tokenizer).
+        eos_token_id, pad_token_id: the tokenizer's ids, if known (they bound the scored
+            part of the target, see :attr:`reference_length`).
     """
 
     sample_id: int
@@ -58,6 +62,8 @@ class SampleHistory:
     text: str | None
     mask_token_id: int | None
     vocab: dict[int, str]
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
 
     @property
     def num_steps(self) -> int:
@@ -82,6 +88,35 @@ class SampleHistory:
     def masks_remaining(self) -> Integer[Tensor, " steps"]:
         """Number of masked region positions after each step."""
         return self.masked.sum(dim=1)
+
+    @property
+    def tokens_committed(self) -> Integer[Tensor, " steps"]:
+        """Number of region positions committed at each step."""
+        return self.committed.sum(dim=1)
+
+    @property
+    def reference_length(self) -> int | None:
+        """Target positions that are scored, as for exact match (``xdllm.predict.metrics``):
+        through the first EOS, else up to the first pad; the whole target row when those ids
+        are unknown. ``None`` without a target."""
+        if self.target_ids is None:
+            return None
+        if self.eos_token_id is None or self.pad_token_id is None:
+            return int(self.target_ids.shape[0])
+        return int(reference_lengths(self.target_ids[None], self.eos_token_id, self.pad_token_id)[0])
+
+    @property
+    def wrong(self) -> Bool[Tensor, "steps region"] | None:
+        """Unmasked scored positions whose token differs from the target, after each step
+        (``None`` without a target). Masked and unscored positions are never wrong."""
+        length = self.reference_length
+        if length is None:
+            return None
+        scored = min(length, self.canvas.shape[1])
+        target = torch.full_like(self.canvas[0], -1)
+        target[:scored] = self.target_ids[:scored]
+        in_reference = torch.arange(self.canvas.shape[1]) < scored
+        return ~self.masked & in_reference & (self.canvas != target)
 
     def token(self, token_id: int) -> str:
         """The stored string of a token id, or the id itself when no tokenizer was given."""
@@ -143,6 +178,8 @@ class HistoryFile:
             text=data["texts"][index] if data["texts"] else None,
             mask_token_id=data["mask_token_id"],
             vocab=self._vocab,
+            eos_token_id=data.get("eos_token_id"),
+            pad_token_id=data.get("pad_token_id"),
         )
 
 

@@ -41,7 +41,8 @@ class HistoryTopKPlugin:
         max_samples: stop recording after this many samples (``None``: record all). A batch
             that crosses the limit is recorded for its first rows only.
         tokenizer: when given, the token strings of every id that appears in a file are stored
-            in it, and its mask token id marks masked positions for viewers.
+            in it, its mask token id marks masked positions for viewers, and its EOS and pad
+            ids let viewers score outputs against targets as the evaluator does.
         mask_token_id: mask id to store when there is no tokenizer.
     """
 
@@ -103,6 +104,7 @@ class HistoryTopKPlugin:
             raise HistoryError("HistoryTopKPlugin.end called before begin()")
         payload = self._batch.finish(prediction, self.k)
         payload.update(_token_strings(payload, self.tokenizer))
+        payload.update(_end_ids(self.tokenizer))
         path = self.output_dir / history_file_name(self._next_index)
         write_history_file(payload, path)
         self.files_written.append(path)
@@ -275,6 +277,13 @@ def _prompt(batch: Mapping[str, Any], rows: int, mask_token_id: int | None) -> d
 
 def _rows_or_none(value: Tensor | None, rows: int) -> Tensor | None:
     return None if value is None else value[:rows].detach().to("cpu", torch.int64)
+
+
+def _end_ids(tokenizer: Tokenizer | None) -> dict[str, int | None]:
+    """EOS and pad ids, so viewers score outputs against targets as the evaluator does."""
+    if tokenizer is None:
+        return {"eos_token_id": None, "pad_token_id": None}
+    return {"eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
 
 
 def _token_strings(payload: Mapping[str, Any], tokenizer: Tokenizer | None) -> dict[str, Any]:

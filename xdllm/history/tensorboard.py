@@ -6,8 +6,11 @@ Per sample (tags start with ``sample_NNNNN/``, the sample id):
   tokens committed at that step in bold, then a table of those commits with their confidence
   and top-k alternatives;
 - ``summary`` (Text): prompt, target and final output;
-- ``commit_step`` and ``confidence_at_commit`` (Images, step x position): see
-  :mod:`xdllm.history.images`;
+- ``denoising`` (Images, one per step): the step x position picture of
+  :mod:`xdllm.history.figures` showing the steps up to the image's step, so the step slider
+  replays the denoising (at most ``max_frames`` images, evenly spaced, first and last always);
+  the complete picture is also saved as ``<history file stem>.sample_NNNNN.png`` next to the
+  history file;
 - ``masks_remaining`` (Scalars): masked output positions after each step.
 
 TensorBoard keeps only 10 text entries per tag (a random sample of the steps) unless started
@@ -25,14 +28,15 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
+from xdllm.history.figures import DenoisingFigure
 from xdllm.history.format import HistoryError
-from xdllm.history.images import commit_image, confidence_image
 from xdllm.history.reader import SampleHistory, iter_samples
 from xdllm.history.render import StepView, step_views, visible_token
 from xdllm.history.storage import find_history_files
 from xdllm.interfaces import Tokenizer
 
 DEFAULT_MAX_SAMPLES = 16
+DEFAULT_MAX_FRAMES = 32
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 _HTML_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
@@ -56,13 +60,17 @@ def write_tensorboard(
     logdir: str | Path,
     max_samples: int | None = DEFAULT_MAX_SAMPLES,
     tokenizer: Tokenizer | None = None,
+    max_frames: int = DEFAULT_MAX_FRAMES,
 ) -> TensorboardReport:
     """Write TensorBoard views of up to ``max_samples`` samples, file by file.
 
     ``history_paths``: history files, history directories or run directories (``<run>/history``).
-    ``tokenizer`` overrides the token strings stored in the files. A file that cannot be read
-    (truncated, garbled, wrong schema) is skipped and reported; every valid one is written.
+    ``tokenizer`` overrides the token strings stored in the files. ``max_frames`` bounds the
+    denoising pictures per sample. A file that cannot be read (truncated, garbled, wrong
+    schema) is skipped and reported; every valid one is written.
     """
+    if max_frames < 1:
+        raise HistoryError(f"max_frames must be >= 1, got {max_frames}")
     paths = [history_paths] if isinstance(history_paths, (str, Path)) else list(history_paths)
     token_text = tokenizer.id_to_token if tokenizer is not None else None
     written, bad = 0, []
@@ -77,12 +85,28 @@ def write_tensorboard(
                 bad.append((file_path, str(error)))
                 continue
             for sample in samples:
-                _write_sample(writer, sample, token_text)
+                _write_sample(writer, sample, token_text, max_frames, png_path(file_path, sample))
                 written += 1
     return TensorboardReport(written, tuple(bad))
 
 
-def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text) -> None:
+def png_path(history_file: Path, sample: SampleHistory) -> Path:
+    """Where the complete denoising picture of ``sample`` is saved: next to its history file."""
+    return history_file.with_name(f"{history_file.stem}.{sample_tag(sample)}.png")
+
+
+def frame_rows(num_steps: int, max_frames: int) -> list[int]:
+    """Rows drawn as pictures: all of them when they fit in ``max_frames``, else evenly spaced
+    rows including the first and the last."""
+    if num_steps <= max_frames:
+        return list(range(num_steps))
+    if max_frames == 1:
+        return [num_steps - 1]
+    return sorted({round(i * (num_steps - 1) / (max_frames - 1)) for i in range(max_frames)})
+
+
+def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text, max_frames: int,
+                  png: Path) -> None:
     tag = sample_tag(sample)
     name = token_text or sample.token
     writer.add_text(f"{tag}/summary", _summary_markdown(sample, name), global_step=0)
@@ -90,11 +114,17 @@ def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text) -> N
         writer.add_text(f"{tag}/steps", step_markdown(view), global_step=view.step)
         writer.add_scalar(f"{tag}/masks_remaining", view.masks_remaining, global_step=view.step)
     if sample.num_steps:
-        last_step = int(sample.steps[-1])
-        writer.add_image(f"{tag}/commit_step", commit_image(sample), global_step=last_step)
-        writer.add_image(
-            f"{tag}/confidence_at_commit", confidence_image(sample), global_step=last_step
-        )
+        _write_pictures(writer, f"{tag}/denoising", DenoisingFigure(sample, token_text), max_frames, png)
+
+
+def _write_pictures(writer: SummaryWriter, tag: str, figure: DenoisingFigure, max_frames: int,
+                    png: Path) -> None:
+    """One picture per drawn row, at the row's step number; the complete one also as PNG."""
+    for row in frame_rows(figure.num_steps, max_frames):
+        figure.show_through(row)
+        writer.add_figure(tag, figure.figure, global_step=int(figure.sample.steps[row]), close=False)
+    figure.show_through(figure.num_steps - 1)
+    figure.save_png(png)
 
 
 def escape_markdown(text: str) -> str:

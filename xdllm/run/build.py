@@ -20,8 +20,10 @@ from omegaconf.errors import MissingMandatoryValue
 
 from xdllm.config.schema import check_components
 from xdllm.data import DiffusionDataModule, example, get_task, load_tokenizer
+from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError
 from xdllm.evaluate import AnswerEvaluator
+from xdllm.evaluate.task_scores import ScoredTask, TaskScoredEvaluator
 from xdllm.interfaces import Evaluator, Tokenizer
 
 COMPONENT_KEYS = ("model", "collator", "loss", "predictor")
@@ -101,8 +103,9 @@ def build_components(config: DictConfig) -> RunComponents:
         tokenizer = load_tokenizer(config.tokenizer)
         params = OmegaConf.to_container(config.task.get("params", {}), throw_on_missing=True)
         task = get_task(config.task.name, tokenizer=tokenizer, **params)
-        for index in range(ENCODING_PROBE):  # the tokenizer must encode the task: fail here, not mid-run
-            example(task, tokenizer, "validation", index, config.seed)
+        if not isinstance(task, PreparedTask):  # prepared data: its tokenizer's fingerprint is checked
+            for index in range(ENCODING_PROBE):  # the tokenizer must encode the task: fail here, not mid-run
+                example(task, tokenizer, "validation", index, config.seed)
     except MissingMandatoryValue as error:
         raise XdllmError(f"task {config.task.name} needs a value for {error.full_key}") from error
     except (ValueError, FileNotFoundError, KeyError, TypeError) as error:
@@ -126,19 +129,24 @@ def build_components(config: DictConfig) -> RunComponents:
         model=model,
         loss=_instantiate(config.loss, "loss"),
         predictor=_instantiate(config.predictor, "predictor", tokenizer=tokenizer),
-        evaluator=_build_evaluator(config, tokenizer),
+        evaluator=_build_evaluator(config, tokenizer, task),
         collators=collators,
     )
 
 
-def _build_evaluator(config: DictConfig, tokenizer: Tokenizer) -> Evaluator:
+def _build_evaluator(config: DictConfig, tokenizer: Tokenizer, task: object) -> Evaluator:
+    """The family's evaluator (AnswerEvaluator by default), with the task's own answer scores
+    added when the task has them."""
     node = config.get("evaluator")
     if node is None:
-        return AnswerEvaluator(tokenizer)
-    evaluator = _instantiate(node, "evaluator", tokenizer=tokenizer)
-    if not isinstance(evaluator, Evaluator):
-        raise XdllmError(f"evaluator {node.get('_target_')} lacks the Evaluator methods "
-                         "(loss_metrics, prediction_metrics, finalize, records)")
+        evaluator = AnswerEvaluator(tokenizer)
+    else:
+        evaluator = _instantiate(node, "evaluator", tokenizer=tokenizer)
+        if not isinstance(evaluator, Evaluator):
+            raise XdllmError(f"evaluator {node.get('_target_')} lacks the Evaluator methods "
+                             "(loss_metrics, prediction_metrics, finalize, records)")
+    if isinstance(task, ScoredTask):
+        return TaskScoredEvaluator(evaluator, task, tokenizer)
     return evaluator
 
 

@@ -26,6 +26,7 @@ from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.interfaces import Example
 from xdllm.run.build import position_limit
 from xdllm.run.checkpoint import TrainedRun, load_trained
+from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import is_free_text, without_targets
 from xdllm.run.generation_record import (
     generation_settings,
@@ -110,6 +111,7 @@ def _options(config: DictConfig) -> DictConfig:
         raise XdllmError(f"history must be one of {HISTORY_CHOICES}, got {config.history!r}")
     if config.batch_size < 1:
         raise XdllmError(f"batch_size must be >= 1, got {config.batch_size}")
+    resolve_device(config.get("device", "auto"))  # a bad or unavailable device fails before loading
     return config
 
 
@@ -151,9 +153,19 @@ def _claim_output_dir(run: TrainedRun, requested: str | None, settings: str = ""
     raise XdllmError(f"could not make a new generation folder in {generated}")
 
 
+def place_run(run: TrainedRun, options: DictConfig) -> tuple[torch.device, torch.dtype | None]:
+    """Move the run's model (and frozen models) to ``options.device``; return the device and the
+    autocast dtype of the run's ``trainer.precision`` there."""
+    device = resolve_device(options.get("device", "auto"))
+    for model in (run.model, *run.frozen.values()):
+        model.to(device)
+    return device, autocast_dtype(run.config.trainer.get("precision"), device)
+
+
 def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -> dict[str, Any]:
     """Generate for every prompt; write predictions (and history) unless ``write_outputs`` is
     False; return the summary."""
+    device, dtype = place_run(run, options)
     predictor = _build_predictor(run, options)
     if options.prompts_file:
         examples = _prompt_file_examples(run, Path(options.prompts_file))
@@ -176,8 +188,9 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     records: list[dict[str, Any]] = []
     totals = MetricTotals()
     generated_tokens, started = 0, time.perf_counter()
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast(device, dtype):
         for batch in batches:
+            batch = batch_to(batch, device)
             prediction = predictor.predict(batch, model=run.model, history=history)
             totals.add(evaluator.prediction_metrics(batch, prediction))
             records.extend(evaluator.records(batch, prediction))
@@ -185,6 +198,7 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     elapsed = time.perf_counter() - started
     summary: dict[str, Any] = {
         "checkpoint": str(run.checkpoint),
+        "device": str(device),
         "num_samples": len(records),
         "mean_steps": sum(r["steps_taken"] for r in records) / max(1, len(records)),
         "tokens_per_second": generated_tokens / max(elapsed, 1e-9),
@@ -226,7 +240,8 @@ def held_out_loss(run: TrainedRun, options: DictConfig) -> dict[str, float]:
     """The evaluator's loss metrics (deterministic corruption) on the ``options.split``."""
     totals = MetricTotals()
     loss_fn = run.loss_function()
-    with torch.inference_mode():
+    device, dtype = place_run(run, options)
+    with torch.inference_mode(), autocast(device, dtype):
         for batch in _held_out_loader(run, options, "loss"):
-            totals.add(run.components.evaluator.loss_metrics(run.model, batch, loss_fn))
+            totals.add(run.components.evaluator.loss_metrics(run.model, batch_to(batch, device), loss_fn))
     return run.components.evaluator.finalize(totals.means())

@@ -1,0 +1,68 @@
+"""BD3-LM loss: the 1/t-weighted masked-diffusion bound of every block, from one forward pass.
+
+``objective="nelbo"`` (default): ``Σ_{masked ∧ supervised} CE / t`` over the number of
+supervised tokens (:class:`~xdllm.losses.MDLMCrossEntropyLoss`), ``t`` being each block's own
+level: with one level per block this is the sum of the blocks' masked-diffusion bounds, i.e. the
+BD3-LM NELBO per token. ``objective="flat"``: the mean cross-entropy over the masked supervised
+tokens, without the 1/t weight (:class:`~xdllm.losses.BlockDiffusionCrossEntropyLoss` on the
+masked positions: unmasked ones are in the input, copying them would teach nothing).
+
+In training the denominator is the count of the whole optimizer step (all processes and
+accumulation micro-batches, from :class:`~xdllm.interfaces.LossContext`); without a context
+(validation, ``xdllm eval``) the batch's own count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from xdllm.interfaces import LossContext
+from xdllm.losses import BlockDiffusionCrossEntropyLoss, MDLMCrossEntropyLoss
+from xdllm_models.bd3lm.two_stream import denoising_logits
+from xdllm_models.bd3lm.types import BD3LMLossDict
+
+OBJECTIVES = ("nelbo", "flat")
+COUNT_KEYS = {"nelbo": "num_diffusion_tokens", "flat": "num_masked_tokens"}
+
+
+class BD3LMLoss:
+    """The training objective; see the module docstring.
+
+    Args:
+        block_size: diffusion block size (the mask rule's; the collator's must match).
+        objective: ``"nelbo"`` or ``"flat"``.
+        fp32_upcast: compute the cross-entropy in float32.
+    """
+
+    def __init__(self, block_size: int, objective: str = "nelbo", fp32_upcast: bool = True) -> None:
+        if block_size < 1:
+            raise ValueError(f"BD3LMLoss: block_size must be >= 1, got {block_size}")
+        if objective not in OBJECTIVES:
+            raise ValueError(f"BD3LMLoss: objective must be one of {OBJECTIVES}, got {objective!r}")
+        self.block_size = block_size
+        self.objective = objective
+        self.count_key = COUNT_KEYS[objective]
+        self.cross_entropy = (MDLMCrossEntropyLoss(fp32_upcast) if objective == "nelbo"
+                              else BlockDiffusionCrossEntropyLoss(fp32_upcast))
+
+    def _counted(self, batch: Mapping[str, Any]) -> Tensor:
+        supervised = batch["loss_mask"] != 0
+        return supervised if self.objective == "nelbo" else supervised & batch["noise_mask"]
+
+    def token_counts(self, batch: Mapping[str, Any]) -> dict[str, Tensor]:
+        return {self.count_key: self._counted(batch).sum()}
+
+    def __call__(self, model: torch.nn.Module, batch: Mapping[str, Any],
+                 context: LossContext | None = None) -> BD3LMLossDict:
+        logits = denoising_logits(model, batch["input_ids"], batch["target_ids"], self.block_size,
+                                  attention_mask=batch.get("attention_mask"), positions=batch.get("positions"),
+                                  segment_ids=batch.get("segment_ids"))
+        counts = context.counts if context is not None else None
+        supervised = self._counted(batch)
+        out = self.cross_entropy(logits, batch["target_ids"], batch["noise_mask"], batch["p_mask"], supervised,
+                                 num_diffusion_tokens=None if counts is None else counts[self.count_key])
+        return BD3LMLossDict(loss=out.total_loss, masked_tokens=batch["noise_mask"].sum().float())

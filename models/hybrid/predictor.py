@@ -1,0 +1,302 @@
+"""``HybridPredictor``: causal prefill into a KV cache, then one block at a time, seed + diffusion fill.
+
+The prompt (left- or right-padded ``[bos] + prompt`` rows, as :class:`~xdllm.collate.PromptCollator`
+makes them) runs once through the network under :class:`~xdllm.nn.CausalMask`, filling a
+:class:`~xdllm.nn.KVCache`. The output region is ``max_new_tokens`` rounded up to whole blocks
+(the blocks the model was trained on), on positions shifted so that it starts on a block
+boundary (:mod:`~xdllm_models.hybrid.layout`). Then, for each block:
+
+1. **seed**: the block's first token comes from the causal branch's last logit (the prompt's
+   pass for the first block, the previous block's append pass after that);
+2. **fill**: the rest of the block is denoised by the diffusion branch: the block's tokens
+   attend to the cached prefix and to each other (:class:`~xdllm.nn.BlockCausalMask`, the
+   cache only read), and each pass commits every masked position whose confidence reaches
+   ``threshold``, at least the scheduled count (``ceil(masks left / passes left)`` of
+   ``steps_per_block`` passes), from the shared engine's parts
+   (:mod:`xdllm.predict.sampling`, :mod:`~xdllm.predict.confidence`,
+   :mod:`~xdllm.predict.unmask_count`);
+3. **append**: the finished block runs causally into the cache; its last logit seeds the next
+   block.
+
+Every forward pass is one step: each step commits tokens and is handed to the history recorder
+(the seed's top-k at the block's first offset, or the fill's top-k over the block), and
+``steps_taken`` counts a row's passes while it is unfinished. With ``stop_at_eos`` everything
+after a settled EOS is padding, a row is finished once its block holds an EOS, and decoding
+ends when every row is (one host synchronisation per step). Rows run their blocks in lockstep
+(the cache has one fill length): a row whose block is full waits, uncounted, for the others.
+Draws come from the per-sample streams keyed by ``(seed, sample_index)``, the block and the pass
+within it, so a sample's output does not depend on its batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor, nn
+
+from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tokenizer
+from xdllm.nn import BlockCausalMask, CausalMask
+from xdllm.predict import streams
+from xdllm.predict.canvas import Canvas, continuation_canvas
+from xdllm.predict.confidence import check_confidence_options, token_confidence
+from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
+from xdllm.predict.stopping import fill_after_eos
+from xdllm.predict.text import decode_regions
+from xdllm.predict.unmask_count import scheduled_count, select_positions
+from xdllm_models.hybrid.layout import block_aligned_positions
+
+
+class HybridPredictor:
+    """Block-wise hybrid decoding with a KV cache; see the module docstring.
+
+    Args:
+        max_new_tokens: tokens generated per prompt at most, rounded up to whole blocks.
+        block_size: tokens per block (as in training); 1 is plain autoregressive decoding.
+        tokenizer: pad / mask / bos / eos ids, and decoding.
+        model: default model (a :class:`~xdllm_models.hybrid.model.HybridRotaryTransformer`);
+            ``predict(model=...)`` overrides it.
+        confidence: score of a fill candidate: ``top_prob``, ``prob_diff``, ``entropy``, or None
+            (random order).
+        threshold: commit every candidate scoring ``>= threshold`` (None: only the scheduled count).
+        steps_per_block: fill passes per block at most (None: ``block_size - 1``, so at least one
+            token per pass).
+        temperature: 0 = argmax; > 0 samples from ``softmax(logits / temperature)``.
+        top_k, top_p: restrict the distribution before choosing and scoring.
+        stop_at_eos: a row stops at its first settled EOS (the rest of its region is padding).
+        skip_special_tokens: passed to ``tokenizer.decode`` for ``text``.
+        seed: base of the per-sample random streams.
+    """
+
+    def __init__(self, max_new_tokens: int, block_size: int, tokenizer: Tokenizer | None = None,
+                 model: nn.Module | None = None, confidence: str | None = "top_prob",
+                 threshold: float | None = 0.9, steps_per_block: int | None = None, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None, stop_at_eos: bool = True,
+                 skip_special_tokens: bool = True, seed: int = 0) -> None:
+        where = type(self).__name__
+        if max_new_tokens < 1:
+            raise ValueError(f"{where}: max_new_tokens must be >= 1, got {max_new_tokens}")
+        if block_size < 1:
+            raise ValueError(f"{where}: block_size must be >= 1, got {block_size}")
+        fill_steps = block_size - 1 if steps_per_block is None else steps_per_block
+        if block_size > 1 and fill_steps < 1:
+            raise ValueError(f"{where}: steps_per_block must be >= 1 (or null), got {steps_per_block}")
+        if seed < 0:
+            raise ValueError(f"{where}: seed must be >= 0, got {seed}")
+        for name, value in (("stop_at_eos", stop_at_eos), ("skip_special_tokens", skip_special_tokens)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{where}: {name} must be true or false, got {value!r}")
+        try:
+            check_sampling_options(temperature, top_k, top_p)
+            check_confidence_options(confidence, threshold)
+        except ValueError as error:
+            raise ValueError(f"{where}: {error}") from None
+        self.max_new_tokens = max_new_tokens
+        self.block_size = block_size
+        self.tokenizer = tokenizer
+        self.model = model
+        self.confidence = confidence
+        self.threshold = threshold
+        self.steps_per_block = fill_steps
+        self.temperature = temperature
+        self.top_k = top_k
+        self.top_p = top_p
+        self.stop_at_eos = stop_at_eos
+        self.skip_special_tokens = skip_special_tokens
+        self.seed = seed
+
+    def _tokenizer(self) -> Tokenizer:
+        if self.tokenizer is None:
+            raise ValueError("HybridPredictor needs a tokenizer (pad, mask, bos and eos ids); pass tokenizer=...")
+        return self.tokenizer
+
+    def _distribution(self, logits: Float[Tensor, "*lead vocab"]) -> Float[Tensor, "*lead vocab"]:
+        return final_distribution(logits, self.temperature, self.top_k, self.top_p,
+                                  banned_ids=(self._tokenizer().mask_token_id,))
+
+    def _stream_step(self, block: int, fill_pass: int) -> int:
+        """The stream counter of a block's seed (``fill_pass = 0``) or of its fill pass ``fill_pass``."""
+        return block * (self.steps_per_block + 1) + fill_pass
+
+    def _draws(self, keys: Tensor, stream_step: int, width: int) -> Tensor | None:
+        if self.temperature == 0.0:
+            return None
+        return streams.uniforms(keys, stream_step, streams.Purpose.TOKEN, width)
+
+    def _settle(self, block_ids: Integer[Tensor, "batch block"], running: Bool[Tensor, " batch"]
+                ) -> tuple[Integer[Tensor, "batch block"], Bool[Tensor, "batch block"]]:
+        """With ``stop_at_eos``: everything after a settled EOS of the block padded."""
+        tok = self._tokenizer()
+        if not self.stop_at_eos:
+            return block_ids, torch.zeros_like(block_ids, dtype=torch.bool)
+        valid = running[:, None].expand_as(block_ids)
+        return fill_after_eos(block_ids, valid, tok.eos_token_id, tok.mask_token_id, tok.pad_token_id)
+
+    @torch.no_grad()
+    def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
+                history: HistoryRecorder | None = None) -> PredictionDict:
+        start_time = time.perf_counter()
+        model = model if model is not None else self.model
+        if model is None:
+            raise ValueError("HybridPredictor: no model; pass model= to the predictor or to predict()")
+        tok = self._tokenizer()
+        for key in ("input_ids", "attention_mask"):
+            if key not in batch:
+                raise KeyError(f"HybridPredictor: prediction batch has no {key!r} (keys: {sorted(batch)})")
+        device = next(model.parameters()).device
+        prompt_ids = batch["input_ids"].to(device)
+        prompt_real = batch["attention_mask"].to(device).bool()
+        size = self.block_size
+        n_blocks = -(-self.max_new_tokens // size)
+        canvas = continuation_canvas(prompt_ids, prompt_real, n_blocks * size, tok.pad_token_id, tok.mask_token_id)
+        n_rows, prompt_len = prompt_ids.shape
+        if bool((canvas.output_start == 0).any()):
+            raise ValueError("HybridPredictor: every prompt row needs at least one real token (bos) "
+                             "to predict the first token from")
+        response_start = canvas.positions.gather(1, canvas.output_start[:, None])[:, 0]
+        positions = block_aligned_positions(canvas.positions, response_start, size)
+        _check_positions(model, positions)
+        keys = streams.row_keys(self.seed, _sample_index(batch, n_rows, device))
+        k = history.k if history is not None else 0
+        if history is not None:
+            history.begin(batch, canvas.ids, canvas.output_start)
+
+        cache = model.new_kv_cache(n_rows, prompt_len + n_blocks * size)
+        logits = model(prompt_ids, attention_mask=prompt_real, positions=positions[:, :prompt_len],
+                       mask_rule=CausalMask(), kv_cache=cache)
+        last_column = (canvas.output_start - 1)[:, None, None].expand(-1, 1, logits.shape[-1])
+        seed_logits = logits.gather(1, last_column)[:, 0]
+        in_block = torch.arange(size, device=device)
+        ids = canvas.ids
+        finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
+        steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
+        last_step = torch.zeros(n_rows, dtype=torch.long, device=device)
+        elapsed: list[float] = []
+        step = 0
+
+        def record(block: int, probs: Tensor, committed: Tensor, scores: Tensor, active: Tensor) -> None:
+            nonlocal step, steps_taken, last_step
+            steps_taken = steps_taken + active.long()
+            last_step = torch.where(active, step, last_step)
+            if history is not None:
+                history.on_step(_step_state(step, ids, canvas, block * size, probs, committed, scores, active, k))
+            elapsed.append(time.perf_counter() - start_time)
+            step += 1
+
+        for block in range(n_blocks):
+            columns = canvas.output_start[:, None] + block * size + in_block
+            block_positions = positions.gather(1, columns)
+            running = ~finished
+            # 1. seed: the causal branch's next token
+            probs = self._distribution(seed_logits)
+            draws = self._draws(keys, self._stream_step(block, 0), 1)
+            seeds = choose_tokens(probs, None if draws is None else draws[:, 0])
+            block_ids = torch.full((n_rows, size), tok.mask_token_id, dtype=torch.long, device=device)
+            block_ids[:, 0] = seeds
+            block_ids = torch.where(running[:, None], block_ids, tok.pad_token_id)
+            block_ids, padded = self._settle(block_ids, running)
+            ids = ids.scatter(1, columns, block_ids)
+            committed = (in_block == 0)[None, :] & running[:, None]
+            scores = torch.where(committed, probs.gather(1, seeds[:, None]), 0.0)
+            record(block, probs[:, None], committed | padded, scores, running)
+            # 2. fill: the diffusion branch over the block, reading the cached prefix
+            for fill_pass in range(1, self.steps_per_block + 1):
+                masked = block_ids == tok.mask_token_id
+                active = masked.any(1)
+                if not bool(active.any()):  # the pass's one host sync
+                    break
+                logits = model(block_ids, positions=block_positions, mask_rule=BlockCausalMask(size),
+                               kv_cache=cache, write_cache=False)
+                block_ids, probs, committed, scores = self._fill(logits, block_ids, masked, keys, block, fill_pass)
+                block_ids, padded = self._settle(block_ids, running)
+                ids = ids.scatter(1, columns, block_ids)
+                record(block, probs, committed | (padded & masked), scores, active)
+            if self.stop_at_eos:
+                finished = finished | (block_ids == tok.eos_token_id).any(1)
+            if block + 1 == n_blocks or (self.stop_at_eos and bool(finished.all())):
+                break
+            # 3. append: the finished block into the cache, causally; its last logit seeds the next
+            logits = model(block_ids, positions=block_positions, mask_rule=CausalMask(), kv_cache=cache)
+            seed_logits = logits[:, -1]
+
+        in_region = canvas.window_valid.new_zeros(ids.shape).scatter(1, canvas.window_index, canvas.window_valid)
+        ids = torch.where(in_region & (ids == tok.mask_token_id), tok.pad_token_id, ids)  # never generated
+        prediction: PredictionDict = {
+            "loss": None,
+            "text": decode_regions(tok, ids, canvas.output_start, canvas.region_len, self.skip_special_tokens),
+            "ids": ids,
+            "time_taken": [elapsed[s] for s in last_step.tolist()],
+            "output_start_idx": canvas.output_start,
+            "steps_taken": steps_taken.tolist(),
+        }
+        if history is not None:
+            history.end(prediction)
+        return prediction
+
+    def _fill(self, logits: Float[Tensor, "batch block vocab"], block_ids: Integer[Tensor, "batch block"],
+              masked: Bool[Tensor, "batch block"], keys: Integer[Tensor, " batch"], block: int, fill_pass: int
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One fill pass: the block with this pass's commits, the distribution, the commits and
+        the candidates' scores."""
+        size = block_ids.shape[1]
+        stream_step = self._stream_step(block, fill_pass)
+        probs = self._distribution(logits)
+        tokens = choose_tokens(probs, self._draws(keys, stream_step, size))
+        if self.confidence is None:
+            scores = streams.uniforms(keys, stream_step, streams.Purpose.ORDER, size)
+        else:
+            scores = token_confidence(self.confidence, probs, tokens)
+        passes_left = torch.full_like(keys, self.steps_per_block - fill_pass + 1)
+        count = scheduled_count(masked.sum(1), passes_left, torch.full_like(keys, self.steps_per_block), None)
+        committed = select_positions(scores, masked, count, self.threshold)
+        return torch.where(committed, tokens, block_ids), probs, committed, torch.where(masked, scores, 0.0)
+
+
+def _check_positions(model: nn.Module, positions: Integer[Tensor, "batch seq_len"]) -> None:
+    """Block-aligned positions need up to ``block_size - 1`` more than the sequence length."""
+    limit = getattr(getattr(model, "config", None), "max_positions", None)
+    highest = int(positions.max())
+    if isinstance(limit, int) and highest >= limit:
+        raise ValueError(f"HybridPredictor: the block-aligned canvas reaches position {highest}, beyond the "
+                         f"model's max_positions={limit}; raise model.max_positions")
+
+
+def _sample_index(batch: Mapping[str, Any], n_rows: int, device: torch.device) -> Integer[Tensor, " batch"]:
+    index = batch.get("sample_index")
+    if index is None:
+        return torch.arange(n_rows, device=device)
+    index = torch.as_tensor(index, device=device).long()
+    if index.shape != (n_rows,):
+        raise ValueError(f"HybridPredictor: batch['sample_index'] has shape {tuple(index.shape)}, "
+                         f"expected ({n_rows},)")
+    return index
+
+
+def _step_state(step: int, ids: Integer[Tensor, "batch seq_len"], canvas: Canvas, block_start: int,
+                probs: Float[Tensor, "batch width vocab"], committed: Bool[Tensor, "batch block"],
+                scores: Float[Tensor, "batch block"], active: Bool[Tensor, " batch"], k: int) -> DenoisingStep:
+    """What a history recorder keeps of one step: the top-k of the ``width`` distributions the
+    step computed (from the block's first offset), the block's commits and scores; zeros (False)
+    at every other offset and in the rows that did not run. No host transfer."""
+    vocab = probs.shape[-1]
+    if not 1 <= k <= vocab:
+        raise ValueError(f"history recorder asks for the top k={k} tokens per position; "
+                         f"k must be in 1..{vocab} (the vocabulary size)")
+    n_rows, region = canvas.window_valid.shape
+    width, size = probs.shape[1], committed.shape[1]
+    top = probs.topk(k, dim=-1)
+    ran = active[:, None, None]
+    topk_ids = torch.zeros((n_rows, region, k), dtype=torch.long, device=ids.device)
+    topk_probs = torch.zeros((n_rows, region, k), dtype=probs.dtype, device=ids.device)
+    topk_ids[:, block_start:block_start + width] = torch.where(ran, top.indices, 0)
+    topk_probs[:, block_start:block_start + width] = torch.where(ran, top.values, 0.0)
+    here = torch.zeros((n_rows, region), dtype=torch.bool, device=ids.device)
+    here[:, block_start:block_start + size] = committed & active[:, None]
+    confidence = torch.zeros((n_rows, region), dtype=scores.dtype, device=ids.device)
+    confidence[:, block_start:block_start + size] = torch.where(active[:, None], scores, 0.0)
+    return DenoisingStep(step=step, canvas=ids, output_start=canvas.output_start, window_valid=canvas.window_valid,
+                         topk_ids=topk_ids, topk_probs=topk_probs, committed=here, confidence=confidence,
+                         active=active)

@@ -1,0 +1,136 @@
+"""The step x position denoising picture: cell colours, labels, frames, wrong marks, pixels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from matplotlib import colormaps
+from matplotlib.colors import to_rgba
+from PIL import Image
+
+from xdllm.data.tokenizer import SymbolTokenizer
+from xdllm.history import HistoryTopKPlugin, load_history
+from xdllm.history.figures import (
+    CONFIDENCE_COLORMAP,
+    EARLIER_COLOR,
+    GIVEN_COLOR,
+    MASKED_COLOR,
+    NOT_YET_COLOR,
+    WRONG_COLOR,
+    DenoisingFigure,
+)
+from xdllm.history.tensorboard import frame_rows
+
+TOKENIZER = SymbolTokenizer(list("abcdefgh"))
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    """3 prompt tokens, 4 output positions, one commit per step: 4 steps."""
+    from conftest import fake_generate
+
+    directory = tmp_path_factory.mktemp("history")
+    recorder = HistoryTopKPlugin(k=2, output_dir=directory, tokenizer=TOKENIZER)
+    fake_generate(recorder, prompt_lens=[3], gen_len=4, commits_per_step=[1], seed=3)
+    return load_history(recorder.files_written[0]).sample(0)
+
+
+@pytest.fixture(scope="module")
+def figure(sample):
+    return DenoisingFigure(sample, prompt_columns=2)
+
+
+def test_cell_colours_use_an_absolute_confidence_scale(sample, figure):
+    colors = figure.colors
+    assert colors.shape == (4, 2 + 4, 4)
+    assert (colors[:, :2] == to_rgba(GIVEN_COLOR)).all()  # the prompt columns
+    output = colors[:, 2:]
+    viridis = colormaps[CONFIDENCE_COLORMAP]
+    for row, step in enumerate(sample.steps.tolist()):
+        for j in range(4):
+            commit = int(sample.commit_step[j])
+            if commit == step:
+                expected = viridis(float(sample.confidence_at_commit[j]))
+            elif commit < step:
+                expected = to_rgba(EARLIER_COLOR)
+            else:
+                expected = to_rgba(MASKED_COLOR)
+            assert tuple(output[row, j]) == pytest.approx(expected), (row, j)
+
+
+def test_labels_say_what_the_picture_shows(sample, figure):
+    axes = figure.axes
+    assert axes.get_ylabel() == "denoising step"
+    assert axes.get_xlabel().startswith("position relative to the output start (0 = first output token")
+    assert "prompt: last 2 of 3 tokens" in axes.get_xlabel()
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["-2", "-1", "0", "1", "2", "3"]
+    assert [t.get_text() for t in axes.get_yticklabels()] == [str(s) for s in sample.steps.tolist()]
+    [colorbar] = [a for a in figure.figure.axes if a.get_ylabel().startswith("confidence at commit")]
+    assert colorbar.get_ylim() == (0.0, 1.0)
+    [legend] = figure.figure.legends
+    assert {t.get_text() for t in legend.get_texts()} >= {"masked", "committed at an earlier step"}
+
+
+def test_show_through_blanks_later_rows_and_names_the_step(sample, figure):
+    figure.show_through(1)
+    data = np.asarray(figure.image.get_array())
+    assert (data[2:] == to_rgba(NOT_YET_COLOR)).all() and (data[:2] == figure.colors[:2]).all()
+    visible = [any(a.get_visible() for a in artists) for artists in figure.row_artists]
+    assert visible == [True, True, False, False]
+    step = int(sample.steps[1])
+    assert figure.axes.get_title(loc="left").startswith(
+        f"sample {sample.sample_id}: canvas after step {step} (2 of 4 steps) - 1 committed at this "
+        f"step, 2 still masked")
+    with pytest.raises(IndexError, match="row 4 out of range"):
+        figure.show_through(4)
+    figure.show_through(3)
+
+
+def test_wrong_tokens_are_red_and_framed_at_their_commit(sample, figure):
+    wrong = sample.wrong
+    assert wrong is not None and wrong.any()  # random targets: some outputs are wrong
+    frames = [p for p in figure.axes.patches if to_rgba(p.get_edgecolor()) == to_rgba(WRONG_COLOR)]
+    assert len(frames) == int((wrong & sample.committed).sum())
+    red = [t.get_text() for t in figure.axes.texts if to_rgba(t.get_color()) == to_rgba(WRONG_COLOR)]
+    assert len(red) == int(wrong.sum())
+
+
+def test_rendered_pixels_show_the_commit_colour(sample, figure, tmp_path):
+    figure.show_through(3)
+    path = tmp_path / "picture.png"
+    figure.save_png(path)
+    pixels = np.asarray(Image.open(path).convert("RGB"))
+    assert pixels.shape == figure.to_rgb().shape
+    j = int(sample.confidence_at_commit.argmax())
+    row = int((sample.steps == sample.commit_step[j]).nonzero())
+    # a point inside the cell, away from its centred token text
+    x, y = figure.axes.transData.transform((2 + j - 0.4, row - 0.35))
+    pixel = pixels[pixels.shape[0] - int(round(y)), int(round(x))]
+    expected = np.round(np.array(colormaps[CONFIDENCE_COLORMAP](float(sample.confidence_at_commit[j]))[:3]) * 255)
+    assert np.abs(pixel.astype(int) - expected).max() <= 2
+
+
+def test_unknown_target_marks_nothing_wrong(sample):
+    from dataclasses import replace
+
+    no_target = replace(sample, target_ids=None)
+    assert no_target.wrong is None
+    figure = DenoisingFigure(no_target)
+    assert not [p for p in figure.axes.patches if to_rgba(p.get_edgecolor()) == to_rgba(WRONG_COLOR)]
+    assert "wrong vs target" not in figure.axes.get_title(loc="left")
+
+
+def test_reference_length_stops_at_eos(sample):
+    from dataclasses import replace
+
+    target = torch.tensor([5, TOKENIZER.eos_token_id, 0, 0])
+    ended = replace(sample, target_ids=target)
+    assert ended.reference_length == 2
+    assert not ended.wrong[:, 2:].any()  # positions after the reference's EOS are not scored
+
+
+@pytest.mark.parametrize(("steps", "frames", "rows"), [
+    (3, 5, [0, 1, 2]), (10, 4, [0, 3, 6, 9]), (10, 1, [9]), (5, 2, [0, 4])])
+def test_frame_rows(steps, frames, rows):
+    assert frame_rows(steps, frames) == rows

@@ -1,0 +1,70 @@
+"""``xdllm data prepare``: tokenize local files into a prepared dataset (see docs/data.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PREPARE_EPILOG = """\
+formats (one record per line; blank lines are skipped and counted):
+  text             each line is one document
+  jsonl            each line is a JSON object; --text-field (text) is the document
+  prompt_response  each line is a JSON object with --prompt-field (prompt) and --response-field (response)
+
+examples:
+  xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json
+  xdllm data prepare pairs.jsonl -o data/pairs --tokenizer tokenizer.json --format prompt_response
+  xdllm train task=prepared task.params.path=data/corpus tokenizer=tokenizer.json
+"""
+
+
+def add_data_parser(commands: argparse._SubParsersAction) -> None:
+    data = commands.add_parser("data", help="prepare datasets for training",
+                               description="Prepare local data for training.")
+    actions = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    prepare = actions.add_parser(
+        "prepare", help="tokenize local files into a memory-mapped dataset",
+        description="Tokenize local files once into a prepared dataset (memory-mapped token shards with "
+                    "fixed train/validation/test splits) that `task=prepared` trains on.",
+        epilog=PREPARE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    prepare.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="local source files")
+    prepare.add_argument("-o", "--output", type=Path, required=True, help="folder to create")
+    prepare.add_argument("--tokenizer", required=True, help="'builtin' or a local tokenizers .json file")
+    prepare.add_argument("--format", default="text", choices=("text", "jsonl", "prompt_response"))
+    prepare.add_argument("--text-field", default="text", help="jsonl: the field holding the document")
+    prepare.add_argument("--prompt-field", default="prompt", help="prompt_response: the prompt's field")
+    prepare.add_argument("--response-field", default="response", help="prompt_response: the response's field")
+    prepare.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                         help="tokenizing processes (default: the CPU count)")
+    prepare.add_argument("--val-fraction", type=float, default=0.01, help="share held out for validation")
+    prepare.add_argument("--test-fraction", type=float, default=0.01, help="share held out for test")
+    prepare.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
+    prepare.add_argument("--max-tokens", type=int, default=None,
+                         help="text: cut longer documents into consecutive pieces of at most this many tokens")
+
+
+def run_data_command(arguments: argparse.Namespace) -> int:
+    from xdllm.data.prepare import PrepareOptions, prepare
+    from xdllm.data.source_records import RecordFormat
+
+    record_format = RecordFormat(arguments.format, arguments.text_field, arguments.prompt_field,
+                                 arguments.response_field)
+    summary = prepare(PrepareOptions(
+        inputs=arguments.inputs, output=arguments.output, tokenizer=arguments.tokenizer,
+        record_format=record_format, workers=arguments.workers, val_fraction=arguments.val_fraction,
+        test_fraction=arguments.test_fraction, seed=arguments.seed, max_tokens=arguments.max_tokens))
+    if summary["skipped_empty_lines"]:
+        log.info("skipped %d empty lines", summary["skipped_empty_lines"])
+    if summary["cut_documents"]:
+        log.info("cut %d documents longer than --max-tokens=%d into pieces", summary["cut_documents"],
+                 arguments.max_tokens)
+    if summary["unknown_tokens"]:
+        log.warning("%d tokens are the tokenizer's unknown token: its vocabulary does not cover the data",
+                    summary["unknown_tokens"])
+    print(json.dumps(summary, indent=2))
+    return 0

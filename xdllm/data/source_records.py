@@ -1,0 +1,127 @@
+"""Reading local source files for preparation: byte ranges of whole lines, and the records in them.
+
+Every format is one record per line, so a file splits at line ends into independent chunks that
+worker processes read in parallel:
+
+- ``text``: each line is one document (its text without the line end);
+- ``jsonl``: each line is a JSON object whose ``text_field`` (default ``text``) is a document;
+- ``prompt_response``: each line is a JSON object with a ``prompt_field`` and a
+  ``response_field`` (default ``prompt`` and ``response``).
+
+Blank lines (whitespace only) are skipped and counted. Anything else that is not a record of
+the format (bytes that are not UTF-8, a line that is not JSON, not an object, lacks the field or
+holds a non-string there) is an :class:`~xdllm.errors.XdllmError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from xdllm.errors import XdllmError
+
+FORMATS = ("text", "jsonl", "prompt_response")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Bytes ``[start, end)`` of ``path``: whole lines, the first of them line ``first_line``."""
+
+    index: int
+    path: Path
+    start: int
+    end: int
+    first_line: int
+
+
+def plan_chunks(paths: Sequence[Path], chunk_bytes: int) -> list[Chunk]:
+    """Cut each file into chunks of about ``chunk_bytes`` that end at line ends (a line longer
+    than that is one chunk), counting lines on the way."""
+    if chunk_bytes < 1:
+        raise ValueError(f"plan_chunks: chunk_bytes must be >= 1, got {chunk_bytes}")
+    chunks: list[Chunk] = []
+    for path in paths:
+        with open(path, "rb") as handle:
+            start, line = 0, 1
+            while block := handle.read(chunk_bytes):
+                if not block.endswith(b"\n"):
+                    block += handle.readline()
+                chunks.append(Chunk(len(chunks), path, start, start + len(block), line))
+                start += len(block)
+                line += block.count(b"\n")
+    return chunks
+
+
+def chunk_lines(chunk: Chunk) -> Iterator[tuple[int, str]]:
+    """``(line number, text without its line end)`` of every line of the chunk; bytes that are
+    not UTF-8 are an error naming the line and the byte."""
+    with open(chunk.path, "rb") as handle:
+        handle.seek(chunk.start)
+        data = handle.read(chunk.end - chunk.start)
+    skip = len(codecs.BOM_UTF8) if chunk.start == 0 and data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        text = data[skip:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        bad = skip + error.start
+        line = chunk.first_line + data.count(b"\n", 0, bad)
+        raise XdllmError(f"{chunk.path}:{line}: not UTF-8 text (byte 0x{data[bad]:02x} at byte offset "
+                         f"{chunk.start + bad} of the file)") from error
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    for number, line in enumerate(lines, start=chunk.first_line):
+        yield number, line.removesuffix("\r")
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """How a line becomes a record: ``(prompt text, target text)``, the prompt empty for text."""
+
+    format: str = "text"
+    text_field: str = "text"
+    prompt_field: str = "prompt"
+    response_field: str = "response"
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise XdllmError(f"unknown data format {self.format!r}; choose one of {', '.join(FORMATS)}")
+
+    @property
+    def kind(self) -> str:
+        """What a sample is: ``text`` (a document) or ``prompt_response`` (a pair)."""
+        return "prompt_response" if self.format == "prompt_response" else "text"
+
+    def record(self, line: str, where: str) -> tuple[str, str] | None:
+        """The record of one line (``where`` is ``file:line``), None for a blank line."""
+        if not line.strip():
+            return None
+        if self.format == "text":
+            return "", line
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise XdllmError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from error
+        if not isinstance(value, dict):
+            raise XdllmError(f"{where}: expected a JSON object, got {_json_type(value)}")
+        if self.format == "jsonl":
+            return "", _string_field(value, self.text_field, where)
+        return (_string_field(value, self.prompt_field, where),
+                _string_field(value, self.response_field, where))
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "true/false", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _string_field(record: dict, field: str, where: str) -> str:
+    if field not in record:
+        present = ", ".join(repr(key) for key in list(record)[:10]) or "none"
+        raise XdllmError(f"{where}: no field {field!r} (fields: {present})")
+    value = record[field]
+    if not isinstance(value, str):
+        raise XdllmError(f"{where}: field {field!r} is {_json_type(value)}, expected a string")
+    return value

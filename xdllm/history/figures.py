@@ -1,0 +1,246 @@
+"""Step x position pictures of one sample's denoising, drawn with matplotlib (Agg canvas).
+
+Rows are the steps the sample ran (first at the top); columns are the last few prompt tokens
+(negative positions) then the output region (position 0 = first output token). Each cell shows
+the token on the canvas after that step:
+
+- committed at that step: coloured by the predictor's confidence at the commit, on a fixed
+  0-1 scale (colour bar), so colours compare across samples and runs;
+- committed at an earlier step: white; masked: dark grey, no text; prompt and other given
+  tokens (never committed): light blue;
+- differing from the target (where the file has one): red text, and a red frame at the commit.
+
+:meth:`DenoisingFigure.show_through` shows the rows up to one step and blanks the later ones,
+so the TensorBoard export writes one image per step and its step slider replays the
+denoising. Token text is drawn only while cells are large enough to read it; larger grids
+shrink to fit :data:`MAX_FIGURE_INCHES` and show colours only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize, to_rgba
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from xdllm.history.reader import SampleHistory
+from xdllm.history.render import visible_token
+from xdllm.temporary_files import temporary_path
+
+CONFIDENCE_COLORMAP = "viridis"
+MASKED_COLOR = "#4a4a4a"
+EARLIER_COLOR = "#ffffff"
+GIVEN_COLOR = "#cfe0f3"
+NOT_YET_COLOR = "#ececec"
+UNKNOWN_CONFIDENCE_COLOR = "#b0b0b0"
+WRONG_COLOR = "#d62728"
+PROMPT_COLUMNS = 8
+CELL_INCHES = (0.46, 0.28)
+MIN_TEXT_CELL_INCHES = (0.3, 0.17)
+MAX_FIGURE_INCHES = (20.0, 14.0)
+MAX_TOKEN_CHARS = 6
+MAX_TICKS = 40
+DPI = 100
+FONT_SIZE = 7
+
+
+class DenoisingFigure:
+    """The step x position figure of ``sample``; :meth:`show_through` picks the last row shown.
+
+    ``token_text`` overrides the stored token strings; ``prompt_columns`` is how many of the
+    last prompt tokens are shown (the axis label says when the prompt is longer).
+    """
+
+    def __init__(
+        self,
+        sample: SampleHistory,
+        token_text: Callable[[int], str] | None = None,
+        prompt_columns: int = PROMPT_COLUMNS,
+    ) -> None:
+        if sample.num_steps == 0:
+            raise ValueError(f"sample {sample.sample_id} ran no steps: nothing to draw")
+        self.sample = sample
+        name = token_text or sample.token
+        prompt = sample.prompt_ids[max(0, len(sample.prompt_ids) - prompt_columns):].tolist()
+        self.prompt_shown = len(prompt)
+        steps, region = sample.canvas.shape
+        columns = self.prompt_shown + region
+        self.colors = _cell_colors(sample, self.prompt_shown)
+        width = min(CELL_INCHES[0], MAX_FIGURE_INCHES[0] / columns)
+        height = min(CELL_INCHES[1], MAX_FIGURE_INCHES[1] / steps)
+        self.figure = Figure(figsize=(columns * width + 2.6, steps * height + 2.2), dpi=DPI,
+                             layout="constrained")
+        FigureCanvasAgg(self.figure)
+        self.axes = self.figure.add_subplot()
+        self.image = self.axes.imshow(self.colors, aspect="auto", interpolation="nearest")
+        self._draw_frame(steps, columns, len(sample.prompt_ids))
+        with_text = width >= MIN_TEXT_CELL_INCHES[0] and height >= MIN_TEXT_CELL_INCHES[1]
+        self.row_artists: list[list] = [[] for _ in range(steps)]
+        if with_text:
+            self._draw_tokens(name, prompt)
+        self._draw_wrong_frames()
+        self.current = self.axes.add_patch(Rectangle((-0.5, -0.5), columns, 1, fill=False,
+                                                     edgecolor="black", linewidth=1.6))
+        self.shown_through = steps - 1
+        self.show_through(steps - 1)
+        # lay out once: every frame has the same elements, and re-solving the constrained
+        # layout would take most of each frame's drawing time
+        self.figure.canvas.draw()
+        self.figure.set_layout_engine("none")
+
+    @property
+    def num_steps(self) -> int:
+        return self.sample.num_steps
+
+    def show_through(self, row: int) -> None:
+        """Show steps ``0..row`` (row indices, not step numbers); later rows are blank."""
+        if not 0 <= row < self.num_steps:
+            raise IndexError(f"row {row} out of range: sample {self.sample.sample_id} ran "
+                             f"{self.num_steps} steps")
+        colors = self.colors.copy()
+        colors[row + 1:] = to_rgba(NOT_YET_COLOR)
+        self.image.set_data(colors)
+        for index, artists in enumerate(self.row_artists):
+            for artist in artists:
+                artist.set_visible(index <= row)
+        self.current.set_y(row - 0.5)
+        self.axes.set_title(self._title(row), loc="left", fontsize=FONT_SIZE + 3)
+        self.shown_through = row
+
+    def to_rgb(self) -> np.ndarray:
+        """The figure as it is shown now, ``[H, W, 3]`` uint8."""
+        self.figure.canvas.draw()
+        return np.asarray(self.figure.canvas.buffer_rgba())[..., :3].copy()
+
+    def save_png(self, path: Path) -> None:
+        """Write the figure as it is shown now to ``path`` (temporary file, then renamed)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = temporary_path(path)
+        try:
+            self.figure.savefig(temporary, format="png")
+            temporary.replace(path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+
+    def _title(self, row: int) -> str:
+        sample = self.sample
+        step = int(sample.steps[row])
+        committed = int(sample.tokens_committed[row])
+        masked = int(sample.masks_remaining[row])
+        line = (f"sample {sample.sample_id}: canvas after step {step} "
+                f"({row + 1} of {sample.num_steps} steps) - {committed} committed at this step, "
+                f"{masked} still masked")
+        wrong = sample.wrong
+        if wrong is not None:
+            line += f", {int(wrong[row].sum())} wrong vs target"
+        return line
+
+    def _draw_frame(self, steps: int, columns: int, prompt_length: int) -> None:
+        axes, sample, shown = self.axes, self.sample, self.prompt_shown
+        xticks = _ticks(columns)
+        axes.set_xticks(xticks, [str(column - shown) for column in xticks], fontsize=FONT_SIZE)
+        yticks = _ticks(steps)
+        axes.set_yticks(yticks, [str(int(sample.steps[row])) for row in yticks], fontsize=FONT_SIZE)
+        prompt_note = (f"prompt: last {shown} of {prompt_length} tokens" if shown < prompt_length
+                       else f"prompt: {prompt_length} tokens")
+        axes.set_xlabel(f"position relative to the output start (0 = first output token; "
+                        f"negative = prompt)   [{prompt_note}]")
+        axes.set_ylabel("denoising step")
+        regions = axes.secondary_xaxis("top")
+        centres, names = [shown + (columns - shown) / 2 - 0.5], ["output region"]
+        if shown:
+            axes.axvline(shown - 0.5, color="black", linewidth=2)
+            centres.insert(0, shown / 2 - 0.5)
+            names.insert(0, "prompt")
+        regions.set_xticks(centres, names, fontsize=FONT_SIZE + 2, fontweight="bold")
+        regions.tick_params(length=0)
+        colorbar = self.figure.colorbar(
+            ScalarMappable(Normalize(0.0, 1.0), colormaps[CONFIDENCE_COLORMAP]), ax=axes,
+            fraction=0.04, pad=0.01, aspect=30,
+        )
+        colorbar.set_label("confidence at commit (absolute scale, 0 to 1)")
+        legend = [
+            Patch(facecolor=MASKED_COLOR, label="masked"),
+            Patch(facecolor=EARLIER_COLOR, edgecolor="#999999", label="committed at an earlier step"),
+            Patch(facecolor=GIVEN_COLOR, label="prompt / given"),
+            Patch(facecolor="none", edgecolor=WRONG_COLOR, linewidth=2,
+                  label="wrong vs target (red text)"),
+            Patch(facecolor=NOT_YET_COLOR, label="step not reached yet"),
+        ]
+        self.figure.legend(handles=legend, loc="outside lower center", ncols=len(legend),
+                           fontsize=FONT_SIZE + 1, frameon=False)
+
+    def _draw_tokens(self, name: Callable[[int], str], prompt: list[int]) -> None:
+        sample, shown = self.sample, self.prompt_shown
+        canvas = sample.canvas.tolist()
+        masked = sample.masked.tolist()
+        wrong = sample.wrong.tolist() if sample.wrong is not None else None
+        labels: dict[int, str] = {}
+
+        def label(token: int) -> str:
+            if token not in labels:
+                labels[token] = _short(visible_token(name(token)))
+            return labels[token]
+
+        for row, artists in enumerate(self.row_artists):
+            for column, token in enumerate(prompt):
+                artists.append(self._text(column, row, label(token), "black"))
+            for j, token in enumerate(canvas[row]):
+                if masked[row][j]:
+                    continue
+                color = WRONG_COLOR if wrong is not None and wrong[row][j] else _ink(self.colors[row, shown + j])
+                artists.append(self._text(shown + j, row, label(token), color))
+
+    def _draw_wrong_frames(self) -> None:
+        wrong = self.sample.wrong
+        if wrong is None:
+            return
+        for row, j in (wrong & self.sample.committed).nonzero().tolist():
+            frame = Rectangle((self.prompt_shown + j - 0.45, row - 0.45), 0.9, 0.9, fill=False,
+                              edgecolor=WRONG_COLOR, linewidth=1.8)
+            self.row_artists[row].append(self.axes.add_patch(frame))
+
+    def _text(self, x: int, y: int, text: str, color: str):
+        return self.axes.text(x, y, text, ha="center", va="center", fontsize=FONT_SIZE,
+                              color=color, parse_math=False, clip_on=True)
+
+
+def _cell_colors(sample: SampleHistory, prompt_shown: int) -> np.ndarray:
+    """RGBA ``[S, prompt_shown + R, 4]`` of every cell (see the module doc)."""
+    steps, region = sample.canvas.shape
+    colors = np.empty((steps, prompt_shown + region, 4))
+    colors[:, :prompt_shown] = to_rgba(GIVEN_COLOR)
+    output = colors[:, prompt_shown:]
+    output[:] = to_rgba(EARLIER_COLOR)
+    never_committed = (sample.commit_step < 0).numpy()
+    output[:, never_committed] = to_rgba(GIVEN_COLOR)
+    output[sample.masked.numpy()] = to_rgba(MASKED_COLOR)
+    committed = sample.committed.numpy()
+    # the file keeps the confidence of each position's last commit only
+    last_commit = committed & (sample.commit_step[None, :] == sample.steps[:, None]).numpy()
+    confidence = np.broadcast_to(sample.confidence_at_commit.numpy(), committed.shape)
+    output[committed] = to_rgba(UNKNOWN_CONFIDENCE_COLOR)
+    output[last_commit] = colormaps[CONFIDENCE_COLORMAP](np.clip(confidence[last_commit], 0.0, 1.0))
+    return colors
+
+
+def _ticks(count: int) -> list[int]:
+    return list(range(0, count, max(1, math.ceil(count / MAX_TICKS))))
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_TOKEN_CHARS else text[: MAX_TOKEN_CHARS - 1] + "…"
+
+
+def _ink(rgba: np.ndarray) -> str:
+    """Black or white text, whichever reads better on ``rgba``."""
+    red, green, blue = rgba[:3]
+    return "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
