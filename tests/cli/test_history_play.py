@@ -90,3 +90,37 @@ def test_history_play_out_of_range_is_one_line(trained_run, capsys):
     assert main(["history", "play", str(folder), "--sample", "999"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "out of range" in err[0]
+
+
+def _first_record(out_dir):
+    import json
+
+    records = [json.loads(line) for line in (out_dir / "predictions.jsonl").read_text().splitlines()]
+    return next(record for record in records if record["sample_index"] == 0)
+
+
+@pytest.mark.slow
+def test_live_generation_draws_the_first_sample_as_it_denoises(trained_run, tmp_path, capsys):
+    out_dir = tmp_path / "gen"
+    assert main(["generate", f"ckpt={trained_run}", "live=true", "history=topk", "num_samples=4",
+                 f"output_dir={out_dir}"]) == 0
+    err = capsys.readouterr().err  # not a terminal: every step printed in turn, no colour
+    record = _first_record(out_dir)
+    frames = [line for line in err.splitlines() if line.startswith("step ")]
+    assert len(frames) == record["steps_taken"]
+    lines = err.splitlines()
+    last = lines[lines.index(frames[-1]) + 1]
+    assert "_" not in last.split() and f"output: {record['text']}" in err
+    assert list((out_dir / "history").glob("history-*.pt"))  # the wrapped recorder still records
+
+
+@pytest.mark.slow
+def test_live_generation_on_a_terminal_uses_colour(trained_run, tmp_path, monkeypatch):
+    screen = io.StringIO()
+    monkeypatch.setattr("xdllm.run.generate.Console", lambda stderr: Console(
+        file=screen, force_terminal=True, color_system="truecolor", width=100))
+    out_dir = tmp_path / "gen"
+    assert main(["generate", f"ckpt={trained_run}", "live=true", "num_samples=2", f"output_dir={out_dir}"]) == 0
+    text = screen.getvalue()
+    assert "\x1b[" in text and "38;2;" in text  # truecolour confidence colours
+    assert text.rstrip().endswith(f"output: {_first_record(out_dir)['text']}")

@@ -72,33 +72,39 @@ def legend(plain: bool) -> Text:
     return text
 
 
+def frame(title: str, tokens: list[str], masked: list[bool], committed_now: list[bool],
+          probabilities: list[float], guesses: list[str], plain: bool = False) -> Text:
+    """One step: ``title``, then each position's token (or, masked, its guess) styled as the
+    module doc says; ``plain`` (no colour) shows masks as ``_`` and this step's commits as
+    ``*token*``."""
+    text = Text().append(title + "\n", Style(bold=True))
+    for j, token in enumerate(tokens):
+        if j:
+            text.append(" ")
+        if masked[j]:
+            text.append("_" if plain else visible_token(guesses[j]), GUESS)
+            continue
+        p = probabilities[j]
+        style = UNKNOWN if math.isnan(p) else Style(color=confidence_color(p))
+        shown = visible_token(token)
+        if committed_now[j]:
+            style += Style(bold=True, underline=True)
+            shown = f"*{shown}*" if plain else shown
+        text.append(shown, style)
+    return text
+
+
 def live_frames(sample: SampleHistory, plain: bool = False) -> list[Text]:
-    """One frame per step of ``sample``; ``plain`` (no colour) shows masks as ``_`` and this
-    step's commits as ``*token*``."""
+    """One frame per step of a recorded ``sample``."""
     probabilities = commit_probabilities(sample).tolist()
     canvas, masked = sample.canvas.tolist(), sample.masked.tolist()
     committed = sample.committed.tolist()
     guesses = sample.topk_ids[..., 0].tolist()
     remaining = sample.masks_remaining.tolist()
-    frames = []
-    for s, step in enumerate(sample.steps.tolist()):
-        frame = Text().append(f"step {step} ({s + 1}/{sample.num_steps}), {remaining[s]} masked\n",
-                              Style(bold=True))
-        for j, token in enumerate(canvas[s]):
-            if j:
-                frame.append(" ")
-            if masked[s][j]:
-                frame.append("_" if plain else visible_token(sample.token(guesses[s][j])), GUESS)
-                continue
-            p = probabilities[s][j]
-            style = UNKNOWN if math.isnan(p) else Style(color=confidence_color(p))
-            text = visible_token(sample.token(token))
-            if committed[s][j]:
-                style += Style(bold=True, underline=True)
-                text = f"*{text}*" if plain else text
-            frame.append(text, style)
-        frames.append(frame)
-    return frames
+    return [frame(f"step {step} ({s + 1}/{sample.num_steps}), {remaining[s]} masked",
+                  [sample.token(t) for t in canvas[s]], masked[s], committed[s], probabilities[s],
+                  [sample.token(t) for t in guesses[s]], plain)
+            for s, step in enumerate(sample.steps.tolist())]
 
 
 def _header(sample: SampleHistory) -> Text:
