@@ -107,3 +107,9 @@ def test_a_generation_folder_is_named_by_its_predictor_settings(trained_run, tmp
     first, second = sorted(path.name for path in (run_dir / "generate").iterdir())
     assert all(re.fullmatch(r"\d{8}-\d{6}(_max_steps=3)?", name) for name in (first, second))
     assert {first.partition("_")[2], second.partition("_")[2]} == {"max_steps=3", ""}
+
+
+def test_several_values_without_multirun_say_how_to_sweep(capsys):
+    assert main(["generate", "ckpt=r", "predictor.threshold=0.5,0.9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "predictor.threshold=0.5,0.9 gives several values: add -m" in err[0]

@@ -124,12 +124,12 @@ def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: b
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
     from xdllm.run.generate import generate_from_config
+    from xdllm.run.sweep import refuse_sweep_without_multirun, run_sweep
 
     if sweep and not print_config:
-        from xdllm.run.sweep import run_sweep
-
         print(json.dumps(run_sweep(overrides), indent=2))
         return 0
+    refuse_sweep_without_multirun(overrides)
     config = compose_config("generate", overrides)
     if print_config:
         print(composed_yaml(config), end="")

@@ -37,6 +37,18 @@ def _display_key(key: str) -> str:
     return key.removeprefix("predictor.")
 
 
+def refuse_sweep_without_multirun(overrides: Sequence[str]) -> None:
+    """``KEY=A,B`` without ``-m`` would be one run given a list: say how to sweep instead."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return  # composing reports the malformed override
+    for override in parsed:
+        if override.is_sweep_override():
+            raise XdllmError(f"{override.input_line} gives several values: add -m to run one generation "
+                             "per value (quote a single value that contains a comma)")
+
+
 def sweep_combinations(overrides: Sequence[str]) -> tuple[list[str], list[dict[str, str]]]:
     """The fixed overrides, and one ``{key: value}`` per combination of the swept ones."""
     try:
