@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import (
+    fake_generate,  # tests/history/conftest.py: imported at collection, while it is the current conftest
+)
 from matplotlib import colormaps
 from matplotlib.colors import to_rgba
 from PIL import Image
@@ -28,8 +31,6 @@ TOKENIZER = SymbolTokenizer(list("abcdefgh"))
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     """3 prompt tokens, 4 output positions, one commit per step: 4 steps."""
-    from conftest import fake_generate
-
     directory = tmp_path_factory.mktemp("history")
     recorder = HistoryTopKPlugin(k=2, output_dir=directory, tokenizer=TOKENIZER)
     fake_generate(recorder, prompt_lens=[3], gen_len=4, commits_per_step=[1], seed=3)
