@@ -31,21 +31,40 @@ def test_show_replays_one_sample(run_dir, capsys):
     assert _run("history", "show", str(run_dir / "history" / "history-00000.pt"),
                 "--sample", "1", "--k", "2", "--color", "never") == 0
     out = capsys.readouterr().out
-    sample = load_history(run_dir / "history" / "history-00000.pt").sample(1)
+    sample = load_history(run_dir / "history" / "history-00000.pt").sample(1)  # 4 positions, 2 steps
     name = TOKENIZER.id_to_token
     lines = out.splitlines()
-    assert lines[0].startswith("sample 1: 2 steps (0..1), output from canvas position 3")
-    first = lines.index("step 0: 2 committed, 2 masks left")
-    expected_canvas = " ".join(
-        f"*{name(t)}*" if c else "_" for t, c in zip(sample.canvas[0].tolist(),
-                                                    sample.committed[0].tolist()))
-    assert lines[first + 1] == "  " + expected_canvas
-    j = sample.committed[0].nonzero()[0].item()
-    ids, probs = sample.topk_ids[0, j, :2].tolist(), sample.topk_probs[0, j, :2].tolist()
-    assert lines[first + 2] == (
-        f"  @{3 + j} {name(ids[0])} (conf {float(sample.confidence_at_commit[j]):.3f}): "
-        f"{name(ids[0])} {probs[0]:.3f}  {name(ids[1])} {probs[1]:.3f}")
-    assert lines[-1] == "output: row 1"
+    assert lines[0] == ("sample 1: 2 steps (0..1) = 2 forward passes; output starts at canvas position 3 "
+                        "(positions below count from it); top-3 recorded")
+    assert lines[1] == "prompt: " + " ".join(name(i) for i in sample.prompt_ids.tolist())
+    assert lines[2] == "target: " + " ".join(name(i) for i in sample.target_ids.tolist())
+    assert lines[3] == "output: row 1"
+    final_wrong = sample.wrong[-1].tolist()
+    assert lines[4].startswith(f"result: {4 - sum(final_wrong)} of 4 target tokens right")
+    wrong = sample.wrong[0].tolist()
+    first = lines.index(f"step 0 (1 of 2): 2 committed, 2 masked, {sum(wrong)} wrong")
+    assert lines[first + 1] == "  " + " ".join(
+        f"*{name(t)}{'✗' if w else ''}*" if c else "_"
+        for t, c, w in zip(sample.canvas[0].tolist(), sample.committed[0].tolist(), wrong))
+    for j in range(4):  # every position: the two committed and the two still masked
+        ids, probs = sample.topk_ids[0, j, :2].tolist(), sample.topk_probs[0, j, :2].tolist()
+        alternatives = f"{name(ids[0])} {probs[0]:.3f}  {name(ids[1])} {probs[1]:.3f}"
+        if sample.committed[0, j]:
+            token = name(int(sample.canvas[0, j])) + ("✗" if wrong[j] else "")
+            what = f"{token} committed, conf {float(sample.confidence_at_commit[j]):.3f}"
+        else:
+            what = "_ masked"
+        assert lines[first + 2 + j] == f"  {j} {what}: {alternatives}"
+
+
+def test_show_caps_masked_positions(run_dir, capsys):
+    assert _run("history", "show", str(run_dir / "history" / "history-00000.pt"),
+                "--positions", "1", "--step", "0") == 0
+    lines = capsys.readouterr().out.splitlines()
+    first = next(n for n, line in enumerate(lines) if line.startswith("step 0 "))
+    listed = [line for line in lines[first + 2:] if not line.startswith("  ...")]
+    assert len(listed) == 2  # the committed position and the first masked one
+    assert lines[-1] == "  ... 3 more masked positions (--positions to show more)"
 
 
 def test_show_run_dir_counts_across_files_and_filters_step(run_dir, capsys):
@@ -53,7 +72,7 @@ def test_show_run_dir_counts_across_files_and_filters_step(run_dir, capsys):
                 "--color", "always") == 0
     out = capsys.readouterr().out
     assert out.startswith("sample 2: 1 steps (0..0)")
-    assert "\033[1;32m" in out and "step 0: 3 committed, 0 masks left" in out
+    assert "\033[1;3" in out and "step 0 (1 of 1): 3 committed, 0 masked" in out
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import iter_samples
+from xdllm.history.render import DEFAULT_MASKED_POSITIONS
 from xdllm.history.show import format_replay
 from xdllm.history.storage import HISTORY_SUBDIR, find_history_files
 from xdllm.history.tensorboard import DEFAULT_MAX_SAMPLES, write_tensorboard
@@ -50,6 +51,9 @@ def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
                       help="sample index, counted over the files in order (default 0)")
     show.add_argument("--step", type=int, default=None, help="show only this step number")
     show.add_argument("--k", type=int, default=None, help="alternatives to show (default all)")
+    show.add_argument("--positions", type=_non_negative, default=DEFAULT_MASKED_POSITIONS,
+                      help="masked positions whose top-k is listed per step "
+                           f"(default {DEFAULT_MASKED_POSITIONS})")
     show.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                       help="highlight committed tokens with ANSI colours (default auto)")
     return parser
@@ -86,7 +90,8 @@ def _show(args: argparse.Namespace) -> int:
         raise HistoryError(
             f"{args.path}: sample {args.sample} out of range ({total} samples recorded)"
         )
-    print(format_replay(sample, step=args.step, k=args.k, color=_use_color(args.color)))
+    print(format_replay(sample, step=args.step, k=args.k, color=_use_color(args.color),
+                        masked_positions=args.positions))
     return 0
 
 
