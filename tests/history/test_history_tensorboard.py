@@ -41,7 +41,8 @@ def test_max_samples_and_tags(written):
     count, events, _ = written
     assert count == 3
     tags = events.Tags()
-    assert sorted(tags["scalars"]) == [f"test/sample_0000{i}/masks_remaining" for i in range(3)]
+    assert sorted(tags["scalars"]) == ["test/forward_passes_per_sample", *(
+        f"test/tokens_committed_per_step/{name}" for name in ("max", "mean", "min", "std"))]
     assert "test/sample_00002/denoising" in tags["images"]
     assert "test/sample_00003/denoising" not in tags["images"]
     # sample 0 ran 5 steps: two steps per card, one entry per card, cards sort in step order
@@ -104,6 +105,22 @@ def test_masked_positions_are_capped_and_the_rest_counted(tmp_path, generate):
     assert "*... and 3 more masked positions not shown (top-k of the first 2 only)*" in first_step
 
 
+def test_scalars_cover_every_sample_not_only_the_rendered_ones(written):
+    _, events, path = written
+    samples = [s for file in sorted(path.parent.glob("history-*.pt")) for s in load_history(file)]
+    assert len(samples) == 4  # one more than rendered
+    per_step: dict[int, list[int]] = {}
+    for sample in samples:
+        for step, count in zip(sample.steps.tolist(), sample.tokens_committed.tolist()):
+            per_step.setdefault(step, []).append(count)
+    for name, reduce in (("mean", lambda v: np.mean(v)), ("std", lambda v: np.std(v)),
+                         ("min", min), ("max", max)):
+        logged = [(e.step, e.value) for e in events.Scalars(f"test/tokens_committed_per_step/{name}")]
+        assert logged == [(step, pytest.approx(reduce(values), abs=1e-6)) for step, values in sorted(per_step.items())]
+    passes = [(e.step, e.value) for e in events.Scalars("test/forward_passes_per_sample")]
+    assert passes == [(s.sample_id, s.num_steps) for s in samples] == [(0, 5), (1, 2), (2, 2), (3, 2)]
+
+
 def test_overview_card(written):
     _, events, path = written
     sample = load_history(path).sample(0)
@@ -134,8 +151,6 @@ def test_one_picture_per_step_and_a_png_next_to_the_file(written):
     png = png_path(path, sample)
     assert png == path.parent / "history-00000.sample_00001.png"
     assert np.array_equal(np.asarray(Image.open(png).convert("RGB")), decoded[-1])
-    scalars = events.Scalars("test/sample_00001/masks_remaining")
-    assert [(e.step, e.value) for e in scalars] == [(0, 2.0), (1, 0.0)]
 
 
 def test_markdown_escaping_shows_special_tokens_literally():

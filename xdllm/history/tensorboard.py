@@ -16,7 +16,12 @@ share a card. Per sample:
   replays the denoising (at most ``max_frames`` images, evenly spaced, first and last always);
   the complete picture is also saved as ``<history file stem>.sample_NNNNN.png`` next to the
   history file;
-- ``masks_remaining`` (Scalars): masked output positions after each step.
+
+and per split, over every sample of the files (not only the ``max_samples`` rendered):
+
+- ``tokens_committed_per_step/{mean,std,min,max}`` (Scalars, x = step number): tokens committed
+  at each step over the samples that ran it;
+- ``forward_passes_per_sample`` (Scalars, x = sample id): the steps each sample ran.
 
 TensorBoard keeps only 10 images per tag unless started with e.g.
 ``--samples_per_plugin=images=1000`` (at least the number of pictures per sample).
@@ -44,6 +49,7 @@ from xdllm.history.render import (
     visible_token,
 )
 from xdllm.history.show import WRONG_MARK
+from xdllm.history.statistics import DenoisingStatistics
 from xdllm.history.storage import find_history_files
 from xdllm.interfaces import Tokenizer
 
@@ -89,7 +95,8 @@ def write_tensorboard(
     max_frames: int = DEFAULT_MAX_FRAMES,
     text: TextOptions = TextOptions(),
 ) -> TensorboardReport:
-    """Write TensorBoard views of up to ``max_samples`` samples, file by file.
+    """Write TensorBoard views of up to ``max_samples`` samples, file by file, and the scalar
+    statistics of every sample.
 
     ``history_paths``: history files, history directories or run directories (``<run>/history``).
     ``tokenizer`` overrides the token strings stored in the files. ``max_frames`` bounds the
@@ -103,20 +110,31 @@ def write_tensorboard(
     paths = [history_paths] if isinstance(history_paths, (str, Path)) else list(history_paths)
     token_text = tokenizer.id_to_token if tokenizer is not None else None
     written, bad = 0, []
+    statistics = DenoisingStatistics()
     with SummaryWriter(log_dir=str(logdir)) as writer:
         for file_path in (f for path in paths for f in find_history_files(path)):
-            remaining = None if max_samples is None else max_samples - written
-            if remaining is not None and remaining <= 0:
-                break
             try:
                 history = load_history(file_path)
             except HistoryError as error:
                 bad.append((file_path, str(error)))
                 continue
-            for sample in list(history)[:remaining]:
+            statistics.add(history, history.split or UNKNOWN_SPLIT)
+            remaining = None if max_samples is None else max(max_samples - written, 0)
+            for sample in (history.sample(i) for i in range(len(history))[:remaining]):
                 _write_sample(writer, sample, token_text, max_frames, text, png_path(file_path, sample))
                 written += 1
+        _write_statistics(writer, statistics)
     return TensorboardReport(written, tuple(bad))
+
+
+def _write_statistics(writer: SummaryWriter, statistics: DenoisingStatistics) -> None:
+    for split, numbers in statistics.splits.items():
+        for step, counts in sorted(numbers.committed.items()):
+            values = {"mean": counts.mean, "std": counts.std, "min": counts.low, "max": counts.high}
+            for name, value in values.items():
+                writer.add_scalar(f"{split}/tokens_committed_per_step/{name}", value, global_step=step)
+        for sample_id, passes in sorted(numbers.forward_passes.items()):
+            writer.add_scalar(f"{split}/forward_passes_per_sample", passes, global_step=sample_id)
 
 
 def png_path(history_file: Path, sample: SampleHistory) -> Path:
@@ -152,8 +170,6 @@ def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text, max_
         first, last = card[0].step, card[-1].step
         writer.add_text(f"{tag}/steps_{first:0{width}d}-{last:0{width}d}",
                         "\n\n---\n\n".join(step_markdown(view) for view in card), global_step=first)
-    for view in views:
-        writer.add_scalar(f"{tag}/masks_remaining", view.masks_remaining, global_step=view.step)
     if sample.num_steps:
         _write_pictures(writer, f"{tag}/denoising", DenoisingFigure(sample, token_text), max_frames, png)
 
