@@ -140,15 +140,15 @@ def _wait_for(page: DevToolsPage, done, seconds: float = 15.0) -> dict:
 
 
 def test_text_and_images_render_in_tensorboard(tensorboard_url, browser):
-    tag = urllib.parse.quote("sample_00000/steps/text_summary", safe="")
+    tag = urllib.parse.quote("generation/sample_00000/steps_0-1/text_summary", safe="")
     entries = _get_json(f"{tensorboard_url}/data/plugin/text/text?run=.&tag={tag}")
-    assert [e["step"] for e in entries] == [0, 1, 2, 3]
-    assert "<strong>step 0</strong>: 1 committed, 3 masks left" in entries[0]["text"]
+    assert [e["step"] for e in entries] == [0]
+    assert "<strong>step 0</strong> (1 of 4) · 1 committed · 3 masked" in entries[0]["text"]
 
     browser.call("Page.navigate", url=f"{tensorboard_url}/#text")
-    page = _wait_for(browser, lambda s: "3 masks left" in s["text"] and "top-k" in s["text"])
-    assert "step 0: 1 committed, 3 masks left" in page["text"]
-    assert "top-k (probability)" in page["text"]
+    page = _wait_for(browser, lambda s: "3 masked" in s["text"] and "top 1" in s["text"])
+    assert "step 0 (1 of 4) · 1 committed · 3 masked" in page["text"]
+    assert "top 1" in page["text"]
 
     browser.call("Page.navigate", url=f"{tensorboard_url}/#images")
     page = _wait_for(browser, lambda s: len(s["images"]) >= 1)

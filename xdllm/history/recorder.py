@@ -44,6 +44,8 @@ class HistoryTopKPlugin:
             in it, its mask token id marks masked positions for viewers, and its EOS and pad
             ids let viewers score outputs against targets as the evaluator does.
         mask_token_id: mask id to store when there is no tokenizer.
+        split: what the prompts are (``"validation"``, ``"test"``, ...), stored in every file;
+            views name their TensorBoard tags after it.
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class HistoryTopKPlugin:
         max_samples: int | None = None,
         tokenizer: Tokenizer | None = None,
         mask_token_id: int | None = None,
+        split: str | None = None,
     ) -> None:
         if k < 1:
             raise ValueError(f"HistoryTopKPlugin: k must be >= 1, got {k}")
@@ -64,6 +67,7 @@ class HistoryTopKPlugin:
         self.max_samples = max_samples
         self.tokenizer = tokenizer
         self.mask_token_id = tokenizer.mask_token_id if tokenizer is not None else mask_token_id
+        self.split = split
         self.files_written: list[Path] = []
         self.samples_recorded = 0
         self._next_index = next_file_index(self.output_dir)
@@ -104,7 +108,7 @@ class HistoryTopKPlugin:
             raise HistoryError("HistoryTopKPlugin.end called before begin()")
         payload = self._batch.finish(prediction, self.k)
         payload.update(_token_strings(payload, self.tokenizer))
-        payload.update(_end_ids(self.tokenizer))
+        payload.update(_end_ids(self.tokenizer), split=self.split)
         path = self.output_dir / history_file_name(self._next_index)
         write_history_file(payload, path)
         self.files_written.append(path)

@@ -180,7 +180,8 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     history = None
     if options.history == "topk" and write_outputs:  # one recorder: one file per batch
         history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
-                                    tokenizer=run.tokenizer)
+                                    tokenizer=run.tokenizer,
+                                    split="prompts" if options.prompts_file else options.split)
     evaluator = run.components.evaluator
     records: list[dict[str, Any]] = []
     totals = MetricTotals()

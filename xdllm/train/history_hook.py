@@ -34,7 +34,7 @@ class ValidationHistory(L.Callback):
         directory = self.run_dir / "history" / f"val-step{global_step:07d}"
         self._pending = (global_step, directory)
         return HistoryTopKPlugin(k=self.k, output_dir=directory, max_samples=self.num_samples,
-                                 tokenizer=self.tokenizer)
+                                 tokenizer=self.tokenizer, split="validation")
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._pending is None:
