@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from jaxtyping import Bool, Integer
+from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
@@ -21,10 +23,11 @@ MAX_EXPONENT = 700.0
 class HybridEvaluator(AnswerEvaluator):
     """From one forward pass over ``[x_t | x_0]`` per batch: ``loss`` (the batch's objective
     with its own counts, weighted by its samples, as every family logs it), ``ar_loss`` and
-    ``diffusion_loss`` (its two terms), and ``nll``, the causal branch's exact NLL per predicted
-    response token over the whole split (nats; EOS and block fill included), with
-    ``ppl = exp(nll)`` added by :meth:`finalize`. On the prediction loader: exact match and
-    token accuracy of generated answers.
+    ``diffusion_loss`` (its two terms), and ``nll``, the causal branch's exact NLL per response
+    token through the first EOS over the whole split (nats; the block fill after it is not
+    counted, so this is ARLM's ``val/nll`` on the same samples), with ``ppl = exp(nll)`` added
+    by :meth:`finalize`. On the prediction loader: exact match and token accuracy of generated
+    answers.
 
     Args:
         tokenizer: pad and eos ids (answers).
@@ -39,7 +42,8 @@ class HybridEvaluator(AnswerEvaluator):
                      loss_fn: LossFunction) -> MetricSums:
         logits = self.loss.branch_logits(model, batch)
         terms = self.loss.objective_terms(logits, batch)
-        supervised = batch["loss_mask"][:, 1:] != 0
+        supervised = _through_first_eos(batch["target_ids"], batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
+        supervised = supervised[:, 1:]
         nll = torch.where(supervised, next_token_nll(logits.causal.float(), batch["target_ids"]), 0.0)
         samples = torch.tensor(float(batch["input_ids"].shape[0]), dtype=torch.float64, device=nll.device)
         return {"loss": (terms.total_loss.detach().double() * samples, samples),
@@ -53,3 +57,10 @@ class HybridEvaluator(AnswerEvaluator):
             nll = values["nll"]
             values["ppl"] = math.exp(nll) if nll < MAX_EXPONENT else math.inf
         return values
+
+
+def _through_first_eos(target_ids: Integer[Tensor, "batch seq_len"], supervised: Bool[Tensor, "batch seq_len"],
+                       eos_token_id: int) -> Bool[Tensor, "batch seq_len"]:
+    """The supervised tokens up to and including each row's first supervised EOS."""
+    is_eos = (target_ids == eos_token_id) & supervised
+    return supervised & (is_eos.long().cumsum(1) - is_eos.long() == 0)

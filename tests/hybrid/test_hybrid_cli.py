@@ -57,4 +57,4 @@ def test_alpha_zero_trains_the_causal_branch_only(tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", f"ckpt={tmp_path / 'run'}", "num_samples=8"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["diffusion_loss"] == 0.0 and summary["loss"] == pytest.approx(summary["nll"])
+    assert summary["diffusion_loss"] == 0.0 and summary["loss"] == pytest.approx(summary["ar_loss"])
