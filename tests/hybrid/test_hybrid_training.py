@@ -145,10 +145,30 @@ def test_evaluator_gives_the_causal_branch_exact_nll_as_arlm_computes_it(tiny_mo
     assert evaluator.finalize({"nll": 800.0})["ppl"] == math.inf
 
 
+def test_the_diffusion_bound_repeats_and_does_not_depend_on_the_batch(tiny_model, tokenizer):
+    evaluator = HybridEvaluator(tokenizer, block_size=BLOCK, num_levels=3, seed=7)
+    collate = HybridCollator(tokenizer, block_size=BLOCK)
+    split = [collate(examples(PROMPTS[:1], TARGETS[:1])), collate(examples(PROMPTS[1:], TARGETS[1:], 1))]
+    whole = collate(examples(PROMPTS, TARGETS))
+    with torch.no_grad():
+        parts = [evaluator.loss_metrics(tiny_model, b, evaluator.loss)["diffusion_nll_bound"] for b in split]
+        together = evaluator.loss_metrics(tiny_model, whole, evaluator.loss)["diffusion_nll_bound"]
+        again = evaluator.bound_sum(tiny_model, whole)
+    assert together[1].item() == 10 and together[0].item() > 0
+    torch.testing.assert_close(parts[0][0] + parts[1][0], together[0], rtol=1e-6, atol=0)
+    assert again.item() == together[0].item()
+    bound = (together[0] / together[1]).item()
+    assert evaluator.finalize({"diffusion_nll_bound": bound})["diffusion_ppl_bound"] == pytest.approx(math.exp(bound))
+    off = HybridEvaluator(tokenizer, block_size=BLOCK, num_levels=0)
+    with torch.no_grad():
+        assert "diffusion_nll_bound" not in off.loss_metrics(tiny_model, whole, off.loss)
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda tok: HybridCollator(tok, block_size=0), "block_size must be >= 1"),
     (lambda tok: HybridLoss(block_size=0), "block_size must be >= 1"),
     (lambda tok: HybridLoss(block_size=4, alpha=-1.0), "alpha must be >= 0"),
+    (lambda tok: HybridEvaluator(tok, block_size=4, num_levels=-1), "num_levels must be >= 0"),
 ])
 def test_bad_options_are_named(tokenizer, build, message):
     with pytest.raises(ValueError, match=message):
