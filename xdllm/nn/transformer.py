@@ -31,6 +31,7 @@ from xdllm.nn.attention import (
     document_ids_for,
     resolve_attention_backend,
 )
+from xdllm.nn.buckets import bucket_shape, pad_to
 from xdllm.nn.kv_cache import CachedLayer, KVCache
 from xdllm.nn.masks import DocumentMask, MaskRule, Tokens
 from xdllm.nn.rotary import RotaryEmbedding, apply_rotary
@@ -231,6 +232,17 @@ class RotaryTransformer(nn.Module):
                              f"backend is {backend!r}; use attn_backend='flex'")
         return backend
 
+    def _forward_backend(self, device: torch.device, block_mask: Optional[BlockMask],
+                         segment_ids: Optional[Tensor]) -> AttentionBackend:
+        """The backend of one forward: under ``"auto"``, inference on rows of one document each
+        (validation, generation) takes SDPA, which has nothing to compile for each new width;
+        training and packed rows take flex."""
+        backend = self._runnable_backend(device, block_mask)
+        if (backend == "flex" and self.config.attn_backend == "auto" and block_mask is None
+                and segment_ids is None and not torch.is_grad_enabled()):
+            return "sdpa"
+        return backend
+
     def new_kv_cache(self, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None) -> KVCache:
         """An empty cache for ``batch_size`` rows of up to ``max_len`` tokens, on this model's
         device. ``dtype`` is the attention's compute dtype (default: the parameters')."""
@@ -277,10 +289,16 @@ class RotaryTransformer(nn.Module):
             positions = default_positions(seq_len, attention_mask, segment_ids, input_ids.device)
         positions = positions.expand(batch, seq_len)
         document_ids = document_ids_for(attention_mask, segment_ids)
+        padded_shape = None
         if kv_cache is None:
-            backend = self._runnable_backend(input_ids.device, block_mask)
-            mask = block_mask if block_mask is not None else build_attention_mask(backend, rule, document_ids,
-                                                                                  positions)
+            backend = self._forward_backend(input_ids.device, block_mask, segment_ids)
+            if backend == "flex" and block_mask is None:  # a fixed shape: no recompile per width
+                padded_shape = bucket_shape(batch, seq_len)
+                mask = build_attention_mask(backend, rule, document_ids, positions, padded_shape)
+                input_ids, positions = pad_to(input_ids, padded_shape, 0), pad_to(positions, padded_shape, 0)
+            else:
+                mask = block_mask if block_mask is not None else build_attention_mask(backend, rule, document_ids,
+                                                                                      positions)
         else:  # the cache keeps each key's document and position, all that causal rules read
             new_tokens = Tokens(torch.zeros_like(positions) if document_ids is None else document_ids, positions)
             backend, mask = "sdpa", rule.dense(new_tokens, kv_cache.key_tokens(new_tokens))
@@ -293,10 +311,10 @@ class RotaryTransformer(nn.Module):
             cache = kv_cache.layer(index, write_cache) if kv_cache is not None else None
             x = block(x, cos, sin, backend, mask, cache)
             if index in wanted:
-                hidden_states[index] = x
+                hidden_states[index] = x[:batch, :seq_len]
         if kv_cache is not None and write_cache:
             kv_cache.append(new_tokens)
-        logits = self.lm_head(self.final_norm(x))
+        logits = self.lm_head(self.final_norm(x[:batch, :seq_len]))
         if output_hidden_states is None:
             return logits
         return TransformerOutput(logits, tuple(hidden_states[index] for index in output_hidden_states))
