@@ -33,10 +33,11 @@ def make_model(backend: str, **overrides) -> RotaryTransformer:
     return RotaryTransformer(RotaryTransformerConfig(**options, **overrides, attn_backend=backend)).eval()
 
 
-def test_buckets_are_powers_of_two_and_widths_multiples_of_16():
-    assert [bucket(n) for n in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 16]
-    assert [bucket_shape(3, width)[1] for width in (1, 8, 16, 17, 24, 40, 65)] == [16, 16, 16, 32, 32, 64, 128]
-    assert bucket_shape(3, 20) == (4, 32)
+def test_buckets_are_powers_of_two_then_multiples_of_a_step_and_widths_multiples_of_16():
+    assert [bucket_shape(rows, 1)[0] for rows in (1, 2, 3, 5, 8, 9, 17, 33)] == [1, 2, 4, 8, 8, 16, 24, 40]
+    assert ([bucket_shape(3, width)[1] for width in (1, 8, 16, 17, 24, 40, 65, 129, 1000, 2048)]
+            == [16, 16, 16, 32, 32, 64, 128, 256, 1024, 2048])
+    assert bucket(5, 8, minimum=16) == 16 and bucket(300, 128) == 384
 
 
 def test_padded_slots_are_a_document_of_their_own():

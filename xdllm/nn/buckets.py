@@ -3,9 +3,10 @@
 Compiled ``flex_attention`` is specialised to the exact shape it sees: every new number of rows
 or row width compiles it again, and past dynamo's recompile limit (8) it falls back to an
 unfused path that materialises the whole score matrix. So a forward through flex is padded to
-a *bucket*: rows to the next power of two, the width to the next power of two of at least
-:data:`MIN_BUCKET_WIDTH`. A run then compiles attention at most once per bucket it meets
-(``log2`` of its widest rows times ``log2`` of its longest width), whatever its batches.
+a *bucket*: rows to a power of two up to 8, then to a multiple of 8 (:data:`ROW_STEP`); the
+width to a power of two from 16 up to 128, then to a multiple of 128 (:data:`WIDTH_STEP`,
+flex's tile). A run compiles attention at most once per bucket it meets, whatever its
+batches; the padding costs at most a factor 2 on small shapes and one step on large ones.
 
 The added rows and columns form a document of their own (:data:`BUCKET_PAD_DOCUMENT_ID`): no
 real token or padding token attends them and they attend only each other, so the outputs at the
@@ -21,18 +22,23 @@ import torch.nn.functional as F
 from torch import Tensor
 
 MIN_BUCKET_WIDTH = 16
+ROW_STEP = 8
+WIDTH_STEP = 128
 BUCKET_PAD_DOCUMENT_ID = -2
 """Document id of the rows and columns a bucket adds (padding tokens keep ``PAD_DOCUMENT_ID``)."""
 
 
-def bucket(size: int, minimum: int = 1) -> int:
-    """The smallest power of two that is ``>= size`` and ``>= minimum``."""
+def bucket(size: int, step: int, minimum: int = 1) -> int:
+    """``size`` rounded up to a power of two (at least ``minimum``) while that is at most
+    ``step`` (a power of two), else to a multiple of ``step``."""
+    if size > step:
+        return -(-size // step) * step
     return 1 << (max(size, minimum) - 1).bit_length()
 
 
 def bucket_shape(rows: int, width: int) -> tuple[int, int]:
     """The padded ``(rows, width)`` of a flex forward over ``rows x width`` tokens."""
-    return bucket(rows), bucket(width, MIN_BUCKET_WIDTH)
+    return bucket(rows, ROW_STEP), bucket(width, WIDTH_STEP, MIN_BUCKET_WIDTH)
 
 
 def pad_to(values: Tensor, shape: tuple[int, int], fill: int | float | bool) -> Tensor:
