@@ -17,7 +17,7 @@ class RotaryTransformerMLMModel(nn.Module):
 
     ``attn_backend``: ``"auto"`` (FlexAttention on CUDA, SDPA elsewhere), ``"sdpa"`` or
     ``"flex"`` (CPU only for inference). See :mod:`xdllm.nn.attention`. ``norm``:
-    ``"rmsnorm"`` or ``"layernorm"``.
+    ``"rmsnorm"`` or ``"layernorm"``. ``compile``: ``torch.compile`` the network (``model.compile=true``).
     """
 
     def __init__(
@@ -31,11 +31,13 @@ class RotaryTransformerMLMModel(nn.Module):
         dropout: float = 0.0,
         attn_backend: BackendRequest = "auto",
         norm: Literal["rmsnorm", "layernorm"] = "rmsnorm",
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.config = RotaryTransformerConfig(
             vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff,
             max_positions=max_positions, dropout=dropout, attn_backend=attn_backend, norm=norm,
+            compile=compile,
         )
         self.transformer = RotaryTransformer(self.config)
 

@@ -20,13 +20,12 @@ import functools
 from typing import Literal, Optional, Union
 
 import torch
-import torch._dynamo
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from xdllm.nn.buckets import pad_tokens
+from xdllm.nn.buckets import pad_tokens, within_shape_limit
 from xdllm.nn.masks import PAD_DOCUMENT_ID, MaskRule
 
 AttentionBackend = Literal["sdpa", "flex"]
@@ -96,11 +95,6 @@ def build_attention_mask(
     return rule.dense(tokens, tokens) if backend == "sdpa" else rule.block_mask(tokens, tokens)
 
 
-FLEX_SHAPE_LIMIT = 64
-"""Compiled shapes of flex attention kept before dynamo falls back to the unfused path (its
-default, 8, is below the number of buckets a run that shrinks its rows can meet)."""
-
-
 @functools.cache
 def _compiled_flex_attention():
     # Compiled once per process; eager flex_attention materialises the full score matrix.
@@ -123,5 +117,5 @@ def attend(
         raise TypeError(f"attend: backend 'flex' needs a BlockMask or None, got {type(mask).__name__}")
     if torch.compiler.is_compiling():  # inside a compiled model: traced with the rest of it
         return flex_attention(query, key, value, block_mask=mask)
-    with torch._dynamo.config.patch(recompile_limit=FLEX_SHAPE_LIMIT):
+    with within_shape_limit():
         return _compiled_flex_attention()(query, key, value, block_mask=mask)

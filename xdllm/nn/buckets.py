@@ -18,12 +18,16 @@ modulo 16.
 from __future__ import annotations
 
 import torch
+import torch._dynamo
 import torch.nn.functional as F
 from torch import Tensor
 
 MIN_BUCKET_WIDTH = 16
 ROW_STEP = 8
 WIDTH_STEP = 128
+SHAPE_LIMIT = 64
+"""Compiled shapes of one function kept before dynamo gives up on it (its default, 8, is below
+the number of buckets a run whose rows shrink, such as generation, can meet)."""
 BUCKET_PAD_DOCUMENT_ID = -2
 """Document id of the rows and columns a bucket adds (padding tokens keep ``PAD_DOCUMENT_ID``)."""
 
@@ -56,3 +60,9 @@ def pad_tokens(tokens: tuple, shape: tuple[int, int]) -> tuple:
     document, *others = tokens
     return type(tokens)(pad_to(document, shape, BUCKET_PAD_DOCUMENT_ID),
                         *(pad_to(field, shape, False if field.dtype == torch.bool else 0) for field in others))
+
+
+def within_shape_limit():
+    """A context raising dynamo's recompile limit to :data:`SHAPE_LIMIT` for the compiled calls
+    inside it (flex attention, a compiled model), and for them only."""
+    return torch._dynamo.config.patch(recompile_limit=SHAPE_LIMIT)
