@@ -61,3 +61,18 @@ class RotaryTransformerMLMModel(nn.Module):
         """
         return self.transformer(x_t, attention_mask=attention_mask, positions=positions,
                                 segment_ids=segment_ids, block_mask=block_mask)
+
+    def final_hidden(
+        self,
+        x_t: Integer[Tensor, "batch seq_len"],
+        attention_mask: Optional[Bool[Tensor, "batch seq_len"]] = None,
+        positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
+    ) -> Float[Tensor, "batch seq_len d_model"]:
+        """What the LM head reads (:meth:`forward` without the projection to the vocabulary)."""
+        return self.transformer.final_hidden(x_t, attention_mask=attention_mask, positions=positions,
+                                             segment_ids=segment_ids)
+
+    @property
+    def lm_head_weight(self) -> Float[Tensor, "vocab d_model"]:
+        return self.transformer.lm_head.weight

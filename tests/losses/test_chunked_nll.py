@@ -119,3 +119,26 @@ def test_only_the_plain_path_materialises_float32_logits_of_every_token(path, la
 def test_chunk_size_must_be_positive():
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
         chunked_token_nll(torch.zeros(2, 4), torch.zeros(VOCAB, 4), torch.zeros(2, dtype=torch.long), chunk_size=0)
+
+
+def test_the_mlm_loss_takes_the_chunked_path_with_the_plain_value_and_gradients():
+    from xdllm_models.mlm.loss import MLMLoss
+    from xdllm_models.mlm.model import RotaryTransformerMLMModel
+
+    def model():
+        torch.manual_seed(0)
+        return RotaryTransformerMLMModel(VOCAB, d_model=32, n_layers=1, n_heads=4, max_positions=64)
+
+    ids, supervised, _ = _batch()
+    batch = {"input_ids": torch.where(supervised, 1, ids), "target_ids": ids,
+             "segment_ids": torch.arange(24).div(7, rounding_mode="floor").expand(3, 24)}
+    plain_model, chunked_model = model(), model()
+    plain = MLMLoss(1, chunk_size=None)(plain_model, batch)
+    with _LargestLogits() as spy:
+        chunked = MLMLoss(1, chunk_size=8)(chunked_model, batch)
+    assert spy.rows == 8 and chunked["masked_tokens"] == plain["masked_tokens"] == supervised.sum()
+    torch.testing.assert_close(chunked["loss"], plain["loss"])
+    plain["loss"].backward()
+    chunked["loss"].backward()
+    for (name, parameter), twin in zip(plain_model.named_parameters(), chunked_model.parameters()):
+        torch.testing.assert_close(twin.grad, parameter.grad, atol=1e-6, rtol=1e-5, msg=name)
