@@ -20,8 +20,8 @@ def test_train_help_lists_every_top_level_key_with_its_default(capsys):
     text = _help(capsys, "train")
     for option in ("resume=null", "run_dir=null", "seed=0", "generate_after_train=true",
                    "existing_run_dir=refuse", "progress=auto", "trainer.accelerator=cpu",
-                   "trainer.max_steps=2000", "optim.lr=0.001", "checkpoint.monitor=val/exact_match",
-                   "data.validation_roles=[loss, prediction]"):
+                   "trainer.max_steps=2000", "optim.lr=0.001", "checkpoint.monitor=null",
+                   "data.validation_roles=null", "text_samples_after_train=8"):
         assert f"  {option}" in text, option
     root = OmegaConf.load(ROOT_CONFIG_DIR / "train.yaml")
     assert "defaults" in root

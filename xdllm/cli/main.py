@@ -1,4 +1,4 @@
-"""The ``xdllm`` command: train | generate | eval | models | history | data."""
+"""The ``xdllm`` command: train | generate | eval | models | history | data | tokenizer."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     from xdllm.cli.config_help import generate_options_help, train_options_help
     from xdllm.cli.data import add_data_parser
     from xdllm.cli.history import add_history_parser
+    from xdllm.cli.tokenizer import add_tokenizer_parser
 
     train_epilog = _help_epilog()
     parser = argparse.ArgumentParser(
@@ -82,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("models", help="list the discovered model-family packages")
     add_history_parser(commands)
     add_data_parser(commands)
+    add_tokenizer_parser(commands)
     return parser
 
 
@@ -99,7 +101,7 @@ def _split_resume(overrides: Sequence[str]) -> tuple[list[str], str | None]:
 def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
-    from xdllm.run.generate import generate_from_config
+    from xdllm.run.after_training import generate_after_training
     from xdllm.run.train import train
 
     overrides, resume = _split_resume(overrides)
@@ -113,8 +115,7 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     print(f"run directory: {result.run_dir}")
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if config.generate_after_train and checkpoint is not None:
-        options = compose_config("generate", [f"ckpt={checkpoint}", "split=test", "history=topk"])
-        summary = generate_from_config(options)
+        summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train)
         print(json.dumps(summary, indent=2))
     return 0
 
@@ -207,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from xdllm.cli.data import run_data_command
 
             return run_data_command(arguments)
+        if arguments.command == "tokenizer":
+            from xdllm.cli.tokenizer import run_tokenizer_command
+
+            return run_tokenizer_command(arguments)
         from xdllm.cli.history import run_history_command
 
         return run_history_command(arguments)

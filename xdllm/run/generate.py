@@ -27,6 +27,7 @@ from xdllm.interfaces import Example
 from xdllm.run.build import position_limit
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
+from xdllm.run.free_text import is_free_text, without_targets
 from xdllm.run.generation_record import (
     generation_settings,
     settings_name,
@@ -173,6 +174,8 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     else:
         check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
         batches = _held_out_loader(run, options, "prediction")
+        if is_free_text(run.components.task):
+            batches = without_targets(batches)
     settings = generation_settings(options)
     output_dir = _claim_output_dir(run, options.output_dir, settings_name(settings)) if write_outputs else None
     if output_dir is not None:
@@ -229,11 +232,17 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
     run = load_trained(options.ckpt)
     if options.prompts_file:
         raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
+    losses = held_out_loss(run, options)
+    generation = generate(run, OmegaConf.merge(options, {"history": None}), write_outputs=False)
+    return {"split": options.split, **losses, **generation}
+
+
+def held_out_loss(run: TrainedRun, options: DictConfig) -> dict[str, float]:
+    """The evaluator's loss metrics (deterministic corruption) on the ``options.split``."""
     totals = MetricTotals()
     loss_fn = run.loss_function()
     device, dtype = place_run(run, options)
     with torch.inference_mode(), autocast(device, dtype):
         for batch in _held_out_loader(run, options, "loss"):
             totals.add(run.components.evaluator.loss_metrics(run.model, batch_to(batch, device), loss_fn))
-    generation = generate(run, OmegaConf.merge(options, {"history": None}), write_outputs=False)
-    return {"split": options.split, **run.components.evaluator.finalize(totals.means()), **generation}
+    return run.components.evaluator.finalize(totals.means())

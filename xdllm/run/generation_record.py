@@ -82,6 +82,15 @@ def scalar_results(summary: Mapping[str, Any]) -> dict[str, float]:
             if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
 
+def write_scalars(tensorboard_dir: Path, scalars: Mapping[str, float], step: int) -> None:
+    """``scalars`` (``{tag: value}``) at ``step``, in a new event file of ``tensorboard_dir``."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(log_dir=str(tensorboard_dir)) as writer:
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, value, step)
+
+
 def write_generation_scalars(tensorboard_dir: Path, summary: Mapping[str, Any], global_step: int,
                              settings: Mapping[str, Any]) -> dict[str, float]:
     """The summary's numbers as scalars at ``global_step``; each again at step = forward passes

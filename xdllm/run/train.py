@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.errors import XdllmError
 from xdllm.run.build import build_components, build_datamodule
 from xdllm.run.checkpoint import CHECKPOINT_DIR, ResumePoint, load_frozen_models, resume_point, run_dir_of
+from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.temporary_files import remove_stale_temporaries, temporary_path
 from xdllm.train.checkpoint_io import AtomicCheckpointIO
 from xdllm.train.history_hook import ValidationHistory
@@ -48,6 +49,7 @@ class TrainResult:
     best_checkpoint: Path | None
     last_checkpoint: Path | None
     is_global_zero: bool
+    free_text: bool
 
 
 def resolve_run_dir(config: DictConfig) -> Path:
@@ -90,8 +92,8 @@ def check_run_options(config: DictConfig) -> None:
         if key in config.trainer:
             raise XdllmError(f"trainer.{key} is not used: xdllm runs the optimizer step itself; "
                              f"set {replacement} instead")
-    if config.checkpoint.mode not in ("max", "min"):
-        raise XdllmError(f"checkpoint.mode must be max or min, got {config.checkpoint.mode!r}")
+    if config.checkpoint.mode not in ("max", "min", None):
+        raise XdllmError(f"checkpoint.mode must be max, min or null, got {config.checkpoint.mode!r}")
     if config.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise XdllmError(f"trainer.accelerator={config.trainer.accelerator} but this machine has no "
                          "CUDA device torch can use; use trainer.accelerator=cpu (or auto)")
@@ -190,6 +192,7 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     L.seed_everything(config.seed, workers=True, verbose=False)
     components = build_components(config)
     OmegaConf.set_struct(config, False)
+    apply_task_defaults(config, components.task)
     config.run_dir = str(run_dir)
     resolved = OmegaConf.to_container(config, resolve=True)
     datamodule = build_datamodule(components)
@@ -243,4 +246,5 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
     best_path = Path(best.best_model_path) if best.best_model_path else None
     last = run_dir / CHECKPOINT_DIR / LAST_NAME
-    return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero)
+    return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero,
+                       is_free_text(components.task))

@@ -1,0 +1,79 @@
+"""Runs on free text report the NLL or its bound, not exact match, and end with a few samples;
+the README's text line works as written."""
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_tokenizer_train import corpus_lines
+
+from xdllm.cli.main import main
+from xdllm.run.free_text import apply_task_defaults
+
+TINY_TEXT = ["task.params.max_tokens=16", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+             "trainer.max_steps=4", "trainer.val_check_interval=2", "data.batch_size=8",
+             "data.num_val_samples=8", "data.num_test_samples=8", "trainer.enable_model_summary=false",
+             "history.num_samples=0", "torch_threads=1", "optim.warmup_steps=1"]
+
+
+@pytest.fixture
+def text_folder(tmp_path, monkeypatch):
+    """A folder holding corpus.txt and tokenizer.json, as the README's text line expects."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("\n".join(corpus_lines()) + "\n")
+    assert main(["tokenizer", "train", "corpus.txt", "-o", "tokenizer.json", "--vocab-size", "300"]) == 0
+    return tmp_path
+
+
+def _summary(capsys) -> dict:
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{"):])
+
+
+@pytest.mark.slow
+def test_mdlm_on_text_reports_its_bound_and_a_few_samples(text_folder, capsys):
+    run_dir = text_folder / "run"
+    assert main(["train", "task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json",
+                 "model=mdlm", *TINY_TEXT, "text_samples_after_train=2", f"run_dir={run_dir}"]) == 0
+    summary = _summary(capsys)
+    assert summary["split"] == "test" and summary["nll_bound"] > 0 and summary["ppl_bound"] > 1
+    assert "exact_match" not in summary and summary["num_samples"] == 2
+    config = OmegaConf.load(run_dir / "config.yaml")
+    assert config.data.validation_roles == ["loss"]
+    assert (config.checkpoint.monitor, config.checkpoint.mode) == ("val/loss", "min")
+    records = [json.loads(line) for line in open(summary["predictions"])]
+    assert len(records) == 2 and all("target" not in record and record["text"] for record in records)
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert "val/nll_bound" in tags and "val/exact_match" not in tags
+    ((step, bound),) = [(s.step, s.value) for s in events.Scalars("test/nll_bound")]
+    assert bound == pytest.approx(summary["nll_bound"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_the_readme_text_line_works_as_written(text_folder, capsys):
+    # README: xdllm train task=text_file task.params.path=corpus.txt tokenizer=tokenizer.json collator=packed_mlm
+    assert main(["train", "task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json",
+                 "collator=packed_mlm", *TINY_TEXT, "text_samples_after_train=0", "run_dir=run"]) == 0
+    summary = _summary(capsys)
+    assert summary["loss"] > 0 and "num_samples" not in summary  # no samples asked for
+
+
+def _defaults(roles=None, monitor=None, mode=None, prompt_len=0):
+    config = OmegaConf.create({"data": {"validation_roles": roles},
+                               "checkpoint": {"monitor": monitor, "mode": mode}})
+    apply_task_defaults(config, type("Task", (), {"max_prompt_len": prompt_len})())
+    return OmegaConf.to_container(config)
+
+
+def test_null_defaults_follow_the_task():
+    assert _defaults(prompt_len=8) == {"data": {"validation_roles": ["loss", "prediction"]},
+                                       "checkpoint": {"monitor": "val/exact_match", "mode": "max"}}
+    assert _defaults() == {"data": {"validation_roles": ["loss"]},
+                           "checkpoint": {"monitor": "val/loss", "mode": "min"}}
+    explicit = _defaults(roles=["loss", "prediction"], monitor="val/nll_bound")
+    assert explicit["checkpoint"] == {"monitor": "val/nll_bound", "mode": "min"}
+    assert _defaults(monitor="val/token_accuracy", prompt_len=3)["checkpoint"]["mode"] == "max"
+    assert _defaults(monitor="val/loss", mode="max")["checkpoint"]["mode"] == "max"  # given: kept

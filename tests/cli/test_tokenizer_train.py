@@ -1,0 +1,78 @@
+"""`xdllm tokenizer train` builds a local tokenizer file that `tokenizer=PATH` loads."""
+
+import pytest
+
+from xdllm.cli.main import main
+from xdllm.data.tokenizer import SPECIAL_TOKENS, HFTokenizerFile
+from xdllm.data.tokenizer_training import train_tokenizer_file
+
+ANIMALS = ["dog", "cat", "bird", "fox"]
+PLACES = ["park", "river", "forest"]
+
+
+def corpus_lines() -> list[str]:
+    """A small deterministic corpus: every animal at every place, twice over."""
+    return [f"the {animal} ran to the {place}, then it slept." for animal in ANIMALS
+            for place in PLACES for _ in range(2)]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(corpus_lines()) + "\n\n", encoding="utf-8")
+    return path
+
+
+def test_bpe_tokenizer_has_xdllm_special_tokens_and_round_trips_any_text(corpus, tmp_path, capsys):
+    output = tmp_path / "tokenizer.json"
+    assert main(["tokenizer", "train", str(corpus), "-o", str(output), "--vocab-size", "300"]) == 0
+    assert f"wrote {output}: bpe" in capsys.readouterr().out
+    tokenizer = HFTokenizerFile(output)
+    assert [tokenizer.pad_token_id, tokenizer.mask_token_id, tokenizer.bos_token_id,
+            tokenizer.eos_token_id] == [0, 1, 2, 3]
+    assert tokenizer.id_to_token(4) == "<unk>" and tokenizer.vocab_size <= 300
+    text = "the fox ran to the river, Ünïcode ✓ never seen"
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(ids) == text  # byte level: nothing becomes <unk>
+    assert 4 not in ids
+    assert len(tokenizer.encode("the dog ran to the park")) < len("the dog ran to the park")  # merges learnt
+
+
+def test_wordlevel_tokenizer_maps_unseen_words_to_unk(corpus, tmp_path):
+    trained = train_tokenizer_file([corpus], tmp_path / "words.json", kind="wordlevel", min_frequency=1)
+    tokenizer = HFTokenizerFile(trained.path)
+    assert trained.corpus_lines == len(corpus_lines())
+    assert tokenizer.decode(tokenizer.encode("the cat slept.")) == "the cat slept ."
+    assert tokenizer.encode("the zebra") == [tokenizer.encode("the")[0], tokenizer.unk_token_id]
+    assert tokenizer.vocab_size == len(SPECIAL_TOKENS) + 1 + len(
+        {"the", "ran", "to", ",", "then", "it", "slept", ".", *ANIMALS, *PLACES})
+
+
+def test_an_existing_tokenizer_is_not_overwritten_silently(corpus, tmp_path, capsys):
+    output = tmp_path / "tokenizer.json"
+    output.write_text("{}")
+    assert main(["tokenizer", "train", str(corpus), "-o", str(output)]) == 2
+    assert "exists" in capsys.readouterr().err and output.read_text() == "{}"
+    assert main(["tokenizer", "train", str(corpus), "-o", str(output), "--overwrite"]) == 0
+    assert HFTokenizerFile(output).vocab_size > len(SPECIAL_TOKENS)
+
+
+@pytest.mark.parametrize("setup, arguments, message", [
+    (None, ["missing.txt", "-o", "t.json"], "corpus file not found"),
+    ("bytes", ["bad.txt", "-o", "t.json"], "is not UTF-8 text"),
+    ("empty", ["empty.txt", "-o", "t.json"], "holds no text"),
+    ("text", ["ok.txt", "-o", "t.txt"], "must be a .json file"),
+    ("text", ["ok.txt", "-o", "t.json", "--vocab-size", "100"], "is too small for a bpe tokenizer"),
+])
+def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, setup, arguments, message):
+    monkeypatch.chdir(tmp_path)
+    if setup == "bytes":
+        (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n")
+    elif setup == "empty":
+        (tmp_path / "empty.txt").write_text("\n  \n")
+    elif setup == "text":
+        (tmp_path / "ok.txt").write_text("some text\n")
+    assert main(["tokenizer", "train", *arguments]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("xdllm: error: ") and message in err[0]
+    assert not (tmp_path / "t.json").exists()

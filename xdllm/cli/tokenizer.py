@@ -1,0 +1,49 @@
+"""``xdllm tokenizer train CORPUS... -o tokenizer.json``: a local tokenizer file for ``tokenizer=PATH``
+(:mod:`xdllm.data.tokenizer_training`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from xdllm.data.tokenizer_training import TOKENIZER_KINDS, train_tokenizer_file
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_tokenizer_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``tokenizer`` command and its ``train`` subcommand."""
+    parser = subparsers.add_parser("tokenizer", help="build a local tokenizer file for text runs",
+                                   description="Build a local Hugging Face tokenizers file.")
+    commands = parser.add_subparsers(dest="tokenizer_command", metavar="{train}", required=True)
+    train = commands.add_parser(
+        "train", help="train a tokenizer on text files (nothing is downloaded)",
+        description="Train a tokenizer on UTF-8 text files, with the special tokens xdllm needs "
+                    "(<pad> <mask> <bos> <eos> at ids 0-3, then <unk>).",
+        epilog="example:\n  xdllm tokenizer train corpus.txt -o tokenizer.json\n"
+               "  xdllm train task=text_file task.params.path=corpus.txt tokenizer=tokenizer.json "
+               "collator=packed_mlm",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("corpus", nargs="+", type=Path, help="text files, one document per line")
+    train.add_argument("-o", "--output", type=Path, required=True, help="the tokenizer .json to write")
+    train.add_argument("--kind", choices=TOKENIZER_KINDS, default="bpe",
+                       help="bpe: byte-level BPE, any text (default); wordlevel: one token per word")
+    train.add_argument("--vocab-size", type=_positive, default=8000,
+                       help="at most this many tokens (default 8000)")
+    train.add_argument("--min-frequency", type=_positive, default=2,
+                       help="keep merges / words seen at least this often (default 2)")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    return parser
+
+
+def run_tokenizer_command(args: argparse.Namespace) -> int:
+    trained = train_tokenizer_file(args.corpus, args.output, kind=args.kind, vocab_size=args.vocab_size,
+                                   min_frequency=args.min_frequency, overwrite=args.overwrite)
+    print(f"wrote {trained.path}: {trained.kind}, {trained.vocab_size} tokens, trained on "
+          f"{trained.corpus_lines} lines; use it with tokenizer={trained.path}")
+    return 0

@@ -1,0 +1,37 @@
+"""What ``xdllm train`` does with its best checkpoint once training ends (``generate_after_train``).
+
+- A task with answers: generate on the test split with history, as ``xdllm generate
+  ckpt=<checkpoint> split=test history=topk`` would (exact match, token accuracy, ...).
+- Free text (:mod:`xdllm.run.free_text`): the test split's loss metrics, the NLL or its bound
+  (also logged as ``test/<name>`` in the run's TensorBoard), and ``text_samples_after_train``
+  generated samples to read (0: none), not a full split of long unconditional generations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from xdllm.config.compose import compose_config
+from xdllm.run.checkpoint import load_trained
+from xdllm.run.generate import generate, generate_from_config, held_out_loss
+from xdllm.run.generation_record import write_scalars
+
+
+def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int) -> dict[str, Any]:
+    """Run the after-training step on ``checkpoint``; return its summary."""
+    overrides = [f"ckpt={checkpoint}", "split=test", "history=topk"]
+    if not free_text:
+        return generate_from_config(compose_config("generate", overrides))
+    options = compose_config("generate", overrides)
+    run = load_trained(options.ckpt)
+    losses = held_out_loss(run, options)
+    write_scalars(run.run_dir / "tensorboard", {f"test/{name}": value for name, value in losses.items()},
+                  run.global_step)
+    summary: dict[str, Any] = {"checkpoint": str(run.checkpoint), "split": "test", **losses}
+    if text_samples > 0:
+        samples = generate(run, OmegaConf.merge(options, {"num_samples": text_samples}))
+        summary.update({key: value for key, value in samples.items() if key not in summary})
+    return summary

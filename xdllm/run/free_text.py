@@ -1,0 +1,47 @@
+"""Free text: a task without prompts (``text_file``), whose samples have no answer to score.
+
+Generating from nothing gives one text among countless right ones, so exact match against the
+held-out document means nothing there. A run on free text is judged by the family's loss metrics
+instead (MDLM: ``nll_bound``/``ppl_bound``, ARLM: ``nll``/``ppl``, every family: ``loss``):
+
+- ``data.validation_roles: null`` (the default) validates with the loss loader only on free
+  text, with the loss and prediction loaders otherwise;
+- ``checkpoint.monitor: null`` keeps the best ``val/exact_match`` where validation generates,
+  else the lowest ``val/loss``; ``checkpoint.mode: null`` is max for exact match and token
+  accuracy, min for anything else;
+- generation drops the held-out text from its batches, so it reports no exact match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from omegaconf import DictConfig
+
+ANSWER_ROLES = ["loss", "prediction"]
+FREE_TEXT_ROLES = ["loss"]
+HIGHER_IS_BETTER = ("val/exact_match", "val/token_accuracy")
+
+
+def is_free_text(task: Any) -> bool:
+    """A task whose samples have no prompt: its targets are free text, not answers."""
+    return task.max_prompt_len == 0
+
+
+def apply_task_defaults(config: DictConfig, task: Any) -> None:
+    """Fill ``data.validation_roles``, ``checkpoint.monitor`` and ``checkpoint.mode`` where they
+    are null, for a task with answers or for free text (module doc)."""
+    if config.data.get("validation_roles") is None:
+        config.data.validation_roles = FREE_TEXT_ROLES if is_free_text(task) else ANSWER_ROLES
+    if config.checkpoint.get("monitor") is None:
+        generates = "prediction" in config.data.validation_roles
+        config.checkpoint.monitor = "val/exact_match" if generates else "val/loss"
+    if config.checkpoint.get("mode") is None:
+        config.checkpoint.mode = "max" if config.checkpoint.monitor in HIGHER_IS_BETTER else "min"
+
+
+def without_targets(batches: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The batches without ``target_ids``: nothing to score generated free text against."""
+    for batch in batches:
+        yield {key: value for key, value in batch.items() if key != "target_ids"}
