@@ -90,6 +90,9 @@ def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     board.add_argument("--positions", type=_non_negative, default=DEFAULT_MASKED_POSITIONS,
                        help="masked positions whose top-k is listed per step "
                             f"(default {DEFAULT_MASKED_POSITIONS})")
+    board.add_argument("--grid", type=_grid_shape, default=None, metavar="ROWSxCOLS",
+                       help="also draw each output as a grid of this shape, e.g. 9x9 for sudoku "
+                            "(fill order and confidence per cell)")
 
     show = commands.add_parser("show", help="replay one sample's denoising in the terminal",
                                description="Print one sample's denoising, step by step.")
@@ -144,6 +147,13 @@ def select(paths: list[Path], every_folder: bool = False) -> list[Selection]:
     return selections
 
 
+def _grid_shape(value: str) -> tuple[int, int]:
+    rows, sep, cols = value.lower().partition("x")
+    if not sep or not rows.isdigit() or not cols.isdigit() or int(rows) < 1 or int(cols) < 1:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLS such as 9x9, got {value!r}")
+    return int(rows), int(cols)
+
+
 def _tensorboard(args: argparse.Namespace) -> int:
     selections = select(args.paths, args.all)
     logdirs = _logdirs(selections, args.logdir)
@@ -152,7 +162,7 @@ def _tensorboard(args: argparse.Namespace) -> int:
     for selection, logdir in zip(selections, logdirs):
         print(selection.describe())
         report = write_tensorboard(selection.files, logdir, max_samples=args.max_samples,
-                                   max_frames=args.max_frames, text=text)
+                                   max_frames=args.max_frames, text=text, grid=args.grid)
         print(f"wrote {report.written} samples to {logdir}")
         for path, reason in report.bad_files:
             print(f"xdllm history: error: skipped {path}: {reason}", file=sys.stderr)

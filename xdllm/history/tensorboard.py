@@ -39,6 +39,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from xdllm.history.figures import DenoisingFigure
 from xdllm.history.format import HistoryError
+from xdllm.history.grid import GridFigure
 from xdllm.history.reader import SampleHistory, load_history
 from xdllm.history.render import (
     DEFAULT_MASKED_POSITIONS,
@@ -94,6 +95,7 @@ def write_tensorboard(
     tokenizer: Tokenizer | None = None,
     max_frames: int = DEFAULT_MAX_FRAMES,
     text: TextOptions = TextOptions(),
+    grid: tuple[int, int] | None = None,
 ) -> TensorboardReport:
     """Write TensorBoard views of up to ``max_samples`` samples, file by file, and the scalar
     statistics of every sample.
@@ -101,8 +103,12 @@ def write_tensorboard(
     ``history_paths``: history files, history directories or run directories (``<run>/history``).
     ``tokenizer`` overrides the token strings stored in the files. ``max_frames`` bounds the
     denoising pictures per sample. A file that cannot be read (truncated, garbled, wrong
-    schema) is skipped and reported; every valid one is written.
+    schema) is skipped and reported; every valid one is written. ``grid`` (rows, cols): also
+    draw each output region as a grid (:class:`~xdllm.history.grid.GridFigure`, tag
+    ``<sample>/grid``, PNG beside the history file), e.g. ``(9, 9)`` for sudoku.
     """
+    if grid is not None and (len(grid) != 2 or min(grid) < 1):
+        raise HistoryError(f"grid must be (rows, cols) with both >= 1, got {grid!r}")
     if max_frames < 1:
         raise HistoryError(f"max_frames must be >= 1, got {max_frames}")
     if text.steps_per_card < 1:
@@ -122,6 +128,8 @@ def write_tensorboard(
             remaining = None if max_samples is None else max(max_samples - written, 0)
             for sample in (history.sample(i) for i in range(len(history))[:remaining]):
                 _write_sample(writer, sample, token_text, max_frames, text, png_path(file_path, sample))
+                if grid is not None and sample.num_steps:
+                    _write_grid(writer, sample, token_text, grid, file_path)
                 written += 1
         _write_statistics(writer, statistics)
     return TensorboardReport(written, tuple(bad))
@@ -135,6 +143,16 @@ def _write_statistics(writer: SummaryWriter, statistics: DenoisingStatistics) ->
                 writer.add_scalar(f"{split}/tokens_committed_per_step/{name}", value, global_step=step)
         for sample_id, passes in sorted(numbers.forward_passes.items()):
             writer.add_scalar(f"{split}/forward_passes_per_sample", passes, global_step=sample_id)
+
+
+def _write_grid(writer: SummaryWriter, sample: SampleHistory, token_text, grid: tuple[int, int],
+                history_file: Path) -> None:
+    try:
+        figure = GridFigure(sample, grid, token_text)
+    except ValueError as error:
+        raise HistoryError(f"{history_file}: {error}") from error
+    figure.save_png(png_path(history_file, sample).with_suffix(".grid.png"))
+    writer.add_figure(f"{sample_tag(sample)}/grid", figure.figure, global_step=0, close=True)
 
 
 def png_path(history_file: Path, sample: SampleHistory) -> Path:

@@ -212,7 +212,8 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     if history is not None:
         tensorboard_dir = output_dir / "tensorboard"
         write_tensorboard([output_dir / "history"], tensorboard_dir,
-                          max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer)
+                          max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer,
+                          grid=getattr(run.components.task, "grid_shape", None))
         summary["history"] = str(output_dir / "history")
     if write_outputs:
         write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
