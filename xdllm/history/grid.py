@@ -52,8 +52,9 @@ def fill_order(sample: SampleHistory, cells: int) -> np.ndarray:
 class GridFigure:
     """The two-panel grid picture of ``sample``'s output region read as ``shape`` (rows, cols).
 
-    ``blank``: the prompt symbol of an empty cell (``"0"`` for sudoku); cells whose prompt token
-    is another symbol are marked as given when the prompt holds exactly ``rows * cols`` tokens.
+    ``blank``: the prompt symbol of an empty cell (``"0"`` for sudoku); when the prompt holds at
+    least ``rows * cols`` tokens, its last ``rows * cols`` are read as the prompt grid and cells
+    whose token is another symbol are marked as given.
     """
 
     def __init__(self, sample: SampleHistory, shape: tuple[int, int],
@@ -69,7 +70,8 @@ class GridFigure:
         name = token_text or sample.token
         final = sample.canvas[-1, :cells].tolist()
         prompt = [name(t) for t in sample.prompt_ids.tolist()]
-        given = [symbol != blank for symbol in prompt] if len(prompt) == cells else [False] * cells
+        # the prompt grid is its last rows * cols tokens (a family may put bos before it)
+        given = [symbol != blank for symbol in prompt[-cells:]] if len(prompt) >= cells else [False] * cells
         wrong = sample.wrong
         wrong_cells = wrong[-1, :cells].tolist() if wrong is not None else [False] * cells
         order = fill_order(sample, cells)
