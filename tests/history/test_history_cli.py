@@ -100,7 +100,7 @@ def test_errors_are_one_line(run_dir, capsys, argv, message):
 
 
 def test_tensorboard_default_logdir(run_dir, capsys):
-    assert _run("history", "tensorboard", str(run_dir), "--max-samples", "2") == 0
+    assert _run("history", "tensorboard", str(run_dir), "--max-samples", "2", "--max-frames", "1") == 0
     logdir = run_dir / "tensorboard" / "history"
     out = capsys.readouterr().out
     assert f"wrote 2 samples to {logdir}" in out
@@ -121,7 +121,8 @@ def test_tensorboard_writes_every_valid_file_and_names_every_bad_one(tmp_path, g
         generate(recorder, prompt_lens=[2], gen_len=3, commits_per_step=[3], seed=seed)
     for bad in ("history-00001.pt", "history-00002.pt"):
         (tmp_path / "history" / bad).write_bytes(b"garbled")
-    assert _run("history", "tensorboard", str(tmp_path), "--logdir", str(tmp_path / "tb")) == 1
+    assert _run("history", "tensorboard", str(tmp_path), "--logdir", str(tmp_path / "tb"),
+                "--max-frames", "1") == 1
     captured = capsys.readouterr()
     assert "wrote 2 samples" in captured.out  # files 0 and 3: the one after the bad ones too
     errors = captured.err.strip().splitlines()

@@ -58,29 +58,31 @@ def test_step_cards_read_in_order_with_topk_of_masked_positions(written):
     name = TOKENIZER.id_to_token
     text = "\n\n".join(_text(events, f"test/sample_00000/{card}/text_summary")[first]
                         for card, first in (("steps_0-1", 0), ("steps_2-3", 2), ("steps_4-4", 4)))
-    headers = [line for line in text.split("\n") if line.startswith("**step ")]
+    blocks = [block.split("\n") for block in text.split("\n\n**step ")]
+    assert len(blocks) == 5
     wrong = sample.wrong
-    assert headers == [
-        f"**step {s}** ({s + 1} of 5) · 1 committed · {4 - s} masked · {int(wrong[s].sum())} wrong"
-        for s in range(5)]
-    blocks = text.split("**step ")[1:]
-    for s, block in enumerate(blocks):
-        lines = block.split("\n")
+
+    def short(p: float) -> str:
+        return f"{p:.2f}".removeprefix("0")
+
+    for s, lines in enumerate(blocks):
+        header, canvas = lines[0].removeprefix("**step ").split("<br>")
+        assert header == f"{s}** ({s + 1} of 5) · 1 committed · {4 - s} masked · {int(wrong[s].sum())} wrong"
         [j] = sample.committed[s].nonzero().flatten().tolist()
         token = escape_markdown(name(int(sample.canvas[s, j])))
         mark = "✗" if wrong[s, j] else ""
-        assert lines[2].split(" ")[j] == f"**{token}{mark}**"
-        assert lines[2].count("\\_") == 4 - s
+        assert canvas.split(" ")[j] == f"**{token}{mark}**"
+        assert canvas.count("\\_") == 4 - s
         listed = sorted([j] + sample.masked[s].nonzero().flatten().tolist())  # relative positions
-        assert lines[4] == "| position | " + " | ".join(map(str, listed)) + " |"
-        tokens = lines[6].split(" | ")[1:]
-        assert tokens[listed.index(j)].startswith(f"**{token}**{mark} {float(sample.confidence_at_commit[j]):.2f}")
-        assert all(cell.rstrip(" |") == "\\_" for n, cell in enumerate(tokens) if listed[n] != j)
-        top1 = lines[7].split(" | ")[1:]
-        for n, position in enumerate(listed):
-            expected = f"{escape_markdown(name(int(sample.topk_ids[s, position, 0])))} " \
-                       f"{float(sample.topk_probs[s, position, 0]):.2f}"
-            assert top1[n].rstrip(" |") == expected
+        assert lines[2] == "| pos | " + " | ".join(map(str, listed)) + " |"
+        tokens = lines[4].removeprefix("| **token** | ").removesuffix(" |").split(" | ")
+        confidence = short(float(sample.confidence_at_commit[j]))
+        assert tokens == [f"**{token}**{mark}\u00a0{confidence}" if n == j else "\\_" for n in listed]
+        topk = lines[5].removeprefix("| **top-k** | ").removesuffix(" |").split(" | ")
+        assert topk == ["<br>".join(
+            f"{escape_markdown(name(t))}\u00a0{short(p)}"
+            for t, p in zip(sample.topk_ids[s, n].tolist(), sample.topk_probs[s, n].tolist()))
+            for n in listed]
 
 
 def test_masked_positions_are_capped_and_the_rest_counted(tmp_path, generate):
@@ -91,7 +93,7 @@ def test_masked_positions_are_capped_and_the_rest_counted(tmp_path, generate):
     events.Reload()
     # no split recorded, not a validation folder: "generation"
     [card] = _text(events, "generation/sample_00000/steps_0-0/text_summary").values()
-    assert "| position | 0 | 1 | 2 | 3 | 4 | 5 |" in card  # all committed at step 0, none masked
+    assert "| pos | 0 | 1 | 2 | 3 | 4 | 5 |" in card  # all committed at step 0, none masked
 
     recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "run" / "history" / "val-step0000010",
                                  tokenizer=TOKENIZER)
@@ -100,8 +102,8 @@ def test_masked_positions_are_capped_and_the_rest_counted(tmp_path, generate):
     events = EventAccumulator(str(tmp_path / "tb2"), size_guidance={"tensors": 0})
     events.Reload()
     card = _text(events, "validation/sample_00000/steps_0-1/text_summary")[0]
-    first_step = card.split("\n\n---\n\n")[0]
-    assert "| position | 0 | 1 | 2 |" in first_step  # masked 0 and 1, committed 2
+    first_step = card.split("\n\n**step 1**")[0]
+    assert "| pos | 0 | 1 | 2 |" in first_step  # masked 0 and 1, committed 2
     assert "*... and 3 more masked positions not shown (top-k of the first 2 only)*" in first_step
 
 

@@ -60,6 +60,7 @@ DEFAULT_STEPS_PER_CARD = 2
 MAX_STEP_CARDS = 16
 UNKNOWN_SPLIT = "generation"
 VIEW_COMMAND = "tensorboard --logdir {logdir} --samples_per_plugin=images=1000"
+NBSP = "\u00a0"  # keeps a token and its probability on one line
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 _HTML_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
@@ -187,7 +188,7 @@ def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text, max_
     for card in step_cards(views, text.steps_per_card):
         first, last = card[0].step, card[-1].step
         writer.add_text(f"{tag}/steps_{first:0{width}d}-{last:0{width}d}",
-                        "\n\n---\n\n".join(step_markdown(view) for view in card), global_step=first)
+                        "\n\n".join(step_markdown(view) for view in card), global_step=first)
     if sample.num_steps:
         _write_pictures(writer, f"{tag}/denoising", DenoisingFigure(sample, token_text), max_frames, png)
 
@@ -220,26 +221,26 @@ def cell_markdown(cell: Cell) -> str:
 def step_markdown(view: StepView) -> str:
     """Markdown of one step: a header line, the canvas line, then a table with one column per
     position committed at the step or still masked (capped; the number left out is said): the
-    token (with its confidence when committed) and the top-k alternatives below it."""
+    token (with its confidence when committed), and below it the top-k alternatives, one per
+    line of a single cell (rows of TensorBoard's tables are tall)."""
     wrong = "" if view.wrong is None else f" · {view.wrong} wrong"
     lines = [
         f"**step {view.step}** ({view.row + 1} of {view.num_steps}) · {view.committed} committed · "
-        f"{view.masks_remaining} masked{wrong}",
-        "",
-        " ".join(cell_markdown(cell) for cell in view.cells),
+        f"{view.masks_remaining} masked{wrong}<br>" + " ".join(cell_markdown(cell) for cell in view.cells),
     ]
     if view.positions:
         columns = view.positions
         lines += [
             "",
-            "| position | " + " | ".join(str(p.position) for p in columns) + " |",
+            "| pos | " + " | ".join(str(p.position) for p in columns) + " |",
             "|---|" + "---|" * len(columns),
             "| **token** | " + " | ".join(_token_markdown(p) for p in columns) + " |",
         ]
-        for rank in range(len(columns[0].alternatives)):
-            lines.append(f"| top {rank + 1} | " + " | ".join(
-                f"{escape_markdown(p.alternatives[rank][0])} {p.alternatives[rank][1]:.2f}" for p in columns
-            ) + " |")
+        lines.append("| **top-k** | " + " | ".join(
+            "<br>".join(f"{escape_markdown(token)}{NBSP}{_probability(probability)}"
+                        for token, probability in p.alternatives)
+            for p in columns
+        ) + " |")
     if view.hidden_masked:
         lines += ["", f"*... and {_count(view.hidden_masked, 'more masked position')} not shown "
                       f"(top-k of the first {view.masks_remaining - view.hidden_masked} only)*"]
@@ -250,8 +251,14 @@ def _token_markdown(position: PositionView) -> str:
     if position.state == "masked":
         return "\\_"
     mark = WRONG_MARK if position.wrong else ""
-    confidence = "n/a" if math.isnan(position.confidence) else f"{position.confidence:.2f}"
-    return f"**{escape_markdown(position.token)}**{mark} {confidence}"
+    confidence = "n/a" if math.isnan(position.confidence) else _probability(position.confidence)
+    return f"**{escape_markdown(position.token)}**{mark}{NBSP}{confidence}"
+
+
+def _probability(value: float) -> str:
+    """Two decimals without the leading zero (``.62``), to keep table columns narrow."""
+    text = f"{value:.2f}"
+    return text[1:] if text.startswith("0.") else text
 
 
 def overview_markdown(sample: SampleHistory, name: Callable[[int], str],
