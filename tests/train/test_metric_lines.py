@@ -39,17 +39,18 @@ class _Stream:
         return self.terminal
 
 
-@pytest.mark.parametrize("stdout, stderr, progress, lines", [
-    (True, True, "auto", False),  # a terminal: the bar
-    (False, True, "auto", True),  # xdllm train > log.txt: the bar would go to the file
-    (True, False, "auto", True),  # xdllm train 2> log.txt
-    (False, False, "bar", False),
-    (True, True, "lines", True),
+@pytest.mark.parametrize("stdout, stderr, progress, bar_enabled, lines", [
+    (True, True, "auto", True, False),  # a terminal: the bar
+    (False, True, "auto", True, True),  # xdllm train > log.txt: the bar would go to the file
+    (True, False, "auto", True, True),  # xdllm train 2> log.txt
+    (True, True, "auto", False, True),  # bar turned off: metrics still shown, as lines
+    (False, False, "bar", True, False),
+    (True, True, "lines", True, True),
 ])
-def test_bar_only_when_both_streams_are_a_terminal(monkeypatch, stdout, stderr, progress, lines):
+def test_bar_only_when_both_streams_are_a_terminal(monkeypatch, stdout, stderr, progress, bar_enabled, lines):
     monkeypatch.setattr(sys, "stdout", _Stream(stdout))
     monkeypatch.setattr(sys, "stderr", _Stream(stderr))
-    assert progress_as_lines(progress) is lines
+    assert progress_as_lines(progress, bar_enabled) is lines
 
 
 def test_unknown_progress_is_refused():

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
+from xdllm.cli.history_play import add_play_parser, run_play
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import iter_samples
 from xdllm.history.render import DEFAULT_MASKED_POSITIONS
@@ -68,7 +69,7 @@ def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
         "history", help="view recorded denoising histories", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="history_command", metavar="{tensorboard,show}")
+    commands = parser.add_subparsers(dest="history_command", metavar="{tensorboard,show,play}")
     commands.required = True
 
     board = commands.add_parser("tensorboard", help="write TensorBoard views of histories",
@@ -106,6 +107,7 @@ def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
                            f"(default {DEFAULT_MASKED_POSITIONS})")
     show.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                       help="highlight committed tokens with ANSI colours (default auto)")
+    add_play_parser(commands)
     return parser
 
 
@@ -121,6 +123,8 @@ def run_history_command(args: argparse.Namespace) -> int:
     try:
         if args.history_command == "tensorboard":
             return _tensorboard(args)
+        if args.history_command == "play":
+            return run_play(args)
         return _show(args)
     except (HistoryError, OSError) as error:
         print(f"xdllm history: error: {error}", file=sys.stderr)

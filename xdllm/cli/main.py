@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         ("eval", "loss and generation metrics of a checkpoint on a split"),
     ):
         epilog = (f"{train_options_help()}\n{train_epilog}" if name == "train"
-                  else f"{generate_options_help()}{PREDICTOR_HELP}")
+                  else f"{generate_options_help()}\n{PREDICTOR_HELP}")
         sub = commands.add_parser(name, help=text, description=text, epilog=epilog,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")

@@ -126,6 +126,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "history": Rule((str,), choices=("topk",), nullable=True),
         "history_k": POSITIVE,
         "history_tensorboard_samples": COUNT,
+        "live": FLAG,
     },
 }
 

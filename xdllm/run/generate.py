@@ -18,11 +18,13 @@ from typing import Any
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
 from torch.utils.data import DataLoader
 
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
+from xdllm.history.live_recorder import LiveRecorder
 from xdllm.interfaces import Example
 from xdllm.run.build import position_limit
 from xdllm.run.checkpoint import TrainedRun, load_trained
@@ -185,6 +187,9 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
         history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
                                     tokenizer=run.tokenizer,
                                     split="prompts" if options.prompts_file else options.split)
+    recorder = history
+    if options.get("live"):  # the first sample drawn as it denoises, on stderr
+        recorder = LiveRecorder(Console(stderr=True), run.tokenizer, inner=history)
     evaluator = run.components.evaluator
     records: list[dict[str, Any]] = []
     totals = MetricTotals()
@@ -192,7 +197,7 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     with torch.inference_mode(), autocast(device, dtype):
         for batch in batches:
             batch = batch_to(batch, device)
-            prediction = predictor.predict(batch, model=run.model, history=history)
+            prediction = predictor.predict(batch, model=run.model, history=recorder)
             totals.add(evaluator.prediction_metrics(batch, prediction))
             records.extend(evaluator.records(batch, prediction))
             generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())

@@ -130,14 +130,15 @@ def claim_run_dir(run_dir: Path, resume: ResumePoint | None, policy: str) -> Non
 PROGRESS_CHOICES = ("auto", "bar", "lines")
 
 
-def progress_as_lines(progress: str) -> bool:
+def progress_as_lines(progress: str, bar_enabled: bool = True) -> bool:
     """``auto``: a progress bar when both stdout (where Lightning draws the bar) and stderr (where
     xdllm logs) are a terminal, plain metric lines otherwise (a log file keeps every carriage
-    return of a bar); ``bar`` or ``lines`` force one."""
+    return of a bar) or when the bar is turned off (``trainer.enable_progress_bar=false``, so
+    metrics are still shown); ``bar`` or ``lines`` force one."""
     if progress not in PROGRESS_CHOICES:
         raise XdllmError(f"progress must be one of {', '.join(PROGRESS_CHOICES)}, got {progress!r}")
     on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
-    return progress == "lines" or (progress == "auto" and not on_terminal)
+    return progress == "lines" or (progress == "auto" and not (on_terminal and bar_enabled))
 
 
 def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig) -> None:
@@ -220,7 +221,7 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     best, latest = checkpoint_callbacks(config, run_dir)
     callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history]
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
-    if progress_as_lines(config.get("progress", "auto")):
+    if progress_as_lines(config.get("progress", "auto"), trainer_args.get("enable_progress_bar", True)):
         trainer_args["enable_progress_bar"] = False
         callbacks.append(MetricLines(config.progress_every_n_steps))
     try:
