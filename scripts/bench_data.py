@@ -47,7 +47,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=256, help="prepare: longer documents are cut")
     parser.add_argument("--steps", type=int, default=10, help="training steps per memory run")
     parser.add_argument("--loader-steps", type=int, default=10, help="steps timed for the loader and training")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of the training step")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of the training runs and the timed steps (more than the free cores "
+                             "makes OpenMP spin: measured 12 s per step with 2 threads on a loaded 2-core machine)")
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a new folder under /tmp")
     parser.add_argument("--keep", action="store_true", help="keep the generated corpora and prepared data")
     return parser.parse_args()
