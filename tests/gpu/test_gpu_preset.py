@@ -39,6 +39,16 @@ def test_a_bad_fused_value_is_named():
         compose_config("train", ["optim.fused=maybe"])
 
 
+def test_fused_adamw_under_mixed_precision_trains_with_clipping(tmp_path):
+    """Lightning's precision plugin refuses to clip for a fused optimizer under bf16-mixed (what
+    trainer=gpu runs); the harness clips itself. Here on the CPU, where both exist too."""
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY, "trainer.max_steps=3", "trainer.val_check_interval=3",
+                 "trainer.precision=bf16-mixed", "optim.fused=true", "optim.gradient_clip_val=0.01",
+                 f"run_dir={run_dir}"]) == 0
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_adamw_is_fused_on_cuda_and_steps():

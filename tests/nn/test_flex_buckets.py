@@ -10,7 +10,14 @@ from torch.nn.attention.flex_attention import flex_attention
 
 from xdllm.nn import RotaryTransformer, RotaryTransformerConfig, default_positions
 from xdllm.nn import attention as attention_module
-from xdllm.nn.buckets import BUCKET_PAD_DOCUMENT_ID, bucket, bucket_shape, pad_tokens
+from xdllm.nn.buckets import (
+    BUCKET_PAD_DOCUMENT_ID,
+    SHAPE_LIMIT,
+    allow_shape_buckets,
+    bucket,
+    bucket_shape,
+    pad_tokens,
+)
 from xdllm.nn.masks import BlockDiffusionMask, BlockDiffusionTokens, CausalMask, DocumentMask
 
 VOCAB = 37
@@ -38,6 +45,15 @@ def test_buckets_are_powers_of_two_then_multiples_of_a_step_and_widths_multiples
     assert ([bucket_shape(3, width)[1] for width in (1, 8, 16, 17, 24, 40, 65, 129, 1000, 2048)]
             == [16, 16, 16, 32, 32, 64, 128, 256, 1024, 2048])
     assert bucket(5, 8, minimum=16) == 16 and bucket(300, 128) == 384
+
+
+def test_compiling_raises_the_recompile_limit_to_the_buckets_never_lowers_it():
+    with torch._dynamo.config.patch(recompile_limit=8):
+        allow_shape_buckets()
+        assert torch._dynamo.config.recompile_limit == SHAPE_LIMIT == 64
+    with torch._dynamo.config.patch(recompile_limit=100):
+        allow_shape_buckets()
+        assert torch._dynamo.config.recompile_limit == 100
 
 
 def test_padded_slots_are_a_document_of_their_own():

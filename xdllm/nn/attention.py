@@ -25,7 +25,7 @@ from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from xdllm.nn.buckets import pad_tokens, within_shape_limit
+from xdllm.nn.buckets import allow_shape_buckets, pad_tokens
 from xdllm.nn.masks import PAD_DOCUMENT_ID, MaskRule
 
 AttentionBackend = Literal["sdpa", "flex"]
@@ -98,6 +98,7 @@ def build_attention_mask(
 @functools.cache
 def _compiled_flex_attention():
     # Compiled once per process; eager flex_attention materialises the full score matrix.
+    allow_shape_buckets()
     return torch.compile(flex_attention, dynamic=False)
 
 
@@ -117,5 +118,4 @@ def attend(
         raise TypeError(f"attend: backend 'flex' needs a BlockMask or None, got {type(mask).__name__}")
     if torch.compiler.is_compiling():  # inside a compiled model: traced with the rest of it
         return flex_attention(query, key, value, block_mask=mask)
-    with within_shape_limit():
-        return _compiled_flex_attention()(query, key, value, block_mask=mask)
+    return _compiled_flex_attention()(query, key, value, block_mask=mask)

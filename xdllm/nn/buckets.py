@@ -62,7 +62,8 @@ def pad_tokens(tokens: tuple, shape: tuple[int, int]) -> tuple:
                         *(pad_to(field, shape, False if field.dtype == torch.bool else 0) for field in others))
 
 
-def within_shape_limit():
-    """A context raising dynamo's recompile limit to :data:`SHAPE_LIMIT` for the compiled calls
-    inside it (flex attention, a compiled model), and for them only."""
-    return torch._dynamo.config.patch(recompile_limit=SHAPE_LIMIT)
+def allow_shape_buckets() -> None:
+    """Raise dynamo's recompile limit to at least :data:`SHAPE_LIMIT`, once, when xdllm first
+    compiles something (a context around every call would cost more than a small forward).
+    It is process-wide: other compiled code may then also keep up to that many shapes."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, SHAPE_LIMIT)

@@ -32,7 +32,7 @@ from xdllm.nn.attention import (
     document_ids_for,
     resolve_attention_backend,
 )
-from xdllm.nn.buckets import bucket_shape, pad_to, within_shape_limit
+from xdllm.nn.buckets import allow_shape_buckets, bucket_shape, pad_to
 from xdllm.nn.kv_cache import CachedLayer, KVCache
 from xdllm.nn.masks import DocumentMask, MaskRule, Tokens
 from xdllm.nn.rotary import RotaryEmbedding, apply_rotary
@@ -348,8 +348,7 @@ class RotaryTransformer(nn.Module):
         else:
             mask = build_attention_mask(backend, rule, document_ids, positions)
         if self.config.compile:
-            with within_shape_limit():
-                x, hidden_states = _compiled_blocks()(self, input_ids, positions, backend, mask, wanted, None, True)
+            x, hidden_states = _compiled_blocks()(self, input_ids, positions, backend, mask, wanted, None, True)
         else:
             x, hidden_states = _blocks(self, input_ids, positions, backend, mask, wanted, None, True)
         return (self.final_norm(x[:batch, :seq_len]),
@@ -413,4 +412,5 @@ def _blocks(
 def _compiled_blocks():
     """:func:`_blocks` compiled once per process (``model.compile``): a plain function taking
     the model, so a copied model never runs another's weights."""
+    allow_shape_buckets()
     return torch.compile(_blocks, dynamic=False)
