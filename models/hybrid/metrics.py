@@ -1,5 +1,19 @@
-"""Hybrid validation: the training objective and the causal branch's exact NLL and perplexity;
-exact match and token accuracy where samples have answers."""
+"""Hybrid validation: the training objective, the causal branch's exact NLL and perplexity, the
+diffusion branch's ELBO bound; exact match and token accuracy where samples have answers.
+
+Both likelihood metrics are per response token through the first EOS (the block fill after it
+is not counted), so they compare with ARLM's ``val/nll`` and MDLM's ``val/nll_bound`` on the
+same samples.
+
+The diffusion bound is the block-diffusion NELBO: each block is a masked-diffusion model of its
+tokens given the clean blocks before it, so ``-log p(x) <= Σ_blocks E_t[Σ_{masked} -log p / t]``.
+It is estimated as MDLM's is (:mod:`xdllm_models.mdlm.metrics`): ``K`` stratified levels per
+sample, ``u_k = (u_0 + k / K) mod 1``, ``t = (1 - eps) u + eps``, every supervised token masked
+with probability ``t``, all from counter-based streams keyed by ``(seed, sample_index)``; one
+level per sample serves all its blocks (each block's term is still an unbiased estimate). The
+bound covers the block fill too; the fill's NLL is not negative, so divided by the tokens
+through the first EOS it still bounds their NLL per token.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
-from xdllm.losses.token_nll import next_token_nll
+from xdllm.losses.token_nll import next_token_nll, per_token_nll
+from xdllm.predict.streams import Purpose, row_keys, uniforms
 from xdllm_models.hybrid.loss import HybridLoss
 
 MAX_EXPONENT = 700.0
@@ -19,37 +36,77 @@ MAX_EXPONENT = 700.0
 
 
 class HybridEvaluator(AnswerEvaluator):
-    """From one forward pass over ``[x_t | x_0]`` per batch: ``loss`` (the batch's objective
-    with its own counts, weighted by its samples, as every family logs it), ``ar_loss`` and
-    ``diffusion_loss`` (its two terms), and ``nll``, the causal branch's exact NLL per predicted
-    response token over the whole split (nats; EOS and block fill included), with
-    ``ppl = exp(nll)`` added by :meth:`finalize`. On the prediction loader: exact match and
-    token accuracy of generated answers.
+    """On the loss loader: ``loss`` (the batch's objective with its own counts, weighted by its
+    samples, as every family logs it) with its terms ``ar_loss`` and ``diffusion_loss``, and
+    ``nll`` (the causal branch's exact NLL per token over the whole split, nats), all from one
+    forward over ``[x_t | x_0]``; with ``num_levels > 0`` also ``diffusion_nll_bound`` (``K``
+    more forwards). :meth:`finalize` adds ``ppl = exp(nll)`` and ``diffusion_ppl_bound``. On the
+    prediction loader: exact match and token accuracy of generated answers.
 
     Args:
-        tokenizer: pad and eos ids (answers).
+        tokenizer: mask, pad and eos ids.
         block_size, alpha: as in :class:`~xdllm_models.hybrid.loss.HybridLoss` (the training loss).
+        num_levels: noise levels ``K`` per sample for the diffusion bound (0: no bound).
+        eps: smallest masking level (as in training).
+        seed: seed of the noise streams.
     """
 
-    def __init__(self, tokenizer: Tokenizer, block_size: int, alpha: float = 1.0) -> None:
+    def __init__(self, tokenizer: Tokenizer, block_size: int, alpha: float = 1.0, num_levels: int = 4,
+                 eps: float = 1e-3, seed: int = 0) -> None:
         super().__init__(tokenizer)
+        if num_levels < 0:
+            raise ValueError(f"HybridEvaluator: num_levels must be >= 0, got {num_levels}")
+        if not 0.0 <= eps < 1.0:
+            raise ValueError(f"HybridEvaluator: eps must be in [0, 1), got {eps}")
         self.loss = HybridLoss(block_size=block_size, alpha=alpha)
+        self.num_levels = num_levels
+        self.eps = eps
+        self.seed = seed
 
     def loss_metrics(self, model: torch.nn.Module, batch: Mapping[str, Any],
                      loss_fn: LossFunction) -> MetricSums:
         logits = self.loss.branch_logits(model, batch)
         terms = self.loss.objective_terms(logits, batch)
-        supervised = batch["loss_mask"][:, 1:] != 0
-        nll = torch.where(supervised, next_token_nll(logits.causal.float(), batch["target_ids"]), 0.0)
+        counted = _through_first_eos(batch["target_ids"], batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
+        nll = torch.where(counted[:, 1:], next_token_nll(logits.causal.float(), batch["target_ids"]), 0.0)
+        tokens = counted.sum().double()
         samples = torch.tensor(float(batch["input_ids"].shape[0]), dtype=torch.float64, device=nll.device)
-        return {"loss": (terms.total_loss.detach().double() * samples, samples),
+        sums = {"loss": (terms.total_loss.detach().double() * samples, samples),
                 "diffusion_loss": (terms.dllm_loss.double() * samples, samples),
                 "ar_loss": ((terms.total_loss - terms.dllm_loss).detach().double() * samples, samples),
-                "nll": (nll.sum().double(), supervised.sum().double())}
+                "nll": (nll.sum().double(), tokens)}
+        if self.num_levels > 0:
+            sums["diffusion_nll_bound"] = (self.bound_sum(model, batch), tokens)
+        return sums
+
+    def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
+        """``Σ_samples`` of the block-diffusion NELBO numerator, averaged over the ``K`` levels."""
+        clean, supervised = batch["target_ids"], batch["loss_mask"] != 0
+        keys = row_keys(self.seed, batch["sample_index"].to(clean.device))
+        offsets = (supervised.long().cumsum(1) - 1).clamp(min=0)  # i-th supervised token -> i
+        base = uniforms(keys, 0, Purpose.NOISE_LEVEL, 1)[:, 0]
+        total = torch.zeros((), dtype=torch.float64, device=clean.device)
+        for level in range(self.num_levels):
+            t = (1.0 - self.eps) * torch.remainder(base + level / self.num_levels, 1.0) + self.eps
+            draws = uniforms(keys, level, Purpose.NOISE_MASK, clean.shape[1]).gather(1, offsets)
+            masked = supervised & (draws < t[:, None])
+            noisy = torch.where(masked, self.tokenizer.mask_token_id, clean)
+            logits = model.branches(noisy, clean, batch["attention_mask"], batch["positions"],
+                                    self.loss.block_size).diffusion
+            nll = per_token_nll(logits.float(), clean)
+            total += torch.where(masked, nll / t[:, None], 0.0).sum().double()
+        return total / self.num_levels
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
         values = dict(means)
-        if "nll" in values:
-            nll = values["nll"]
-            values["ppl"] = math.exp(nll) if nll < MAX_EXPONENT else math.inf
+        for nll_key, ppl_key in (("nll", "ppl"), ("diffusion_nll_bound", "diffusion_ppl_bound")):
+            if nll_key in values:
+                values[ppl_key] = math.exp(values[nll_key]) if values[nll_key] < MAX_EXPONENT else math.inf
         return values
+
+
+def _through_first_eos(target_ids: Integer[Tensor, "batch seq_len"], supervised: Bool[Tensor, "batch seq_len"],
+                       eos_token_id: int) -> Bool[Tensor, "batch seq_len"]:
+    """The supervised tokens up to and including each row's first supervised EOS."""
+    is_eos = (target_ids == eos_token_id) & supervised
+    return supervised & (is_eos.long().cumsum(1) - is_eos.long() == 0)

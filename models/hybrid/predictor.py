@@ -172,19 +172,14 @@ class HybridPredictor:
         in_block = torch.arange(size, device=device)
         ids = canvas.ids
         finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
-        steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
-        last_step = torch.zeros(n_rows, dtype=torch.long, device=device)
-        elapsed: list[float] = []
-        step = 0
+        tally = _PassTally(n_rows, device, start_time)
 
-        def record(block: int, probs: Tensor, committed: Tensor, scores: Tensor, active: Tensor) -> None:
-            nonlocal step, steps_taken, last_step
-            steps_taken = steps_taken + active.long()
-            last_step = torch.where(active, step, last_step)
+        def record(block: int, canvas_ids: Tensor, probs: Tensor, committed: Tensor, scores: Tensor,
+                   active: Tensor) -> None:
             if history is not None:
-                history.on_step(_step_state(step, ids, canvas, block * size, probs, committed, scores, active, k))
-            elapsed.append(time.perf_counter() - start_time)
-            step += 1
+                history.on_step(_step_state(tally.steps, canvas_ids, canvas, block * size, probs, committed, scores,
+                                            active, k))
+            tally.count(active)
 
         for block in range(n_blocks):
             columns = canvas.output_start[:, None] + block * size + in_block
@@ -201,7 +196,7 @@ class HybridPredictor:
             ids = ids.scatter(1, columns, block_ids)
             committed = (in_block == 0)[None, :] & running[:, None]
             scores = torch.where(committed, probs.gather(1, seeds[:, None]), 0.0)
-            record(block, probs[:, None], committed | padded, scores, running)
+            record(block, ids, probs[:, None], committed | padded, scores, running)
             # 2. fill: the diffusion branch over the block, reading the cached prefix
             for fill_pass in range(1, self.steps_per_block + 1):
                 masked = block_ids == tok.mask_token_id
@@ -213,7 +208,7 @@ class HybridPredictor:
                 block_ids, probs, committed, scores = self._fill(logits, block_ids, masked, keys, block, fill_pass)
                 block_ids, padded = self._settle(block_ids, running)
                 ids = ids.scatter(1, columns, block_ids)
-                record(block, probs, committed | (padded & masked), scores, active)
+                record(block, ids, probs, committed | (padded & masked), scores, active)
             if self.stop_at_eos:
                 finished = finished | (block_ids == tok.eos_token_id).any(1)
             if block + 1 == n_blocks or (self.stop_at_eos and bool(finished.all())):
@@ -228,9 +223,9 @@ class HybridPredictor:
             "loss": None,
             "text": decode_regions(tok, ids, canvas.output_start, canvas.region_len, self.skip_special_tokens),
             "ids": ids,
-            "time_taken": [elapsed[s] for s in last_step.tolist()],
+            "time_taken": tally.time_taken(),
             "output_start_idx": canvas.output_start,
-            "steps_taken": steps_taken.tolist(),
+            "steps_taken": tally.steps_taken.tolist(),
         }
         if history is not None:
             history.end(prediction)
@@ -253,6 +248,27 @@ class HybridPredictor:
         count = scheduled_count(masked.sum(1), passes_left, torch.full_like(keys, self.steps_per_block), None)
         committed = select_positions(scores, masked, count, self.threshold)
         return torch.where(committed, tokens, block_ids), probs, committed, torch.where(masked, scores, 0.0)
+
+
+class _PassTally:
+    """Forward passes per row (while it ran), and the time at each row's last one."""
+
+    def __init__(self, n_rows: int, device: torch.device, start_time: float) -> None:
+        self.steps = 0
+        self.steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
+        self.last_step = torch.zeros(n_rows, dtype=torch.long, device=device)
+        self.elapsed: list[float] = []
+        self.start_time = start_time
+
+    def count(self, active: Bool[Tensor, " batch"]) -> None:
+        """One pass done; ``active`` rows took part in it."""
+        self.steps_taken = self.steps_taken + active.long()
+        self.last_step = torch.where(active, self.steps, self.last_step)
+        self.elapsed.append(time.perf_counter() - self.start_time)
+        self.steps += 1
+
+    def time_taken(self) -> list[float]:
+        return [self.elapsed[step] for step in self.last_step.tolist()]
 
 
 def _check_positions(model: nn.Module, positions: Integer[Tensor, "batch seq_len"]) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from xdllm.losses.chunked import DEFAULT_CHUNK_SIZE, supervised_token_nll
 from xdllm.losses.token_nll import masked_normalised_sum, per_token_nll, prepare_logits
 from xdllm_models.mlm.types import MLMLossDict
 
@@ -17,10 +18,16 @@ class MLMLoss:
     The batch comes from an MLM collator (corruption already applied, per sample and seeded).
     Built on the dLLM losses' helpers (``xdllm.losses.token_nll``): vocab-sharded logits are
     gathered, and an empty mask gives a zero loss that still back-propagates, never NaN.
+
+    A model with ``final_hidden`` and ``lm_head_weight`` (:class:`RotaryTransformerMLMModel`)
+    is scored on its masked positions only, ``chunk_size`` at a time, without float32 logits
+    of every position (:mod:`xdllm.losses.chunked`; same value and gradients).
+    ``chunk_size=None`` takes the plain path.
     """
 
-    def __init__(self, mask_token_id: int) -> None:
+    def __init__(self, mask_token_id: int, chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> None:
         self.mask_token_id = mask_token_id
+        self.chunk_size = chunk_size
 
     def __call__(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> MLMLossDict:
         input_ids = batch["input_ids"]
@@ -29,14 +36,15 @@ class MLMLoss:
             raise ValueError(
                 f"MLMLoss: target_ids must have the shape of input_ids {tuple(input_ids.shape)}, "
                 f"got {None if target_ids is None else tuple(target_ids.shape)}")
-        logits = model(
-            input_ids,
-            attention_mask=batch.get("attention_mask"),
-            positions=batch.get("positions"),
-            segment_ids=batch.get("segment_ids"),
-        )
+        inputs = dict(attention_mask=batch.get("attention_mask"), positions=batch.get("positions"),
+                      segment_ids=batch.get("segment_ids"))
         masked = input_ids == self.mask_token_id
-        nll = per_token_nll(prepare_logits(logits, fp32_upcast=True), target_ids)
         num_masked = masked.sum()
-        return {"loss": masked_normalised_sum(nll, masked, num_masked, None),
-                "masked_tokens": num_masked.float()}
+        if self.chunk_size is not None and hasattr(model, "final_hidden"):
+            nll = supervised_token_nll(model.final_hidden(input_ids, **inputs), model.lm_head_weight, target_ids,
+                                       masked, self.chunk_size)
+            loss = nll.sum() / num_masked.clamp_min(1)
+        else:
+            nll = per_token_nll(prepare_logits(model(input_ids, **inputs), fp32_upcast=True), target_ids)
+            loss = masked_normalised_sum(nll, masked, num_masked, None)
+        return {"loss": loss, "masked_tokens": num_masked.float()}

@@ -17,7 +17,7 @@ class RotaryTransformerMLMModel(nn.Module):
 
     ``attn_backend``: ``"auto"`` (FlexAttention on CUDA, SDPA elsewhere), ``"sdpa"`` or
     ``"flex"`` (CPU only for inference). See :mod:`xdllm.nn.attention`. ``norm``:
-    ``"rmsnorm"`` or ``"layernorm"``.
+    ``"rmsnorm"`` or ``"layernorm"``. ``compile``: ``torch.compile`` the network (``model.compile=true``).
     """
 
     def __init__(
@@ -31,11 +31,13 @@ class RotaryTransformerMLMModel(nn.Module):
         dropout: float = 0.0,
         attn_backend: BackendRequest = "auto",
         norm: Literal["rmsnorm", "layernorm"] = "rmsnorm",
+        compile: bool = False,
     ) -> None:
         super().__init__()
         self.config = RotaryTransformerConfig(
             vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads, d_ff=d_ff,
             max_positions=max_positions, dropout=dropout, attn_backend=attn_backend, norm=norm,
+            compile=compile,
         )
         self.transformer = RotaryTransformer(self.config)
 
@@ -59,3 +61,18 @@ class RotaryTransformerMLMModel(nn.Module):
         """
         return self.transformer(x_t, attention_mask=attention_mask, positions=positions,
                                 segment_ids=segment_ids, block_mask=block_mask)
+
+    def final_hidden(
+        self,
+        x_t: Integer[Tensor, "batch seq_len"],
+        attention_mask: Optional[Bool[Tensor, "batch seq_len"]] = None,
+        positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
+    ) -> Float[Tensor, "batch seq_len d_model"]:
+        """What the LM head reads (:meth:`forward` without the projection to the vocabulary)."""
+        return self.transformer.final_hidden(x_t, attention_mask=attention_mask, positions=positions,
+                                             segment_ids=segment_ids)
+
+    @property
+    def lm_head_weight(self) -> Float[Tensor, "vocab d_model"]:
+        return self.transformer.lm_head.weight

@@ -114,7 +114,7 @@ def test_sudoku_runs_end_to_end_with_its_metrics(tmp_path, capsys):
                  "data.num_val_samples=4", "data.num_test_samples=4", f"run_dir={run}"]
     assert main(["train", *overrides]) == 0
     capsys.readouterr()
-    assert main(["generate", f"ckpt={run}"]) == 0
+    assert main(["generate", f"ckpt={run}", "history=topk", "history_tensorboard_samples=1"]) == 0
     out = capsys.readouterr().out
     result = json.loads(out[out.index("{"):])
     assert {"solved", "blank_accuracy", "rule_valid"} <= result.keys()
@@ -123,3 +123,4 @@ def test_sudoku_runs_end_to_end_with_its_metrics(tmp_path, capsys):
     records = [json.loads(line) for line in predictions.read_text().splitlines()]
     assert len(records) == 4
     assert all({"solved", "blank_accuracy", "rule_valid"} <= record.keys() for record in records)
+    assert len(list(predictions.parent.glob("history/*.grid.png"))) == 1  # the 9x9 picture

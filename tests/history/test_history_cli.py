@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import pytest
 
@@ -31,36 +32,57 @@ def test_show_replays_one_sample(run_dir, capsys):
     assert _run("history", "show", str(run_dir / "history" / "history-00000.pt"),
                 "--sample", "1", "--k", "2", "--color", "never") == 0
     out = capsys.readouterr().out
-    sample = load_history(run_dir / "history" / "history-00000.pt").sample(1)
+    sample = load_history(run_dir / "history" / "history-00000.pt").sample(1)  # 4 positions, 2 steps
     name = TOKENIZER.id_to_token
-    lines = out.splitlines()
-    assert lines[0].startswith("sample 1: 2 steps (0..1), output from canvas position 3")
-    first = lines.index("step 0: 2 committed, 2 masks left")
-    expected_canvas = " ".join(
-        f"*{name(t)}*" if c else "_" for t, c in zip(sample.canvas[0].tolist(),
-                                                    sample.committed[0].tolist()))
-    assert lines[first + 1] == "  " + expected_canvas
-    j = sample.committed[0].nonzero()[0].item()
-    ids, probs = sample.topk_ids[0, j, :2].tolist(), sample.topk_probs[0, j, :2].tolist()
-    assert lines[first + 2] == (
-        f"  @{3 + j} {name(ids[0])} (conf {float(sample.confidence_at_commit[j]):.3f}): "
-        f"{name(ids[0])} {probs[0]:.3f}  {name(ids[1])} {probs[1]:.3f}")
-    assert lines[-1] == "output: row 1"
+    using, *lines = out.splitlines()
+    assert using == f"using {run_dir / 'history' / 'history-00000.pt'}"
+    assert lines[0] == ("sample 1: 2 steps (0..1) = 2 forward passes; output starts at canvas position 3 "
+                        "(positions below count from it); top-3 recorded")
+    assert lines[1] == "prompt: " + " ".join(name(i) for i in sample.prompt_ids.tolist())
+    assert lines[2] == "target: " + " ".join(name(i) for i in sample.target_ids.tolist())
+    assert lines[3] == "output: row 1"
+    final_wrong = sample.wrong[-1].tolist()
+    assert lines[4].startswith(f"result: {4 - sum(final_wrong)} of 4 target tokens right")
+    wrong = sample.wrong[0].tolist()
+    first = lines.index(f"step 0 (1 of 2): 2 committed, 2 masked, {sum(wrong)} wrong")
+    assert lines[first + 1] == "  " + " ".join(
+        f"*{name(t)}{'✗' if w else ''}*" if c else "_"
+        for t, c, w in zip(sample.canvas[0].tolist(), sample.committed[0].tolist(), wrong))
+    for j in range(4):  # every position: the two committed and the two still masked
+        ids, probs = sample.topk_ids[0, j, :2].tolist(), sample.topk_probs[0, j, :2].tolist()
+        alternatives = f"{name(ids[0])} {probs[0]:.3f}  {name(ids[1])} {probs[1]:.3f}"
+        if sample.committed[0, j]:
+            token = name(int(sample.canvas[0, j])) + ("✗" if wrong[j] else "")
+            what = f"{token} committed, conf {float(sample.confidence_at_commit[j]):.3f}"
+        else:
+            what = "_ masked"
+        assert lines[first + 2 + j] == f"  {j} {what}: {alternatives}"
+
+
+def test_show_caps_masked_positions(run_dir, capsys):
+    assert _run("history", "show", str(run_dir / "history" / "history-00000.pt"),
+                "--positions", "1", "--step", "0") == 0
+    lines = capsys.readouterr().out.splitlines()
+    first = next(n for n, line in enumerate(lines) if line.startswith("step 0 "))
+    listed = [line for line in lines[first + 2:] if not line.startswith("  ...")]
+    assert len(listed) == 2  # the committed position and the first masked one
+    assert lines[-1] == "  ... 3 more masked positions (--positions to show more)"
 
 
 def test_show_run_dir_counts_across_files_and_filters_step(run_dir, capsys):
     assert _run("history", "show", str(run_dir), "--sample", "2", "--step", "0",
                 "--color", "always") == 0
     out = capsys.readouterr().out
-    assert out.startswith("sample 2: 1 steps (0..0)")
-    assert "\033[1;32m" in out and "step 0: 3 committed, 0 masks left" in out
+    assert out.startswith(f"using {run_dir / 'history'} (the only history folder under {run_dir})\n"
+                          "sample 2: 1 steps (0..0)")
+    assert "\033[1;3" in out and "step 0 (1 of 1): 3 committed, 0 masked" in out
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["show", "{run}/missing.pt"], "missing.pt: no such file or directory"),
-        (["show", "{run}", "--sample", "3"], "sample 3 out of range (3 samples recorded)"),
+        (["show", "{run}", "--sample", "3"], "sample 3 out of range (3 samples recorded in 2 files)"),
         (["show", "{run}", "--step", "7"], "sample 0 has no step 7 (steps: 0..4)"),
         (["show", "{run}", "--k", "4"], "k=4 out of range: this history stores top-3"),
         (["show", "{run}/history/history-00000.pt"], None),
@@ -78,9 +100,11 @@ def test_errors_are_one_line(run_dir, capsys, argv, message):
 
 
 def test_tensorboard_default_logdir(run_dir, capsys):
-    assert _run("history", "tensorboard", str(run_dir), "--max-samples", "2") == 0
+    assert _run("history", "tensorboard", str(run_dir), "--max-samples", "2", "--max-frames", "1") == 0
     logdir = run_dir / "tensorboard" / "history"
-    assert f"wrote 2 samples to {logdir}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"wrote 2 samples to {logdir}" in out
+    assert f"view: tensorboard --logdir {logdir} --samples_per_plugin=images=1000" in out
     assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
 
 
@@ -97,9 +121,79 @@ def test_tensorboard_writes_every_valid_file_and_names_every_bad_one(tmp_path, g
         generate(recorder, prompt_lens=[2], gen_len=3, commits_per_step=[3], seed=seed)
     for bad in ("history-00001.pt", "history-00002.pt"):
         (tmp_path / "history" / bad).write_bytes(b"garbled")
-    assert _run("history", "tensorboard", str(tmp_path), "--logdir", str(tmp_path / "tb")) == 1
+    assert _run("history", "tensorboard", str(tmp_path), "--logdir", str(tmp_path / "tb"),
+                "--max-frames", "1") == 1
     captured = capsys.readouterr()
     assert "wrote 2 samples" in captured.out  # files 0 and 3: the one after the bad ones too
     errors = captured.err.strip().splitlines()
     assert len(errors) == 2 and all(line.startswith("xdllm history: error: skipped ") for line in errors)
     assert "history-00001.pt" in errors[0] and "history-00002.pt" in errors[1]
+
+
+@pytest.fixture
+def two_generations(tmp_path, generate):
+    """A run with a validation history (older) and a generation's history (newer)."""
+    run = tmp_path / "run"
+    validation = HistoryTopKPlugin(k=2, output_dir=run / "history" / "val-step0000002",
+                                   tokenizer=TOKENIZER, split="validation")
+    generate(validation, prompt_lens=[2], gen_len=2, commits_per_step=[2], seed=1)
+    test = HistoryTopKPlugin(k=2, output_dir=run / "generate" / "20260101-120000" / "history",
+                             tokenizer=TOKENIZER, split="test")
+    generate(test, prompt_lens=[2, 2], gen_len=3, commits_per_step=[3, 3], seed=2)
+    os.utime(validation.files_written[0], (1_000_000, 1_000_000))
+    os.utime(test.files_written[0], (2_000_000, 2_000_000))
+    return run, validation.files_written[0].parent, test.files_written[0].parent
+
+
+def test_a_run_directory_stands_for_its_newest_generation(two_generations, capsys):
+    run, validation, test = two_generations
+    assert _run("history", "show", str(run), "--sample", "1") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"using {test} (newest of 2 history folders under {run}; --all for every one)"
+    assert out[1].startswith("sample 1: 1 steps")
+    # --all: samples counted over both folders, oldest first (validation sample 0, then test 0, 1)
+    assert _run("history", "show", str(run), "--all", "--sample", "2") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [f"using {validation} (2 history folders under {run})",
+                       f"using {test} (2 history folders under {run})"]
+    assert out[2].startswith("sample 1: 1 steps")
+
+
+def test_several_files_are_read_in_order(two_generations, capsys):
+    _, validation, test = two_generations
+    files = [str(test / "history-00000.pt"), str(validation / "history-00000.pt")]
+    assert _run("history", "show", *files, "--sample", "2", "--color", "never") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [f"using {files[0]}", f"using {files[1]}"]
+    assert out[2].startswith("sample 0: 1 steps")  # the validation file's only sample
+
+
+def test_tensorboard_newest_by_default_every_folder_with_all(two_generations, capsys):
+    run, validation, test = two_generations
+    assert _run("history", "tensorboard", str(run), "--max-frames", "1") == 0
+    out = capsys.readouterr().out
+    assert f"using {test} (newest of 2 history folders under {run}; --all for every one)" in out
+    logdir = test.parent / "tensorboard" / "history"  # the generation folder's own
+    assert f"wrote 2 samples to {logdir}" in out
+    assert (test / "history-00000.sample_00001.png").is_file()
+    assert not list(validation.glob("*.png"))
+
+    assert _run("history", "tensorboard", str(run), "--all", "--max-frames", "1",
+                "--logdir", str(run / "tb")) == 0
+    out = capsys.readouterr().out
+    assert f"wrote 1 samples to {run / 'tb' / 'val-step0000002'}" in out
+    assert f"wrote 2 samples to {run / 'tb' / '20260101-120000'}" in out
+    assert f"view: tensorboard --logdir {run / 'tb'} --samples_per_plugin=images=1000" in out
+
+
+def test_history_help_is_plain_text(capsys):
+    parser = argparse.ArgumentParser(prog="xdllm")
+    add_history_parser(parser.add_subparsers(dest="command"))
+    for argv in (["history", "--help"], ["history", "show", "--help"], ["history", "tensorboard", "--help"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+        text = capsys.readouterr().out
+        assert "``" not in text and ":func:" not in text and ":class:" not in text
+    with pytest.raises(SystemExit):
+        parser.parse_args(["history", "--help"])
+    assert "newest generation" in capsys.readouterr().out

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import (
+    fake_generate,  # tests/history/conftest.py: imported at collection, while it is the current conftest
+)
 from matplotlib import colormaps
 from matplotlib.colors import to_rgba
 from PIL import Image
@@ -28,8 +31,6 @@ TOKENIZER = SymbolTokenizer(list("abcdefgh"))
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     """3 prompt tokens, 4 output positions, one commit per step: 4 steps."""
-    from conftest import fake_generate
-
     directory = tmp_path_factory.mktemp("history")
     recorder = HistoryTopKPlugin(k=2, output_dir=directory, tokenizer=TOKENIZER)
     fake_generate(recorder, prompt_lens=[3], gen_len=4, commits_per_step=[1], seed=3)
@@ -63,7 +64,7 @@ def test_labels_say_what_the_picture_shows(sample, figure):
     axes = figure.axes
     assert axes.get_ylabel() == "denoising step"
     assert axes.get_xlabel().startswith("position relative to the output start (0 = first output token")
-    assert "prompt: last 2 of 3 tokens" in axes.get_xlabel()
+    assert "the prompt (its last 2 of 3 tokens)" in axes.get_xlabel()
     assert [t.get_text() for t in axes.get_xticklabels()] == ["-2", "-1", "0", "1", "2", "3"]
     assert [t.get_text() for t in axes.get_yticklabels()] == [str(s) for s in sample.steps.tolist()]
     [colorbar] = [a for a in figure.figure.axes if a.get_ylabel().startswith("confidence at commit")]
@@ -80,20 +81,20 @@ def test_show_through_blanks_later_rows_and_names_the_step(sample, figure):
     assert visible == [True, True, False, False]
     step = int(sample.steps[1])
     assert figure.axes.get_title(loc="left").startswith(
-        f"sample {sample.sample_id}: canvas after step {step} (2 of 4 steps) - 1 committed at this "
+        f"sample {sample.sample_id}: the canvas after step {step} (2 of 4 steps)\n1 committed at this "
         f"step, 2 still masked")
     with pytest.raises(IndexError, match="row 4 out of range"):
         figure.show_through(4)
     figure.show_through(3)
 
 
-def test_wrong_tokens_are_red_and_framed_at_their_commit(sample, figure):
+def test_wrong_tokens_are_framed_at_their_commit_and_red_after(sample, figure):
     wrong = sample.wrong
     assert wrong is not None and wrong.any()  # random targets: some outputs are wrong
     frames = [p for p in figure.axes.patches if to_rgba(p.get_edgecolor()) == to_rgba(WRONG_COLOR)]
     assert len(frames) == int((wrong & sample.committed).sum())
     red = [t.get_text() for t in figure.axes.texts if to_rgba(t.get_color()) == to_rgba(WRONG_COLOR)]
-    assert len(red) == int(wrong.sum())
+    assert len(red) == int((wrong & ~sample.committed).sum())  # framed at the commit, red after
 
 
 def test_rendered_pixels_show_the_commit_colour(sample, figure, tmp_path):

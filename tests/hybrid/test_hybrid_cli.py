@@ -1,4 +1,4 @@
-"""The hybrid family from the command line: train, eval (objective, NLL, perplexity), generate
+"""The hybrid family from the command line: train, eval (objective, NLL, perplexity, bound), generate
 with the threshold and the block size, bad predictor options as one-line errors."""
 
 import json
@@ -27,6 +27,7 @@ def test_eval_reports_the_objective_and_the_causal_perplexity(hybrid_run, capsys
     summary = json.loads(capsys.readouterr().out)
     assert summary["nll"] > 0 and summary["ppl"] == pytest.approx(math.exp(summary["nll"]))
     assert summary["loss"] == pytest.approx(summary["diffusion_loss"] + summary["ar_loss"])
+    assert summary["diffusion_ppl_bound"] == pytest.approx(math.exp(summary["diffusion_nll_bound"]))
     assert {"exact_match", "token_accuracy"} <= set(summary)
 
 
@@ -57,4 +58,4 @@ def test_alpha_zero_trains_the_causal_branch_only(tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", f"ckpt={tmp_path / 'run'}", "num_samples=8"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["diffusion_loss"] == 0.0 and summary["loss"] == pytest.approx(summary["nll"])
+    assert summary["diffusion_loss"] == 0.0 and summary["loss"] == pytest.approx(summary["ar_loss"])

@@ -9,7 +9,9 @@ from hybrid_helpers import examples
 from xdllm.interfaces import LossContext
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.nn.masks import PAD_DOCUMENT_ID
+from xdllm_models.arlm.collator import ARLMCollator
 from xdllm_models.arlm.loss import ARLMLoss
+from xdllm_models.arlm.metrics import ARLMEvaluator
 from xdllm_models.hybrid.collator import HybridCollator
 from xdllm_models.hybrid.loss import HybridLoss
 from xdllm_models.hybrid.masks import HybridTrainingMask
@@ -125,27 +127,48 @@ def test_both_terms_divide_by_the_global_counts(tiny_model, tokenizer):
     torch.testing.assert_close(doubled["diffusion_loss"], local["diffusion_loss"] / 2)
 
 
-def test_evaluator_gives_the_causal_branch_exact_nll_and_perplexity(tiny_model, tokenizer):
+def test_evaluator_gives_the_causal_branch_exact_nll_as_arlm_computes_it(tiny_model, tokenizer):
+    """The block fill is not counted: the NLL is ARLM's on the same samples (unshifted rows)."""
     evaluator = HybridEvaluator(tokenizer, block_size=BLOCK)
     collate = HybridCollator(tokenizer, block_size=BLOCK)
     batches = [collate(examples(PROMPTS[:2], TARGETS[:2])), collate(examples(PROMPTS[2:], TARGETS[2:], 2))]
+    assert batches[0]["loss_mask"].sum() > 2 + 3 + 1 + 5  # there is a fill to leave out
+    arlm = ARLMEvaluator(tokenizer)
     with torch.no_grad():
         sums = [evaluator.loss_metrics(tiny_model, b, loss_fn=evaluator.loss) for b in batches]
-        whole = batch_of(tokenizer)
-        causal = ARLMLoss()(tiny_model, {"input_ids": whole["target_ids"], "loss_mask": whole["loss_mask"].bool(),
-                                         "attention_mask": whole["attention_mask"],
-                                         "positions": whole["positions"]})["loss"]
+        reference = arlm.loss_metrics(tiny_model, ARLMCollator(tokenizer)(examples(PROMPTS, TARGETS)), ARLMLoss())
+    assert sum(s["nll"][1] for s in sums).item() == reference["nll"][1].item() == 3 + 5 + 2
     nll = sum(s["nll"][0] for s in sums) / sum(s["nll"][1] for s in sums)
-    assert nll.item() == pytest.approx(causal.item(), rel=1e-5)
+    assert nll.item() == pytest.approx((reference["nll"][0] / reference["nll"][1]).item(), rel=1e-5)
     values = evaluator.finalize({"nll": nll.item()})
     assert values["ppl"] == pytest.approx(math.exp(nll.item()))
     assert evaluator.finalize({"nll": 800.0})["ppl"] == math.inf
+
+
+def test_the_diffusion_bound_repeats_and_does_not_depend_on_the_batch(tiny_model, tokenizer):
+    evaluator = HybridEvaluator(tokenizer, block_size=BLOCK, num_levels=3, seed=7)
+    collate = HybridCollator(tokenizer, block_size=BLOCK)
+    split = [collate(examples(PROMPTS[:1], TARGETS[:1])), collate(examples(PROMPTS[1:], TARGETS[1:], 1))]
+    whole = collate(examples(PROMPTS, TARGETS))
+    with torch.no_grad():
+        parts = [evaluator.loss_metrics(tiny_model, b, evaluator.loss)["diffusion_nll_bound"] for b in split]
+        together = evaluator.loss_metrics(tiny_model, whole, evaluator.loss)["diffusion_nll_bound"]
+        again = evaluator.bound_sum(tiny_model, whole)
+    assert together[1].item() == 10 and together[0].item() > 0
+    torch.testing.assert_close(parts[0][0] + parts[1][0], together[0], rtol=1e-6, atol=0)
+    assert again.item() == together[0].item()
+    bound = (together[0] / together[1]).item()
+    assert evaluator.finalize({"diffusion_nll_bound": bound})["diffusion_ppl_bound"] == pytest.approx(math.exp(bound))
+    off = HybridEvaluator(tokenizer, block_size=BLOCK, num_levels=0)
+    with torch.no_grad():
+        assert "diffusion_nll_bound" not in off.loss_metrics(tiny_model, whole, off.loss)
 
 
 @pytest.mark.parametrize("build, message", [
     (lambda tok: HybridCollator(tok, block_size=0), "block_size must be >= 1"),
     (lambda tok: HybridLoss(block_size=0), "block_size must be >= 1"),
     (lambda tok: HybridLoss(block_size=4, alpha=-1.0), "alpha must be >= 0"),
+    (lambda tok: HybridEvaluator(tok, block_size=4, num_levels=-1), "num_levels must be >= 0"),
 ])
 def test_bad_options_are_named(tokenizer, build, message):
     with pytest.raises(ValueError, match=message):

@@ -16,8 +16,8 @@ def test_each_validation_writes_history_and_tensorboard_views(tmp_path):
     folders = sorted(p.name for p in (run_dir / "history").iterdir())
     assert folders == ["val-step0000002", "val-step0000004"]
     history = load_history(run_dir / "history" / "val-step0000004" / "history-00000.pt")
-    assert len(history) == 3 and history.k == 2
+    assert len(history) == 3 and history.k == 2 and history.split == "validation"
     assert history.sample(0).num_steps == 5  # 4 digits + eos, one token per step
     views = EventAccumulator(str(run_dir / "tensorboard" / "history-step0000004"))
     views.Reload()
-    assert any(tag.endswith("/denoising") for tag in views.Tags()["images"])
+    assert "validation/sample_00000/denoising" in views.Tags()["images"]

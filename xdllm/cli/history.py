@@ -1,10 +1,9 @@
 """``xdllm history``: render recorded denoising histories (TensorBoard or terminal).
 
-- ``xdllm history tensorboard <run-dir-or-file> [--logdir DIR] [--max-samples N]`` writes
-  TensorBoard views (default ``<run_dir>/tensorboard/history``);
-- ``xdllm history show <run-dir-or-file> [--sample N] [--step S] [--k K]`` prints a replay.
-
-Failures (missing or corrupt file, index out of range) print one line on stderr and return 1.
+Each PATH is a history file, or a folder: a run directory, a generation folder or a history
+folder. A folder stands for its newest generation (the history folder whose files were written
+last) unless ``--all`` is given; the command says which folder it used. Failures (missing or
+corrupt file, index out of range) print one line on stderr and return 1.
 """
 
 from __future__ import annotations
@@ -12,49 +11,111 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
 from xdllm.cli.history_play import add_play_parser, run_play
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import iter_samples
+from xdllm.history.render import DEFAULT_MASKED_POSITIONS
 from xdllm.history.show import format_replay
-from xdllm.history.storage import HISTORY_SUBDIR, find_history_files
-from xdllm.history.tensorboard import DEFAULT_MAX_SAMPLES, write_tensorboard
+from xdllm.history.storage import HISTORY_SUBDIR, find_history_files, history_folders
+from xdllm.history.tensorboard import (
+    DEFAULT_MAX_FRAMES,
+    DEFAULT_MAX_SAMPLES,
+    DEFAULT_STEPS_PER_CARD,
+    VIEW_COMMAND,
+    TextOptions,
+    write_tensorboard,
+)
 
 TENSORBOARD_SUBDIR = Path("tensorboard") / "history"
+
+DESCRIPTION = """\
+View recorded denoising histories.
+
+  xdllm history tensorboard PATH... [--logdir DIR] [--all]
+      write TensorBoard views (default: <run_dir>/tensorboard/history, or
+      <generation folder>/tensorboard/history)
+  xdllm history show PATH... [--sample N] [--step S] [--k K] [--all]
+      print one sample's denoising, step by step
+
+Each PATH is a history file, or a folder (a run directory, a generation folder
+or a history folder). A folder stands for its newest generation, the history
+folder written last, unless --all is given; the command says which folder it
+used. Errors print one line and exit with status 1.
+"""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """History files picked for one command-line path, and how they were picked."""
+
+    path: Path
+    folder: Path
+    files: list[Path]
+    note: str
+
+    def describe(self) -> str:
+        if self.note == "file":
+            return f"using {self.path}"
+        return f"using {self.folder} ({self.note})"
 
 
 def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``history`` command and its ``tensorboard`` / ``show`` subcommands."""
     parser = subparsers.add_parser(
-        "history", help="view recorded denoising histories", description=__doc__,
+        "history", help="view recorded denoising histories", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="history_command", metavar="{tensorboard,show,play}")
     commands.required = True
 
-    board = commands.add_parser("tensorboard", help="write TensorBoard views of histories")
-    board.add_argument("path", type=Path, help="run directory, history directory or file")
+    board = commands.add_parser("tensorboard", help="write TensorBoard views of histories",
+                                description="Write TensorBoard views (text, pictures, scalars) of "
+                                            "recorded denoising histories.")
+    _add_paths(board)
     board.add_argument(
         "--logdir", type=Path, default=None,
-        help="event file directory (default: <run_dir>/tensorboard/history)",
+        help="event file directory (default: tensorboard/history in the folder holding the "
+             "history/ folder, i.e. the run directory or the generation folder; with several "
+             "folders, one subfolder each)",
     )
-    board.add_argument(
-        "--max-samples", type=_non_negative, default=DEFAULT_MAX_SAMPLES,
-        help=f"samples to render (default {DEFAULT_MAX_SAMPLES})",
-    )
+    board.add_argument("--max-samples", type=_non_negative, default=DEFAULT_MAX_SAMPLES,
+                       help=f"samples to render per folder (default {DEFAULT_MAX_SAMPLES})")
+    board.add_argument("--max-frames", type=_positive, default=DEFAULT_MAX_FRAMES,
+                       help=f"denoising pictures per sample (default {DEFAULT_MAX_FRAMES})")
+    board.add_argument("--steps-per-card", type=_positive, default=DEFAULT_STEPS_PER_CARD,
+                       help=f"steps per text card (default {DEFAULT_STEPS_PER_CARD})")
+    board.add_argument("--positions", type=_non_negative, default=DEFAULT_MASKED_POSITIONS,
+                       help="masked positions whose top-k is listed per step "
+                            f"(default {DEFAULT_MASKED_POSITIONS})")
+    board.add_argument("--grid", type=_grid_shape, default=None, metavar="ROWSxCOLS",
+                       help="also draw each output as a grid of this shape, e.g. 9x9 for sudoku "
+                            "(fill order and confidence per cell)")
 
-    show = commands.add_parser("show", help="replay one sample's denoising in the terminal")
-    show.add_argument("path", type=Path, help="history file, history directory or run directory")
+    show = commands.add_parser("show", help="replay one sample's denoising in the terminal",
+                               description="Print one sample's denoising, step by step.")
+    _add_paths(show)
     show.add_argument("--sample", type=_non_negative, default=0,
-                      help="sample index, counted over the files in order (default 0)")
+                      help="sample index, counted over the selected files in order (default 0)")
     show.add_argument("--step", type=int, default=None, help="show only this step number")
     show.add_argument("--k", type=int, default=None, help="alternatives to show (default all)")
+    show.add_argument("--positions", type=_non_negative, default=DEFAULT_MASKED_POSITIONS,
+                      help="masked positions whose top-k is listed per step "
+                           f"(default {DEFAULT_MASKED_POSITIONS})")
     show.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                       help="highlight committed tokens with ANSI colours (default auto)")
     add_play_parser(commands)
     return parser
+
+
+def _add_paths(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", type=Path, nargs="+", metavar="PATH",
+                        help="history file, history folder, generation folder or run directory")
+    parser.add_argument("--all", action="store_true",
+                        help="every history folder under each PATH, not only the newest")
 
 
 def run_history_command(args: argparse.Namespace) -> int:
@@ -70,28 +131,92 @@ def run_history_command(args: argparse.Namespace) -> int:
         return 1
 
 
+def select(paths: list[Path], every_folder: bool = False) -> list[Selection]:
+    """The history folders (or single files) the paths stand for: a file itself; a folder's
+    newest generation, or with ``every_folder`` each of its history folders, oldest first."""
+    selections = []
+    for path in paths:
+        if path.is_file():
+            selections.append(Selection(path, path.parent, find_history_files(path), "file"))
+            continue
+        folders = history_folders(path)
+        if every_folder:
+            chosen = folders
+            note = f"{len(folders)} history folder{'s' if len(folders) > 1 else ''} under {path}"
+        else:
+            chosen = folders[-1:]
+            note = (f"newest of {len(folders)} history folders under {path}; --all for every one"
+                    if len(folders) > 1 else f"the only history folder under {path}")
+        selections += [Selection(path, folder, find_history_files(folder), note) for folder in chosen]
+    return selections
+
+
+def _grid_shape(value: str) -> tuple[int, int]:
+    rows, sep, cols = value.lower().partition("x")
+    if not sep or not rows.isdigit() or not cols.isdigit() or int(rows) < 1 or int(cols) < 1:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLS such as 9x9, got {value!r}")
+    return int(rows), int(cols)
+
+
 def _tensorboard(args: argparse.Namespace) -> int:
-    find_history_files(args.path)
-    logdir = args.logdir if args.logdir is not None else default_logdir(args.path)
-    report = write_tensorboard(args.path, logdir, max_samples=args.max_samples)
-    print(
-        f"wrote {report.written} samples to {logdir}\n"
-        f"view: tensorboard --logdir {logdir} --samples_per_plugin=text=1000"
-    )
-    for path, reason in report.bad_files:
-        print(f"xdllm history: error: skipped {path}: {reason}", file=sys.stderr)
-    return 1 if report.bad_files else 0
+    selections = select(args.paths, args.all)
+    logdirs = _logdirs(selections, args.logdir)
+    text = TextOptions(steps_per_card=args.steps_per_card, masked_positions=args.positions)
+    failed = False
+    for selection, logdir in zip(selections, logdirs):
+        print(selection.describe())
+        report = write_tensorboard(selection.files, logdir, max_samples=args.max_samples,
+                                   max_frames=args.max_frames, text=text, grid=args.grid)
+        print(f"wrote {report.written} samples to {logdir}")
+        for path, reason in report.bad_files:
+            print(f"xdllm history: error: skipped {path}: {reason}", file=sys.stderr)
+        failed = failed or bool(report.bad_files)
+    common = args.logdir if args.logdir is not None else Path(os.path.commonpath(logdirs))
+    print("view: " + VIEW_COMMAND.format(logdir=common))
+    return 1 if failed else 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    sample = next(islice(iter_samples(args.path), args.sample, None), None)
+    selections = select(args.paths, args.all)
+    for selection in selections:
+        print(selection.describe())
+    files = [file for selection in selections for file in selection.files]
+    samples = (sample for file in files for sample in iter_samples(file))
+    sample = next(islice(samples, args.sample, None), None)
     if sample is None:
-        total = sum(1 for _ in iter_samples(args.path))
-        raise HistoryError(
-            f"{args.path}: sample {args.sample} out of range ({total} samples recorded)"
-        )
-    print(format_replay(sample, step=args.step, k=args.k, color=_use_color(args.color)))
+        total = sum(1 for file in files for _ in iter_samples(file))
+        raise HistoryError(f"sample {args.sample} out of range ({total} samples recorded in "
+                           f"{len(files)} file{'s' if len(files) > 1 else ''})")
+    print(format_replay(sample, step=args.step, k=args.k, color=_use_color(args.color),
+                        masked_positions=args.positions))
     return 0
+
+
+def _logdirs(selections: list[Selection], logdir: Path | None) -> list[Path]:
+    """Each selection's event folder: ``logdir`` for one, ``logdir/<folder label>`` for several,
+    and without ``logdir`` each folder's own ``<run>/tensorboard/history[/<label>]``."""
+    if logdir is not None:
+        if len(selections) == 1:
+            return [logdir]
+        return [logdir / label for label in _labels(selections)]
+    defaults = [default_logdir(selection.folder) for selection in selections]
+    if len(set(defaults)) == len(defaults):
+        return defaults
+    return [base / label for base, label in zip(defaults, _labels(selections))]
+
+
+def _labels(selections: list[Selection]) -> list[str]:
+    """A distinct short name per folder: ``val-step0000100``, a generation folder's name."""
+    labels: list[str] = []
+    for selection in selections:
+        folder = selection.folder
+        label = folder.parent.name if folder.name == HISTORY_SUBDIR else folder.name
+        candidate, number = label, 1
+        while candidate in labels:
+            number += 1
+            candidate = f"{label}-{number}"
+        labels.append(candidate)
+    return labels
 
 
 def default_logdir(path: Path) -> Path:
@@ -116,4 +241,11 @@ def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value

@@ -109,6 +109,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "optim.min_lr_ratio": Rule(NUMBER, low=0, high=1),
         "optim.gradient_clip_val": Rule(NUMBER, low=0, nullable=True),
         "optim.accumulate_grad_batches": POSITIVE,
+        "optim.fused": Rule((bool,), nullable=True),
         "checkpoint.last_every_n_steps": POSITIVE,
         "checkpoint.save_every_n_steps": Rule((int,), low=1, nullable=True),
         "checkpoint.monitor": Rule((str,), nullable=True),

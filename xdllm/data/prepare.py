@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from jaxtyping import Bool, Int, Int8
 from tqdm import tqdm
 
 from xdllm.data.prepare_worker import ChunkStats, part_path, start_worker, tokenize_chunk
@@ -101,18 +102,20 @@ def held_out_counts(total: int, val_fraction: float, test_fraction: float) -> tu
     return counts[0], counts[1]
 
 
-def choose_held_out(total: int, num_val: int, num_test: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def choose_held_out(total: int, num_val: int, num_test: int, seed: int
+                    ) -> tuple[Int[np.ndarray, " num_val"], Int[np.ndarray, " num_test"]]:
     """Sorted sample indices of the validation and test splits, drawn without replacement."""
     chosen = np.random.default_rng(seed).choice(total, size=num_val + num_test, replace=False)
     return np.sort(chosen[:num_val]), np.sort(chosen[num_val:])
 
 
-def _members(index: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+def _members(index: Int[np.ndarray, " count"], chosen: Int[np.ndarray, " chosen"]) -> Bool[np.ndarray, " count"]:
     position = np.searchsorted(chosen, index)
     return (position < len(chosen)) & (chosen[np.minimum(position, len(chosen) - 1)] == index)
 
 
-def split_labels(first: int, count: int, validation: np.ndarray, test: np.ndarray) -> np.ndarray:
+def split_labels(first: int, count: int, validation: Int[np.ndarray, " num_val"],
+                 test: Int[np.ndarray, " num_test"]) -> Int8[np.ndarray, " count"]:
     """Split of samples ``[first, first + count)``: 0 train, 1 validation, 2 test."""
     index = np.arange(first, first + count)
     labels = np.zeros(count, dtype=np.int8)
@@ -143,8 +146,8 @@ def _tokenize(chunks: list[Chunk], options: PrepareOptions, dtype: str, parts: P
     return sorted(stats, key=lambda chunk: chunk.index)
 
 
-def _write_splits(folder: Path, parts: Path, stats: list[ChunkStats], validation: np.ndarray,
-                  test: np.ndarray, dtype: str, kind: str) -> dict[str, dict[str, int]]:
+def _write_splits(folder: Path, parts: Path, stats: list[ChunkStats], validation: Int[np.ndarray, " num_val"],
+                  test: Int[np.ndarray, " num_test"], dtype: str, kind: str) -> dict[str, dict[str, int]]:
     """Copy the parts into each split's arrays, in source order; return each split's counts."""
     firsts = np.cumsum([0] + [chunk.samples for chunk in stats])
     info = {split: {"samples": 0, "tokens": 0, "longest_prompt": 0, "longest_target": 0} for split in SPLITS}

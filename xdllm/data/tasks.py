@@ -228,6 +228,8 @@ class SudokuTask:
 
     num_givens: int = 36
     name: ClassVar[str] = "sudoku"
+    grid_shape: ClassVar[tuple[int, int]] = (9, 9)
+    """The answer read as a grid: the history views draw it as one (xdllm.history.grid)."""
 
     def __post_init__(self) -> None:
         if not 17 <= self.num_givens <= CELLS:

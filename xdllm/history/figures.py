@@ -8,7 +8,8 @@ the token on the canvas after that step:
   0-1 scale (colour bar), so colours compare across samples and runs;
 - committed at an earlier step: white; masked: dark grey, no text; prompt and other given
   tokens (never committed): light blue;
-- differing from the target (where the file has one): red text, and a red frame at the commit.
+- differing from the target (where the file has one): a red frame at the commit, red text on
+  the later rows.
 
 :meth:`DenoisingFigure.show_through` shows the rows up to one step and blanks the later ones,
 so the TensorBoard export writes one image per step and its step slider replays the
@@ -45,6 +46,7 @@ PROMPT_COLUMNS = 8
 CELL_INCHES = (0.46, 0.28)
 MIN_TEXT_CELL_INCHES = (0.3, 0.17)
 MAX_FIGURE_INCHES = (20.0, 14.0)
+MIN_AXES_INCHES = (6.0, 2.6)  # room for the labels, title and legend of short samples
 MAX_TOKEN_CHARS = 6
 MAX_TICKS = 40
 DPI = 100
@@ -75,8 +77,9 @@ class DenoisingFigure:
         self.colors = _cell_colors(sample, self.prompt_shown)
         width = min(CELL_INCHES[0], MAX_FIGURE_INCHES[0] / columns)
         height = min(CELL_INCHES[1], MAX_FIGURE_INCHES[1] / steps)
-        self.figure = Figure(figsize=(columns * width + 2.6, steps * height + 2.2), dpi=DPI,
-                             layout="constrained")
+        self.figure = Figure(figsize=(max(columns * width, MIN_AXES_INCHES[0]) + 2.4,
+                                      max(steps * height, MIN_AXES_INCHES[1]) + 2.6),
+                             dpi=DPI, layout="constrained")
         FigureCanvasAgg(self.figure)
         self.axes = self.figure.add_subplot()
         self.image = self.axes.imshow(self.colors, aspect="auto", interpolation="nearest")
@@ -135,13 +138,12 @@ class DenoisingFigure:
         step = int(sample.steps[row])
         committed = int(sample.tokens_committed[row])
         masked = int(sample.masks_remaining[row])
-        line = (f"sample {sample.sample_id}: canvas after step {step} "
-                f"({row + 1} of {sample.num_steps} steps) - {committed} committed at this step, "
-                f"{masked} still masked")
+        lines = (f"sample {sample.sample_id}: the canvas after step {step} ({row + 1} of "
+                 f"{sample.num_steps} steps)\n{committed} committed at this step, {masked} still masked")
         wrong = sample.wrong
         if wrong is not None:
-            line += f", {int(wrong[row].sum())} wrong vs target"
-        return line
+            lines += f", {int(wrong[row].sum())} wrong vs target"
+        return lines
 
     def _draw_frame(self, steps: int, columns: int, prompt_length: int) -> None:
         axes, sample, shown = self.axes, self.sample, self.prompt_shown
@@ -149,10 +151,10 @@ class DenoisingFigure:
         axes.set_xticks(xticks, [str(column - shown) for column in xticks], fontsize=FONT_SIZE)
         yticks = _ticks(steps)
         axes.set_yticks(yticks, [str(int(sample.steps[row])) for row in yticks], fontsize=FONT_SIZE)
-        prompt_note = (f"prompt: last {shown} of {prompt_length} tokens" if shown < prompt_length
-                       else f"prompt: {prompt_length} tokens")
-        axes.set_xlabel(f"position relative to the output start (0 = first output token; "
-                        f"negative = prompt)   [{prompt_note}]")
+        prompt_note = (f"its last {shown} of {prompt_length} tokens" if shown < prompt_length
+                       else f"{prompt_length} tokens")
+        axes.set_xlabel(f"position relative to the output start (0 = first output token)\n"
+                        f"negative positions: the prompt ({prompt_note})")
         axes.set_ylabel("denoising step")
         regions = axes.secondary_xaxis("top")
         centres, names = [shown + (columns - shown) / 2 - 0.5], ["output region"]
@@ -166,16 +168,16 @@ class DenoisingFigure:
             ScalarMappable(Normalize(0.0, 1.0), colormaps[CONFIDENCE_COLORMAP]), ax=axes,
             fraction=0.04, pad=0.01, aspect=30,
         )
-        colorbar.set_label("confidence at commit (absolute scale, 0 to 1)")
+        colorbar.set_label("confidence at commit\n(fixed scale, 0 to 1)")
         legend = [
             Patch(facecolor=MASKED_COLOR, label="masked"),
             Patch(facecolor=EARLIER_COLOR, edgecolor="#999999", label="committed at an earlier step"),
             Patch(facecolor=GIVEN_COLOR, label="prompt / given"),
             Patch(facecolor="none", edgecolor=WRONG_COLOR, linewidth=2,
-                  label="wrong vs target (red text)"),
+                  label="wrong vs target (later: red text)"),
             Patch(facecolor=NOT_YET_COLOR, label="step not reached yet"),
         ]
-        self.figure.legend(handles=legend, loc="outside lower center", ncols=len(legend),
+        self.figure.legend(handles=legend, loc="outside lower center", ncols=3,
                            fontsize=FONT_SIZE + 1, frameon=False)
 
     def _draw_tokens(self, name: Callable[[int], str], prompt: list[int]) -> None:
@@ -183,6 +185,7 @@ class DenoisingFigure:
         canvas = sample.canvas.tolist()
         masked = sample.masked.tolist()
         wrong = sample.wrong.tolist() if sample.wrong is not None else None
+        committed = sample.committed.tolist()
         labels: dict[int, str] = {}
 
         def label(token: int) -> str:
@@ -196,7 +199,9 @@ class DenoisingFigure:
             for j, token in enumerate(canvas[row]):
                 if masked[row][j]:
                     continue
-                color = WRONG_COLOR if wrong is not None and wrong[row][j] else _ink(self.colors[row, shown + j])
+                # a wrong commit has its red frame; red text would not read on dark colours
+                red = wrong is not None and wrong[row][j] and not committed[row][j]
+                color = WRONG_COLOR if red else _ink(self.colors[row, shown + j])
                 artists.append(self._text(shown + j, row, label(token), color))
 
     def _draw_wrong_frames(self) -> None:

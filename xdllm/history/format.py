@@ -72,10 +72,11 @@ METADATA_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 # Added after version 1 was first written; files without them read as None (target correctness
-# then scores the whole target row).
+# then scores the whole target row; views infer the split from the folder).
 OPTIONAL_METADATA_FIELDS: dict[str, type | tuple[type, ...]] = {
     "eos_token_id": (int, type(None)),
     "pad_token_id": (int, type(None)),
+    "split": (str, type(None)),
 }
 
 

@@ -45,6 +45,7 @@ class SampleHistory:
         vocab: token strings for the ids in this file (empty without a tokenizer).
         eos_token_id, pad_token_id: the tokenizer's ids, if known (they bound the scored
             part of the target, see :attr:`reference_length`).
+        split: what the prompts were (``"validation"``, ``"test"``, ...), if recorded.
     """
 
     sample_id: int
@@ -64,6 +65,7 @@ class SampleHistory:
     vocab: dict[int, str]
     eos_token_id: int | None = None
     pad_token_id: int | None = None
+    split: str | None = None
 
     @property
     def num_steps(self) -> int:
@@ -142,6 +144,15 @@ class HistoryFile:
         return int(self._data["k"])
 
     @property
+    def split(self) -> str | None:
+        """What the prompts were: as recorded, else ``"validation"`` for a ``val-step<N>``
+        folder (files written before the split was stored), else ``None``."""
+        recorded = self._data.get("split")
+        if recorded is not None:
+            return recorded
+        return "validation" if self.path.parent.name.startswith("val-step") else None
+
+    @property
     def sample_ids(self) -> list[int]:
         return self._data["sample_ids"].tolist()
 
@@ -180,6 +191,7 @@ class HistoryFile:
             vocab=self._vocab,
             eos_token_id=data.get("eos_token_id"),
             pad_token_id=data.get("pad_token_id"),
+            split=self.split,
         )
 
 

@@ -3,11 +3,10 @@
 Per sample and step it keeps the top-k token ids and probabilities over the output region, the
 canvas after the step and the positions committed at that step; per position, the step and
 confidence of its (last) commit. The predictor computes the top-k (the recorder's ``k``) on its
-output window; the recorder places window offsets at the columns of the recorded region. Step
-work stays on the predictor's device and never waits for it (gathers, copies and
-``torch.where``); tensors are stacked and moved to the host once, in
-:meth:`HistoryTopKPlugin.end`, and written as one file per generation batch (see
-:mod:`xdllm.history.format`).
+output window. A step costs one device copy per tensor kept and never waits for the device;
+placing window offsets at the columns of the recorded region, the commit of every position and
+the move to the host (one copy) happen once per batch, in :meth:`HistoryTopKPlugin.end`, which
+writes one file per generation batch (see :mod:`xdllm.history.format`).
 
 One file per batch, rather than one per run: each file is complete and atomic the moment its
 batch ends, so an interrupted generation keeps everything it finished; memory stays bounded by
@@ -44,6 +43,8 @@ class HistoryTopKPlugin:
             in it, its mask token id marks masked positions for viewers, and its EOS and pad
             ids let viewers score outputs against targets as the evaluator does.
         mask_token_id: mask id to store when there is no tokenizer.
+        split: what the prompts are (``"validation"``, ``"test"``, ...), stored in every file;
+            views name their TensorBoard tags after it.
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class HistoryTopKPlugin:
         max_samples: int | None = None,
         tokenizer: Tokenizer | None = None,
         mask_token_id: int | None = None,
+        split: str | None = None,
     ) -> None:
         if k < 1:
             raise ValueError(f"HistoryTopKPlugin: k must be >= 1, got {k}")
@@ -64,6 +66,7 @@ class HistoryTopKPlugin:
         self.max_samples = max_samples
         self.tokenizer = tokenizer
         self.mask_token_id = tokenizer.mask_token_id if tokenizer is not None else mask_token_id
+        self.split = split
         self.files_written: list[Path] = []
         self.samples_recorded = 0
         self._next_index = next_file_index(self.output_dir)
@@ -88,7 +91,7 @@ class HistoryTopKPlugin:
         )
 
     def on_step(self, state: DenoisingStep) -> None:
-        """Append this step's top-k, canvas and commits; no host synchronisation."""
+        """Keep this step's top-k, canvas and commits: device copies, no host work."""
         if self._skipping:
             return
         if self._batch is None:
@@ -96,7 +99,7 @@ class HistoryTopKPlugin:
         self._batch.record(state, self.k)
 
     def end(self, prediction: PredictionDict) -> None:
-        """Stack the batch's steps, move them to the host and write the batch's file."""
+        """Place the batch's steps, move them to the host in one copy and write the file."""
         if self._skipping:
             self._skipping = False
             return
@@ -104,7 +107,7 @@ class HistoryTopKPlugin:
             raise HistoryError("HistoryTopKPlugin.end called before begin()")
         payload = self._batch.finish(prediction, self.k)
         payload.update(_token_strings(payload, self.tokenizer))
-        payload.update(_end_ids(self.tokenizer))
+        payload.update(_end_ids(self.tokenizer), split=self.split)
         path = self.output_dir / history_file_name(self._next_index)
         write_history_file(payload, path)
         self.files_written.append(path)
@@ -114,7 +117,13 @@ class HistoryTopKPlugin:
 
 
 class _BatchRecording:
-    """The per-step tensors of one batch, kept on the predictor's device until ``finish``."""
+    """The per-step tensors of one batch, kept on the predictor's device until ``finish``.
+
+    A step is kept as handed over, on the output window: one copy per tensor (converted to the
+    stored dtype on the way), nothing else, so recording costs a step a handful of device copies
+    and no host work. Placing window offsets at the recorded columns, the commit step and
+    confidence of every position, and the move to the host happen once per batch in ``finish``.
+    """
 
     def __init__(
         self,
@@ -134,17 +143,14 @@ class _BatchRecording:
                        + region_start - output_start[:, None])
         self.static = static
         self.initial_canvas = initial_canvas
+        self.window_valid: Tensor | None = None
         self.steps: list[int] = []
         self.topk_ids: list[Tensor] = []
         self.topk_probs: list[Tensor] = []
         self.canvas: list[Tensor] = []
         self.committed: list[Tensor] = []
+        self.confidence: list[Tensor] = []
         self.active: list[Tensor] = []
-        shape = initial_canvas.shape
-        self.commit_step = torch.full(shape, -1, dtype=torch.int64, device=initial_canvas.device)
-        self.confidence_at_commit = torch.full(
-            shape, float("nan"), dtype=torch.float32, device=initial_canvas.device
-        )
 
     @classmethod
     def start(
@@ -168,25 +174,18 @@ class _BatchRecording:
         return cls(rows, region_start, canvas_len, output_start, static, initial)
 
     def record(self, state: DenoisingStep, k: int) -> None:
-        """Append the step, its window values placed at the recorded columns (device work only)."""
+        """Keep a copy of the step's window values and canvas (device copies only)."""
         self._check(state, k)
         rows = self.rows
-        index, inside = self._region_columns(state.window_valid[:rows])
-        committed = _take_columns(state.committed[:rows], index, inside)
+        if self.window_valid is None:  # the layout of the windows: fixed for the batch
+            self.window_valid = state.window_valid[:rows].clone()
         self.steps.append(state.step)
-        self.topk_ids.append(_take_columns(state.topk_ids[:rows], index, inside).to(torch.int32))
-        self.topk_probs.append(
-            _take_columns(state.topk_probs[:rows], index, inside).to(torch.float16)
-        )
+        self.topk_ids.append(state.topk_ids[:rows].to(torch.int32, copy=True))
+        self.topk_probs.append(state.topk_probs[:rows].to(torch.float16, copy=True))
         self.canvas.append(state.canvas[:rows, self.region_start:].to(torch.int32, copy=True))
-        self.committed.append(committed)
-        self.active.append(state.active[:rows].clone())
-        self.commit_step = torch.where(committed, state.step, self.commit_step)
-        self.confidence_at_commit = torch.where(
-            committed,
-            _take_columns(state.confidence[:rows], index, inside).float(),
-            self.confidence_at_commit,
-        )
+        self.committed.append(state.committed[:rows].to(torch.bool, copy=True))
+        self.confidence.append(state.confidence[:rows].to(torch.float32, copy=True))
+        self.active.append(state.active[:rows].to(torch.bool, copy=True))
 
     def _check(self, state: DenoisingStep, k: int) -> None:
         """Shapes only (no device values): the step must fit what ``begin`` and ``k`` fixed."""
@@ -210,10 +209,40 @@ class _BatchRecording:
         inside = (self.offset >= 0) & (self.offset < width) & window_valid.gather(1, index)
         return index, inside
 
-    def finish(self, prediction: PredictionDict, k: int) -> dict[str, Any]:
+    def _placed_steps(self, k: int) -> dict[str, Tensor]:
+        """Every step's values at the recorded columns, ``[B, S, R, ...]``, and per position the
+        step and confidence of its last commit; on the device, in a few batched operations."""
         region = self.canvas_len - self.region_start
+        if not self.steps:
+            device = self.initial_canvas.device
+            return {"topk_ids": torch.zeros((self.rows, 0, region, k), dtype=torch.int32, device=device),
+                    "topk_probs": torch.zeros((self.rows, 0, region, k), dtype=torch.float16, device=device),
+                    "canvas": torch.zeros((self.rows, 0, region), dtype=torch.int32, device=device),
+                    "committed": torch.zeros((self.rows, 0, region), dtype=torch.bool, device=device),
+                    "active": torch.zeros((self.rows, 0), dtype=torch.bool, device=device),
+                    "commit_step": torch.full((self.rows, region), -1, dtype=torch.int64, device=device),
+                    "confidence_at_commit": torch.full((self.rows, region), float("nan"), device=device)}
+        assert self.window_valid is not None
+        index, inside = self._region_columns(self.window_valid)
+        committed = _take_columns(torch.stack(self.committed, dim=1), index, inside)
+        confidence = _take_columns(torch.stack(self.confidence, dim=1), index, inside)
+        order = torch.arange(len(self.steps), device=committed.device)[None, :, None]
+        last = torch.where(committed, order, -1).amax(dim=1)  # the last step that committed
+        steps = torch.tensor(self.steps, dtype=torch.int64).to(committed.device, non_blocking=True)
+        return {
+            "topk_ids": _take_columns(torch.stack(self.topk_ids, dim=1), index, inside),
+            "topk_probs": _take_columns(torch.stack(self.topk_probs, dim=1), index, inside),
+            "canvas": torch.stack(self.canvas, dim=1),
+            "committed": committed,
+            "active": torch.stack(self.active, dim=1),
+            "commit_step": torch.where(last >= 0, steps[last.clamp_min(0)], -1),
+            "confidence_at_commit": torch.where(
+                last >= 0, confidence.gather(1, last.clamp_min(0)[:, None]).squeeze(1), float("nan")),
+        }
+
+    def finish(self, prediction: PredictionDict, k: int) -> dict[str, Any]:
+        placed = _to_host({**self._placed_steps(k), "initial_canvas": self.initial_canvas})
         texts = list(prediction["text"][: self.rows])
-        active = _stack(self.active, (self.rows,), torch.bool)
         return {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
@@ -221,34 +250,39 @@ class _BatchRecording:
             "region_start": self.region_start,
             "canvas_len": self.canvas_len,
             "steps": torch.tensor(self.steps, dtype=torch.int64),
-            "active": active,
-            "num_steps": active.sum(dim=1),
-            "topk_ids": _stack(self.topk_ids, (self.rows, region, k), torch.int32),
-            "topk_probs": _stack(self.topk_probs, (self.rows, region, k), torch.float16),
-            "canvas": _stack(self.canvas, (self.rows, region), torch.int32),
-            "committed": _stack(self.committed, (self.rows, region), torch.bool),
-            "initial_canvas": self.initial_canvas.cpu(),
-            "commit_step": self.commit_step.cpu(),
-            "confidence_at_commit": self.confidence_at_commit.cpu(),
+            "num_steps": placed["active"].sum(dim=1),
+            **placed,
             "texts": texts,
             **self.static,
         }
 
 
 def _take_columns(window: Tensor, index: Tensor, inside: Tensor) -> Tensor:
-    """``window[b, index[b, c], ...]`` where ``inside[b, c]``, else zero (False): per-offset
-    values ``[B, W, ...]`` of the output window at the recorded columns ``[B, R, ...]``."""
-    if window.dim() == 3:
-        index = index[..., None].expand(-1, -1, window.shape[-1])
+    """``window[b, s, index[b, c], ...]`` where ``inside[b, c]``, else zero (False): the
+    per-offset values ``[B, S, W, ...]`` of every step at the recorded columns ``[B, S, R, ...]``."""
+    steps = window.shape[1]
+    index = index[:, None].expand(-1, steps, -1)
+    inside = inside[:, None]
+    if window.dim() == 4:
+        index = index[..., None].expand(-1, -1, -1, window.shape[-1])
         inside = inside[..., None]
-    return window.gather(1, index).masked_fill(~inside, 0)
+    return window.gather(2, index).masked_fill(~inside, 0)
 
 
-def _stack(steps: list[Tensor], row_shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-    """Stack per-step ``[B, ...]`` tensors into ``[B, S, ...]`` on the host."""
-    if not steps:
-        return torch.empty((row_shape[0], 0, *row_shape[1:]), dtype=dtype)
-    return torch.stack(steps, dim=1).cpu()
+def _to_host(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The tensors on the host after one device-to-host copy: their bytes are concatenated on
+    the device (widest elements first, so every piece stays aligned), copied once, then cut and
+    viewed back into each tensor, each its own storage (``torch.save`` refuses one storage
+    viewed as several dtypes)."""
+    names = sorted(tensors, key=lambda name: -tensors[name].element_size())
+    pieces = [tensors[name].contiguous().reshape(-1).view(torch.uint8) for name in names]
+    host = torch.cat(pieces).cpu()
+    placed, offset = {}, 0
+    for name, piece in zip(names, pieces):
+        tensor = tensors[name]
+        placed[name] = host[offset:offset + piece.numel()].view(tensor.dtype).view(tensor.shape).clone()
+        offset += piece.numel()
+    return placed
 
 
 def _sample_ids(batch: Mapping[str, Any], rows: int, first_sample_id: int) -> Tensor:

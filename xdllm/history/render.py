@@ -1,7 +1,10 @@
 """A step-by-step view of a :class:`SampleHistory`, shared by the TensorBoard and terminal views.
 
-It decides what a reader sees at each step (which tokens are masked, fixed or just committed,
-and the alternatives of each commit); the two front ends only format it.
+It decides what a reader sees at each step: the canvas (masked, given, committed earlier, or
+committed at this step, and whether a token differs from the target), and the top-k
+alternatives of the positions committed at the step and of the positions still masked after
+it. Positions are counted from the sample's output start (0 = first output token). The front
+ends only format it.
 """
 
 from __future__ import annotations
@@ -15,32 +18,49 @@ from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
 
 CellState = Literal["masked", "committed", "fixed"]
+DEFAULT_MASKED_POSITIONS = 8
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One region position after a step: its token text and whether it is new, old or masked."""
+    """One output position after a step: its token text, state and whether it is wrong."""
 
     text: str
     state: CellState
+    wrong: bool = False
 
 
 @dataclass(frozen=True)
-class Commit:
-    """A position committed at a step: the token written, its confidence, the top-k."""
+class PositionView:
+    """The top-k of one position at a step: committed at the step, or still masked after it.
+
+    ``token`` is the committed token ('' while masked); ``confidence`` the predictor's score
+    at the commit (NaN while masked, or when a later re-commit replaced it in the file).
+    """
 
     position: int
+    state: Literal["committed", "masked"]
     token: str
     confidence: float
+    wrong: bool
     alternatives: list[tuple[str, float]]
 
 
 @dataclass(frozen=True)
 class StepView:
+    """One step: ``cells`` (every output position), ``positions`` (committed ones, then up to
+    the cap of masked ones, in position order) and ``hidden_masked`` masked positions left
+    out by the cap. ``wrong`` counts wrong tokens on the canvas (None without a target)."""
+
     step: int
+    row: int
+    num_steps: int
+    committed: int
     masks_remaining: int
+    wrong: int | None
     cells: list[Cell]
-    commits: list[Commit]
+    positions: list[PositionView]
+    hidden_masked: int
 
 
 def visible_token(text: str) -> str:
@@ -54,45 +74,63 @@ def step_views(
     sample: SampleHistory,
     k: int | None = None,
     token_text: Callable[[int], str] | None = None,
+    masked_positions: int | None = DEFAULT_MASKED_POSITIONS,
 ) -> list[StepView]:
-    """Every step of ``sample`` as a :class:`StepView`, with ``k`` alternatives (default all).
+    """Every step of ``sample``, ascending, with ``k`` alternatives (default all recorded) and
+    the top-k of at most ``masked_positions`` masked positions per step (``None``: all).
 
     ``token_text`` overrides the stored token strings (e.g. a tokenizer's ``id_to_token``).
     """
     k = sample.k if k is None else k
     if not 1 <= k <= sample.k:
         raise HistoryError(f"k={k} out of range: this history stores top-{sample.k} (1..{sample.k})")
+    if masked_positions is not None and masked_positions < 0:
+        raise HistoryError(f"masked_positions must be >= 0, got {masked_positions}")
     name = token_text or sample.token
+    strings: dict[int, str] = {}
+
+    def text(token: int) -> str:
+        if token not in strings:
+            strings[token] = visible_token(name(token))
+        return strings[token]
+
     canvas = sample.canvas.tolist()
     masked = sample.masked.tolist()
     committed = sample.committed.tolist()
+    wrong_grid = sample.wrong
+    wrong = wrong_grid.tolist() if wrong_grid is not None else [[False] * len(row) for row in canvas]
     top_ids = sample.topk_ids[..., :k].tolist()
     top_probs = sample.topk_probs[..., :k].tolist()
     confidence = sample.confidence_at_commit.tolist()
     commit_step = sample.commit_step.tolist()
-    remaining = sample.masks_remaining.tolist()
     views = []
     for s, step in enumerate(sample.steps.tolist()):
         cells = [
-            Cell(
-                visible_token(name(token)),
-                "masked" if masked[s][j] else "committed" if committed[s][j] else "fixed",
-            )
+            Cell(text(token), "masked" if masked[s][j] else "committed" if committed[s][j] else "fixed",
+                 wrong[s][j])
             for j, token in enumerate(canvas[s])
         ]
-        commits = [
-            Commit(
-                position=sample.output_start + j,
-                token=visible_token(name(canvas[s][j])),
-                # the stored confidence is that of the position's last commit
-                confidence=confidence[j] if commit_step[j] == step else math.nan,
-                alternatives=[
-                    (visible_token(name(t)), p) for t, p in zip(top_ids[s][j], top_probs[s][j])
-                ],
+        still_masked = [j for j, cell in enumerate(cells) if cell.state == "masked"]
+        shown_masked = still_masked if masked_positions is None else still_masked[:masked_positions]
+        listed = sorted([j for j, cell in enumerate(cells) if cell.state == "committed"] + shown_masked)
+        positions = [
+            PositionView(
+                position=j,
+                state=cells[j].state,
+                token="" if cells[j].state == "masked" else cells[j].text,
+                # the file keeps the confidence of each position's last commit only
+                confidence=confidence[j] if cells[j].state == "committed" and commit_step[j] == step
+                else math.nan,
+                wrong=cells[j].wrong,
+                alternatives=[(text(t), p) for t, p in zip(top_ids[s][j], top_probs[s][j])],
             )
-            for j in range(len(canvas[s]))
-            if committed[s][j]
+            for j in listed
         ]
-        views.append(StepView(step, remaining[s], cells, commits))
+        views.append(StepView(
+            step=step, row=s, num_steps=sample.num_steps,
+            committed=sum(cell.state == "committed" for cell in cells),
+            masks_remaining=len(still_masked),
+            wrong=None if wrong_grid is None else sum(cell.wrong for cell in cells),
+            cells=cells, positions=positions, hidden_masked=len(still_masked) - len(shown_masked),
+        ))
     return views
-

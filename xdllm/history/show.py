@@ -1,8 +1,10 @@
 """A plain-text replay of one sample's denoising, for ``xdllm history show``.
 
-Per step: the canvas with masks as ``_`` and the tokens committed at that step highlighted
-(ANSI bold green with colour, ``*token*`` without), then one line per commit with its
-confidence and top-k alternatives.
+A header (prompt, target, output, steps), then per step in ascending order: the canvas with
+masks as ``_``, the tokens committed at that step highlighted (ANSI bold green with colour,
+``*token*`` without) and wrong tokens (against the target) followed by ``✗``; then one line per
+committed or still-masked position (capped) with its top-k alternatives. Positions count from
+the output start (0 = first output token).
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from collections.abc import Callable
 
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
-from xdllm.history.render import Cell, StepView, step_views, visible_token
+from xdllm.history.render import DEFAULT_MASKED_POSITIONS, Cell, StepView, step_views, visible_token
 
 _BOLD_GREEN = "\033[1;32m"
+_BOLD_RED = "\033[1;31m"
+_RED = "\033[31m"
 _DIM = "\033[2m"
 _RESET = "\033[0m"
+WRONG_MARK = "✗"
 
 
 def format_replay(
@@ -25,57 +30,77 @@ def format_replay(
     k: int | None = None,
     color: bool = False,
     token_text: Callable[[int], str] | None = None,
+    masked_positions: int | None = DEFAULT_MASKED_POSITIONS,
 ) -> str:
-    """The replay of ``sample`` (only step number ``step`` when given) with ``k`` alternatives."""
-    views = step_views(sample, k=k, token_text=token_text)
+    """The replay of ``sample`` (only step number ``step`` when given) with ``k`` alternatives
+    and the top-k of at most ``masked_positions`` masked positions per step (None: all)."""
+    views = step_views(sample, k=k, token_text=token_text, masked_positions=masked_positions)
     if step is not None:
         views = [view for view in views if view.step == step]
         if not views:
             raise HistoryError(
                 f"sample {sample.sample_id} has no step {step} (steps: {_step_range(sample)})"
             )
-    name = token_text or sample.token
-    lines = [_header(sample, name)]
+    lines = _header(sample, token_text or sample.token)
     for view in views:
         lines += _step_lines(view, color)
-    if sample.text is not None and step is None:
-        lines.append(f"output: {sample.text}")
     return "\n".join(lines)
 
 
-def _header(sample: SampleHistory, name: Callable[[int], str]) -> str:
+def _header(sample: SampleHistory, name: Callable[[int], str]) -> list[str]:
     def tokens(ids) -> str:
         return " ".join(visible_token(name(i)) for i in ids.tolist()) or "(none)"
 
     lines = [
-        f"sample {sample.sample_id}: {sample.num_steps} steps ({_step_range(sample)}), "
-        f"output from canvas position {sample.output_start}, top-{sample.k} recorded",
+        f"sample {sample.sample_id}: {sample.num_steps} steps ({_step_range(sample)}) = "
+        f"{sample.num_steps} forward passes; output starts at canvas position "
+        f"{sample.output_start} (positions below count from it); top-{sample.k} recorded",
         f"prompt: {tokens(sample.prompt_ids)}",
     ]
-    if sample.target_ids is not None:
-        lines.append(f"target: {tokens(sample.target_ids)}")
-    return "\n".join(lines)
+    length = sample.reference_length
+    if length is not None:
+        lines.append(f"target: {tokens(sample.target_ids[:length])}")
+    if sample.text is not None:
+        lines.append(f"output: {sample.text}")
+    if length is not None and sample.num_steps:
+        wrong = int(sample.wrong[-1].sum())
+        lines.append(f"result: {length - wrong} of {length} target tokens right "
+                     f"({'exact match' if wrong == 0 else f'{wrong} wrong, marked {WRONG_MARK}'})")
+    return lines
 
 
 def _step_lines(view: StepView, color: bool) -> list[str]:
+    wrong = "" if view.wrong is None else f", {view.wrong} wrong"
     lines = [
         "",
-        f"step {view.step}: {len(view.commits)} committed, {view.masks_remaining} masks left",
+        f"step {view.step} ({view.row + 1} of {view.num_steps}): {view.committed} committed, "
+        f"{view.masks_remaining} masked{wrong}",
         "  " + " ".join(_cell(cell, color) for cell in view.cells),
     ]
-    for commit in view.commits:
-        confidence = "n/a" if math.isnan(commit.confidence) else f"{commit.confidence:.3f}"
-        alternatives = "  ".join(f"{t} {p:.3f}" for t, p in commit.alternatives)
-        lines.append(f"  @{commit.position} {commit.token} (conf {confidence}): {alternatives}")
+    width = max((len(str(p.position)) for p in view.positions), default=1)
+    for position in view.positions:
+        alternatives = "  ".join(f"{t} {p:.3f}" for t, p in position.alternatives)
+        if position.state == "masked":
+            what = "_ masked"
+        else:
+            confidence = "n/a" if math.isnan(position.confidence) else f"{position.confidence:.3f}"
+            mark = WRONG_MARK if position.wrong else ""
+            what = f"{position.token}{mark} committed, conf {confidence}"
+        lines.append(f"  {position.position:>{width}} {what}: {alternatives}")
+    if view.hidden_masked:
+        lines.append(f"  ... {view.hidden_masked} more masked positions (--positions to show more)")
     return lines
 
 
 def _cell(cell: Cell, color: bool) -> str:
     if cell.state == "masked":
         return f"{_DIM}_{_RESET}" if color else "_"
+    text = cell.text + (WRONG_MARK if cell.wrong else "")
+    if not color:
+        return f"*{text}*" if cell.state == "committed" else text
     if cell.state == "committed":
-        return f"{_BOLD_GREEN}{cell.text}{_RESET}" if color else f"*{cell.text}*"
-    return cell.text
+        return f"{_BOLD_RED if cell.wrong else _BOLD_GREEN}{text}{_RESET}"
+    return f"{_RED}{text}{_RESET}" if cell.wrong else text
 
 
 def _step_range(sample: SampleHistory) -> str:

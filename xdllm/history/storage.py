@@ -98,3 +98,16 @@ def find_history_files(path: Path | str) -> list[Path]:
     if not found:
         raise HistoryError(f"{path}: no history files (history-NNNNN.pt) found under {path}")
     return [p for _, _, p in found]
+
+
+def history_folders(path: Path | str) -> list[Path]:
+    """Folders under ``path`` (itself included) that directly hold history files, one per
+    generation (``history/val-step<N>/``, ``generate/<name>/history/``), oldest first: ordered
+    by the modification time of each folder's newest file, then by path.
+
+    A path with no history files is a :class:`HistoryError`.
+    """
+    newest: dict[Path, float] = {}
+    for file in find_history_files(path):
+        newest[file.parent] = max(newest.get(file.parent, 0.0), file.stat().st_mtime)
+    return sorted(newest, key=lambda folder: (newest[folder], str(folder)))

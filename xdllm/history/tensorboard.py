@@ -1,28 +1,37 @@
 """Render recorded histories into TensorBoard event files.
 
-Per sample (tags start with ``sample_NNNNN/``, the sample id):
+Tags start with ``<split>/sample_NNNNN/`` (the split the file records, e.g. ``validation`` or
+``test``; ``generation`` when unknown, and the sample id), so validation and test samples never
+share a card. Per sample:
 
-- ``steps`` (Text, one entry per step): the canvas after the step with masks as ``_`` and the
-  tokens committed at that step in bold, then a table of those commits with their confidence
-  and top-k alternatives;
-- ``summary`` (Text): prompt, target and final output;
+- ``overview`` (Text): prompt, target, output with wrong tokens marked, how many target
+  tokens are right, steps and forward passes;
+- ``steps_SSS-EEE`` (Text, one card per group of steps, ascending; one entry each, so
+  TensorBoard's newest-first order within a card never applies): per step the canvas (masks
+  ``_``, tokens committed at the step in bold, wrong tokens followed by ``✗``) and a table with
+  a column per position committed at the step or still masked (capped): the token, its
+  confidence, and the top-k alternatives. Positions count from the output start;
 - ``denoising`` (Images, one per step): the step x position picture of
   :mod:`xdllm.history.figures` showing the steps up to the image's step, so the step slider
   replays the denoising (at most ``max_frames`` images, evenly spaced, first and last always);
   the complete picture is also saved as ``<history file stem>.sample_NNNNN.png`` next to the
   history file;
-- ``masks_remaining`` (Scalars): masked output positions after each step.
 
-TensorBoard keeps only 10 text entries per tag (a random sample of the steps) unless started
-with e.g. ``--samples_per_plugin=text=1000`` (at least the number of steps; in TensorBoard 2.21
-``text=0`` shows nothing rather than everything).
+and per split, over every sample of the files (not only the ``max_samples`` rendered):
+
+- ``tokens_committed_per_step/{mean,std,min,max}`` (Scalars, x = step number): tokens committed
+  at each step over the samples that ran it;
+- ``forward_passes_per_sample`` (Scalars, x = sample id): the steps each sample ran.
+
+TensorBoard keeps only 10 images per tag unless started with e.g.
+``--samples_per_plugin=images=1000`` (at least the number of pictures per sample).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,20 +39,35 @@ from torch.utils.tensorboard import SummaryWriter
 
 from xdllm.history.figures import DenoisingFigure
 from xdllm.history.format import HistoryError
-from xdllm.history.reader import SampleHistory, iter_samples
-from xdllm.history.render import StepView, step_views, visible_token
+from xdllm.history.grid import GridFigure
+from xdllm.history.reader import SampleHistory, load_history
+from xdllm.history.render import (
+    DEFAULT_MASKED_POSITIONS,
+    Cell,
+    PositionView,
+    StepView,
+    step_views,
+    visible_token,
+)
+from xdllm.history.show import WRONG_MARK
+from xdllm.history.statistics import DenoisingStatistics
 from xdllm.history.storage import find_history_files
 from xdllm.interfaces import Tokenizer
 
 DEFAULT_MAX_SAMPLES = 16
 DEFAULT_MAX_FRAMES = 32
+DEFAULT_STEPS_PER_CARD = 2
+MAX_STEP_CARDS = 16
+UNKNOWN_SPLIT = "generation"
+VIEW_COMMAND = "tensorboard --logdir {logdir} --samples_per_plugin=images=1000"
+NBSP = "\u00a0"  # keeps a token and its probability on one line
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 _HTML_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
 def sample_tag(sample: SampleHistory) -> str:
-    """Tag prefix of a sample's entries."""
-    return f"sample_{sample.sample_id:05d}"
+    """Tag prefix of a sample's entries: ``<split>/sample_NNNNN``."""
+    return f"{sample.split or UNKNOWN_SPLIT}/sample_{sample.sample_id:05d}"
 
 
 @dataclass(frozen=True)
@@ -55,44 +79,86 @@ class TensorboardReport:
     bad_files: tuple[tuple[Path, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class TextOptions:
+    """How much the text cards show: ``steps_per_card`` steps per card (more when a sample
+    would need over :data:`MAX_STEP_CARDS` cards) and the top-k of at most
+    ``masked_positions`` still-masked positions per step (``None``: all)."""
+
+    steps_per_card: int = DEFAULT_STEPS_PER_CARD
+    masked_positions: int | None = DEFAULT_MASKED_POSITIONS
+
+
 def write_tensorboard(
     history_paths: str | Path | Iterable[str | Path],
     logdir: str | Path,
     max_samples: int | None = DEFAULT_MAX_SAMPLES,
     tokenizer: Tokenizer | None = None,
     max_frames: int = DEFAULT_MAX_FRAMES,
+    text: TextOptions = TextOptions(),
+    grid: tuple[int, int] | None = None,
 ) -> TensorboardReport:
-    """Write TensorBoard views of up to ``max_samples`` samples, file by file.
+    """Write TensorBoard views of up to ``max_samples`` samples, file by file, and the scalar
+    statistics of every sample.
 
     ``history_paths``: history files, history directories or run directories (``<run>/history``).
     ``tokenizer`` overrides the token strings stored in the files. ``max_frames`` bounds the
     denoising pictures per sample. A file that cannot be read (truncated, garbled, wrong
-    schema) is skipped and reported; every valid one is written.
+    schema) is skipped and reported; every valid one is written. ``grid`` (rows, cols): also
+    draw each output region as a grid (:class:`~xdllm.history.grid.GridFigure`, tag
+    ``<sample>/grid``, PNG beside the history file), e.g. ``(9, 9)`` for sudoku.
     """
+    if grid is not None and (len(grid) != 2 or min(grid) < 1):
+        raise HistoryError(f"grid must be (rows, cols) with both >= 1, got {grid!r}")
     if max_frames < 1:
         raise HistoryError(f"max_frames must be >= 1, got {max_frames}")
+    if text.steps_per_card < 1:
+        raise HistoryError(f"steps_per_card must be >= 1, got {text.steps_per_card}")
     paths = [history_paths] if isinstance(history_paths, (str, Path)) else list(history_paths)
     token_text = tokenizer.id_to_token if tokenizer is not None else None
     written, bad = 0, []
+    statistics = DenoisingStatistics()
     with SummaryWriter(log_dir=str(logdir)) as writer:
         for file_path in (f for path in paths for f in find_history_files(path)):
-            remaining = None if max_samples is None else max_samples - written
-            if remaining is not None and remaining <= 0:
-                break
             try:
-                samples = list(iter_samples(file_path, max_samples=remaining))
+                history = load_history(file_path)
             except HistoryError as error:
                 bad.append((file_path, str(error)))
                 continue
-            for sample in samples:
-                _write_sample(writer, sample, token_text, max_frames, png_path(file_path, sample))
+            statistics.add(history, history.split or UNKNOWN_SPLIT)
+            remaining = None if max_samples is None else max(max_samples - written, 0)
+            for sample in (history.sample(i) for i in range(len(history))[:remaining]):
+                _write_sample(writer, sample, token_text, max_frames, text, png_path(file_path, sample))
+                if grid is not None and sample.num_steps:
+                    _write_grid(writer, sample, token_text, grid, file_path)
                 written += 1
+        _write_statistics(writer, statistics)
     return TensorboardReport(written, tuple(bad))
+
+
+def _write_statistics(writer: SummaryWriter, statistics: DenoisingStatistics) -> None:
+    for split, numbers in statistics.splits.items():
+        for step, counts in sorted(numbers.committed.items()):
+            values = {"mean": counts.mean, "std": counts.std, "min": counts.low, "max": counts.high}
+            for name, value in values.items():
+                writer.add_scalar(f"{split}/tokens_committed_per_step/{name}", value, global_step=step)
+        for sample_id, passes in sorted(numbers.forward_passes.items()):
+            writer.add_scalar(f"{split}/forward_passes_per_sample", passes, global_step=sample_id)
+
+
+def _write_grid(writer: SummaryWriter, sample: SampleHistory, token_text, grid: tuple[int, int],
+                history_file: Path) -> None:
+    try:
+        figure = GridFigure(sample, grid, token_text)
+    except ValueError as error:
+        raise HistoryError(f"{history_file}: {error}") from error
+    figure.save_png(png_path(history_file, sample).with_suffix(".grid.png"))
+    writer.add_figure(f"{sample_tag(sample)}/grid", figure.figure, global_step=0, close=True)
 
 
 def png_path(history_file: Path, sample: SampleHistory) -> Path:
     """Where the complete denoising picture of ``sample`` is saved: next to its history file."""
-    return history_file.with_name(f"{history_file.stem}.{sample_tag(sample)}.png")
+    return history_file.with_name(f"{history_file.stem}.sample_{sample.sample_id:05d}.png")
 
 
 def frame_rows(num_steps: int, max_frames: int) -> list[int]:
@@ -105,14 +171,24 @@ def frame_rows(num_steps: int, max_frames: int) -> list[int]:
     return sorted({round(i * (num_steps - 1) / (max_frames - 1)) for i in range(max_frames)})
 
 
+def step_cards(views: list[StepView], steps_per_card: int) -> list[list[StepView]]:
+    """Consecutive groups of ``steps_per_card`` steps, at most :data:`MAX_STEP_CARDS` groups
+    (larger groups for long samples)."""
+    size = max(steps_per_card, math.ceil(len(views) / MAX_STEP_CARDS))
+    return [views[start:start + size] for start in range(0, len(views), size)]
+
+
 def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text, max_frames: int,
-                  png: Path) -> None:
+                  text: TextOptions, png: Path) -> None:
     tag = sample_tag(sample)
     name = token_text or sample.token
-    writer.add_text(f"{tag}/summary", _summary_markdown(sample, name), global_step=0)
-    for view in step_views(sample, token_text=token_text):
-        writer.add_text(f"{tag}/steps", step_markdown(view), global_step=view.step)
-        writer.add_scalar(f"{tag}/masks_remaining", view.masks_remaining, global_step=view.step)
+    writer.add_text(f"{tag}/overview", overview_markdown(sample, name, text.masked_positions), global_step=0)
+    views = step_views(sample, token_text=token_text, masked_positions=text.masked_positions)
+    width = len(str(views[-1].step)) if views else 1
+    for card in step_cards(views, text.steps_per_card):
+        first, last = card[0].step, card[-1].step
+        writer.add_text(f"{tag}/steps_{first:0{width}d}-{last:0{width}d}",
+                        "\n\n".join(step_markdown(view) for view in card), global_step=first)
     if sample.num_steps:
         _write_pictures(writer, f"{tag}/denoising", DenoisingFigure(sample, token_text), max_frames, png)
 
@@ -134,47 +210,93 @@ def escape_markdown(text: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", escaped)
 
 
+def cell_markdown(cell: Cell) -> str:
+    """A canvas cell: ``\\_`` when masked, bold when committed at the step, ``✗`` when wrong."""
+    if cell.state == "masked":
+        return "\\_"
+    text = escape_markdown(cell.text) + (WRONG_MARK if cell.wrong else "")
+    return f"**{text}**" if cell.state == "committed" else text
+
+
 def step_markdown(view: StepView) -> str:
-    """Markdown of one step: canvas line, then one table row per committed position."""
-    canvas = " ".join(
-        "\\_" if cell.state == "masked"
-        else f"**{escape_markdown(cell.text)}**" if cell.state == "committed"
-        else escape_markdown(cell.text)
-        for cell in view.cells
-    )
+    """Markdown of one step: a header line, the canvas line, then a table with one column per
+    position committed at the step or still masked (capped; the number left out is said): the
+    token (with its confidence when committed), and below it the top-k alternatives, one per
+    line of a single cell (rows of TensorBoard's tables are tall)."""
+    wrong = "" if view.wrong is None else f" · {view.wrong} wrong"
     lines = [
-        f"**step {view.step}**: {len(view.commits)} committed, "
-        f"{view.masks_remaining} masks left",
-        "",
-        canvas,
+        f"**step {view.step}** ({view.row + 1} of {view.num_steps}) · {view.committed} committed · "
+        f"{view.masks_remaining} masked{wrong}<br>" + " ".join(cell_markdown(cell) for cell in view.cells),
     ]
-    if view.commits:
-        lines += ["", "| position | token | confidence | top-k (probability) |", "|---|---|---|---|"]
+    if view.positions:
+        columns = view.positions
         lines += [
-            f"| {c.position} | {escape_markdown(c.token)} | {_number(c.confidence)} | "
-            + " · ".join(f"{escape_markdown(t)} {p:.3f}" for t, p in c.alternatives)
-            + " |"
-            for c in view.commits
+            "",
+            "| pos | " + " | ".join(str(p.position) for p in columns) + " |",
+            "|---|" + "---|" * len(columns),
+            "| **token** | " + " | ".join(_token_markdown(p) for p in columns) + " |",
         ]
+        lines.append("| **top-k** | " + " | ".join(
+            "<br>".join(f"{escape_markdown(token)}{NBSP}{_probability(probability)}"
+                        for token, probability in p.alternatives)
+            for p in columns
+        ) + " |")
+    if view.hidden_masked:
+        lines += ["", f"*... and {_count(view.hidden_masked, 'more masked position')} not shown "
+                      f"(top-k of the first {view.masks_remaining - view.hidden_masked} only)*"]
     return "\n".join(lines)
 
 
-def _summary_markdown(sample: SampleHistory, name) -> str:
-    def tokens(ids) -> str:
-        return " ".join(escape_markdown(visible_token(name(i))) for i in ids.tolist())
+def _token_markdown(position: PositionView) -> str:
+    if position.state == "masked":
+        return "\\_"
+    mark = WRONG_MARK if position.wrong else ""
+    confidence = "n/a" if math.isnan(position.confidence) else _probability(position.confidence)
+    return f"**{escape_markdown(position.token)}**{mark}{NBSP}{confidence}"
 
+
+def _probability(value: float) -> str:
+    """Two decimals without the leading zero (``.62``), to keep table columns narrow."""
+    text = f"{value:.2f}"
+    return text[1:] if text.startswith("0.") else text
+
+
+def overview_markdown(sample: SampleHistory, name: Callable[[int], str],
+                      masked_positions: int | None = DEFAULT_MASKED_POSITIONS) -> str:
+    """Markdown of a sample's overview card: what went in, what came out, how right it is."""
+    def tokens(ids, wrong=None) -> str:
+        marks = wrong if wrong is not None else [False] * len(ids)
+        return " ".join(escape_markdown(visible_token(name(i))) + (WRONG_MARK if bad else "")
+                        for i, bad in zip(ids.tolist(), marks)) or "(none)"
+
+    region = sample.canvas.shape[1]
     lines = [
-        f"**sample {sample.sample_id}**: {sample.num_steps} steps, output from canvas position "
-        f"{sample.output_start}, top-{sample.k} recorded",
+        f"**sample {sample.sample_id}** ({sample.split or UNKNOWN_SPLIT}) · {sample.num_steps} steps = "
+        f"{sample.num_steps} forward passes · {region} output positions · top-{sample.k} recorded",
         "",
-        f"**prompt:** {tokens(sample.prompt_ids) or '(none)'}",
+        "| | tokens |",
+        "|---|---|",
+        f"| **prompt** | {tokens(sample.prompt_ids)} |",
     ]
-    if sample.target_ids is not None:
-        lines += ["", f"**target:** {tokens(sample.target_ids)}"]
+    length = sample.reference_length
+    if length is not None:
+        lines.append(f"| **target** | {tokens(sample.target_ids[:length])} |")
+    if sample.num_steps:
+        wrong = sample.wrong[-1].tolist() if length is not None else None
+        lines.append(f"| **output** | {tokens(sample.canvas[-1], wrong)} |")
+    if length is not None and sample.num_steps:
+        wrong_count = int(sample.wrong[-1].sum())
+        verdict = "exact match" if wrong_count == 0 else f"{wrong_count} wrong, marked {WRONG_MARK}"
+        lines += ["", f"**result:** {length - wrong_count} of {length} target tokens right ({verdict})"]
     if sample.text is not None:
-        lines += ["", f"**output:** {escape_markdown(sample.text)}"]
+        lines += ["", f"**decoded output:** {escape_markdown(sample.text)}"]
+    cap = "every" if masked_positions is None else f"the first {masked_positions}"
+    lines += ["", f"*The steps cards show, step by step, the canvas (masked \\_, committed at the step "
+                  f"in bold, wrong {WRONG_MARK}) and the top-k of the positions committed at the step "
+                  f"and of {cap} still masked; positions count from the output start (0 = first "
+                  f"output token).*"]
     return "\n".join(lines)
 
 
-def _number(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.3f}"
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")

@@ -4,6 +4,7 @@ Every loss returns a :class:`DLLMLossOutput`.
 """
 
 from xdllm.losses.block_diffusion import BlockDiffusionCrossEntropyLoss
+from xdllm.losses.chunked import chunked_token_nll, supervised_token_nll
 from xdllm.losses.dflash import DFlashDecayLoss
 from xdllm.losses.encoder_ar import encoder_ar_loss
 from xdllm.losses.hybrid import HybridDiffusionLLMLoss
@@ -17,6 +18,8 @@ __all__ = [
     "DLLMLossOutput",
     "HybridDiffusionLLMLoss",
     "MDLMCrossEntropyLoss",
+    "chunked_token_nll",
     "encoder_ar_loss",
     "per_token_nll",
+    "supervised_token_nll",
 ]

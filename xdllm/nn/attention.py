@@ -8,6 +8,8 @@ padding token still has itself to attend to (no fully masked row, no NaN).
 - ``"sdpa"``: ``F.scaled_dot_product_attention`` with the rule's boolean ``[batch, 1, Q, K]`` mask.
 - ``"flex"``: compiled ``flex_attention`` with the rule's block-sparse ``BlockMask``, built by
   ``create_block_mask`` on the tensors' device, once per forward and shared by all layers.
+  Forwards through flex are padded to a few fixed shapes (:mod:`xdllm.nn.buckets`), so it
+  compiles once per bucket, not once per batch width.
 - ``"auto"``: flex on CUDA (where it trains); SDPA elsewhere, because in torch 2.13
   FlexAttention has no CPU backward. Flex on CPU is allowed for inference when asked for.
 """
@@ -23,6 +25,7 @@ from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+from xdllm.nn.buckets import allow_shape_buckets, pad_tokens
 from xdllm.nn.masks import PAD_DOCUMENT_ID, MaskRule
 
 AttentionBackend = Literal["sdpa", "flex"]
@@ -73,23 +76,29 @@ def build_attention_mask(
     rule: MaskRule,
     document_ids: Optional[Integer[Tensor, "batch seq_len"]],
     positions: Integer[Tensor, "batch seq_len"],
+    padded_shape: Optional[tuple[int, int]] = None,
 ) -> AttentionMask:
     """The self-attention mask every layer shares for one forward pass under ``rule``.
 
     None (no mask: SDPA's fastest path) when all tokens form one document and the rule lets a
-    token see its whole document.
+    token see its whole document. ``padded_shape``: the ``(rows, width)`` bucket the forward is
+    padded to; the added slots form a document of their own (:mod:`xdllm.nn.buckets`).
     """
+    padded = padded_shape is not None and padded_shape != tuple(positions.shape)
     if document_ids is None:
-        if rule.attends_whole_document:
+        if rule.attends_whole_document and not padded:
             return None
         document_ids = torch.zeros_like(positions)
-    tokens = rule.tokens(document_ids, positions)
+    tokens = rule.tokens(document_ids, positions)  # on the real row: a rule may read its length
+    if padded:
+        tokens = pad_tokens(tokens, padded_shape)
     return rule.dense(tokens, tokens) if backend == "sdpa" else rule.block_mask(tokens, tokens)
 
 
 @functools.cache
 def _compiled_flex_attention():
     # Compiled once per process; eager flex_attention materialises the full score matrix.
+    allow_shape_buckets()
     return torch.compile(flex_attention, dynamic=False)
 
 
@@ -107,4 +116,6 @@ def attend(
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
     if mask is not None and not isinstance(mask, BlockMask):
         raise TypeError(f"attend: backend 'flex' needs a BlockMask or None, got {type(mask).__name__}")
+    if torch.compiler.is_compiling():  # inside a compiled model: traced with the rest of it
+        return flex_attention(query, key, value, block_mask=mask)
     return _compiled_flex_attention()(query, key, value, block_mask=mask)

@@ -9,6 +9,7 @@ way wherever it sits. Which tokens see which is decided once per forward by
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from xdllm.nn.attention import (
     document_ids_for,
     resolve_attention_backend,
 )
+from xdllm.nn.buckets import allow_shape_buckets, bucket_shape, pad_to
 from xdllm.nn.kv_cache import CachedLayer, KVCache
 from xdllm.nn.masks import DocumentMask, MaskRule, Tokens
 from xdllm.nn.rotary import RotaryEmbedding, apply_rotary
@@ -51,6 +53,8 @@ class RotaryTransformerConfig:
     dropout: float = 0.0
     attn_backend: BackendRequest = "auto"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    compile: bool = False
+    """``torch.compile`` the network (embedding, blocks, final norm) once per shape bucket."""
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions"):
@@ -66,6 +70,8 @@ class RotaryTransformerConfig:
             raise ValueError(f"RotaryTransformerConfig.d_ff must be >= 1 or None, got {self.d_ff}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"RotaryTransformerConfig.dropout must be in [0, 1), got {self.dropout}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"RotaryTransformerConfig.compile must be true or false, got {self.compile!r}")
         if self.norm not in ("rmsnorm", "layernorm"):
             raise ValueError(f"RotaryTransformerConfig.norm must be 'rmsnorm' or 'layernorm', got {self.norm!r}")
         resolve_attention_backend(self.attn_backend, torch.device("cpu"))  # validates the name
@@ -231,6 +237,17 @@ class RotaryTransformer(nn.Module):
                              f"backend is {backend!r}; use attn_backend='flex'")
         return backend
 
+    def _forward_backend(self, device: torch.device, block_mask: Optional[BlockMask],
+                         segment_ids: Optional[Tensor]) -> AttentionBackend:
+        """The backend of one forward: under ``"auto"``, inference on rows of one document each
+        (validation, generation) takes SDPA, which has nothing to compile for each new width;
+        training and packed rows take flex."""
+        backend = self._runnable_backend(device, block_mask)
+        if (backend == "flex" and self.config.attn_backend == "auto" and block_mask is None
+                and segment_ids is None and not torch.is_grad_enabled()):
+            return "sdpa"
+        return backend
+
     def new_kv_cache(self, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None) -> KVCache:
         """An empty cache for ``batch_size`` rows of up to ``max_len`` tokens, on this model's
         device. ``dtype`` is the attention's compute dtype (default: the parameters')."""
@@ -269,6 +286,42 @@ class RotaryTransformer(nn.Module):
         they attend to the cached prefix and to each other under the rule, always with SDPA.
         ``write_cache``: append the new tokens to the cache (False: only read it).
         """
+        hidden, hidden_states = self._hidden(input_ids, attention_mask, positions, segment_ids, block_mask,
+                                             mask_rule, output_hidden_states, kv_cache, write_cache)
+        logits = self.lm_head(hidden)
+        if output_hidden_states is None:
+            return logits
+        return TransformerOutput(logits, hidden_states)
+
+    def final_hidden(
+        self,
+        input_ids: Integer[Tensor, "batch seq_len"],
+        attention_mask: Optional[Bool[Tensor, "batch seq_len"]] = None,
+        positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        block_mask: Optional[BlockMask] = None,
+        *,
+        mask_rule: Optional[MaskRule] = None,
+    ) -> Float[Tensor, "batch seq_len d_model"]:
+        """What :attr:`lm_head` reads (the final norm's output): :meth:`forward` without the
+        projection to the vocabulary, for losses that project only the positions they supervise
+        (:func:`xdllm.losses.chunked.chunked_token_nll`)."""
+        return self._hidden(input_ids, attention_mask, positions, segment_ids, block_mask, mask_rule,
+                            None, None, True)[0]
+
+    def _hidden(
+        self,
+        input_ids: Tensor,
+        attention_mask: Optional[Tensor],
+        positions: Optional[Tensor],
+        segment_ids: Optional[Tensor],
+        block_mask: Optional[BlockMask],
+        mask_rule: Optional[MaskRule],
+        output_hidden_states: Optional[Sequence[int]],
+        kv_cache: Optional[KVCache],
+        write_cache: bool,
+    ) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The final-norm output and the chosen blocks' residual streams (see :meth:`forward`)."""
         self._check_inputs(input_ids, attention_mask, positions, segment_ids, block_mask, mask_rule,
                            output_hidden_states, kv_cache)
         rule = mask_rule if mask_rule is not None else DocumentMask()
@@ -277,29 +330,29 @@ class RotaryTransformer(nn.Module):
             positions = default_positions(seq_len, attention_mask, segment_ids, input_ids.device)
         positions = positions.expand(batch, seq_len)
         document_ids = document_ids_for(attention_mask, segment_ids)
-        if kv_cache is None:
-            backend = self._runnable_backend(input_ids.device, block_mask)
-            mask = block_mask if block_mask is not None else build_attention_mask(backend, rule, document_ids,
-                                                                                  positions)
-        else:  # the cache keeps each key's document and position, all that causal rules read
+        wanted = tuple(output_hidden_states or ())
+        if kv_cache is not None:  # the cache keeps each key's document and position, all that causal rules read
             new_tokens = Tokens(torch.zeros_like(positions) if document_ids is None else document_ids, positions)
-            backend, mask = "sdpa", rule.dense(new_tokens, kv_cache.key_tokens(new_tokens))
-        cos, sin = self.rotary(positions)
-
-        x = self.dropout(self.token_embedding(input_ids))
-        wanted = set(output_hidden_states or ())
-        hidden_states = {}
-        for index, block in enumerate(self.blocks):
-            cache = kv_cache.layer(index, write_cache) if kv_cache is not None else None
-            x = block(x, cos, sin, backend, mask, cache)
-            if index in wanted:
-                hidden_states[index] = x
-        if kv_cache is not None and write_cache:
-            kv_cache.append(new_tokens)
-        logits = self.lm_head(self.final_norm(x))
-        if output_hidden_states is None:
-            return logits
-        return TransformerOutput(logits, tuple(hidden_states[index] for index in output_hidden_states))
+            mask = rule.dense(new_tokens, kv_cache.key_tokens(new_tokens))
+            x, hidden_states = _blocks(self, input_ids, positions, "sdpa", mask, wanted, kv_cache, write_cache)
+            if write_cache:
+                kv_cache.append(new_tokens)
+            return self.final_norm(x), hidden_states
+        backend = self._forward_backend(input_ids.device, block_mask, segment_ids)
+        if block_mask is not None:
+            mask = block_mask
+        elif backend == "flex" or self.config.compile:  # a few fixed shapes: compiled once per bucket
+            padded_shape = bucket_shape(batch, seq_len)
+            mask = build_attention_mask(backend, rule, document_ids, positions, padded_shape)
+            input_ids, positions = pad_to(input_ids, padded_shape, 0), pad_to(positions, padded_shape, 0)
+        else:
+            mask = build_attention_mask(backend, rule, document_ids, positions)
+        if self.config.compile:
+            x, hidden_states = _compiled_blocks()(self, input_ids, positions, backend, mask, wanted, None, True)
+        else:
+            x, hidden_states = _blocks(self, input_ids, positions, backend, mask, wanted, None, True)
+        return (self.final_norm(x[:batch, :seq_len]),
+                tuple(state[:batch, :seq_len] for state in hidden_states))
 
     def _check_inputs(
         self,
@@ -330,3 +383,34 @@ class RotaryTransformer(nn.Module):
         if kv_cache is not None and not (mask_rule is not None and mask_rule.decodes_with_cache):
             raise ValueError(f"RotaryTransformer.forward: kv_cache needs a mask_rule that decodes with a cache "
                              f"(CausalMask, BlockCausalMask), got {mask_rule!r}")
+
+
+def _blocks(
+    model: RotaryTransformer,
+    input_ids: Tensor,
+    positions: Tensor,
+    backend: AttentionBackend,
+    mask: AttentionMask,
+    wanted: tuple[int, ...],
+    kv_cache: Optional[KVCache],
+    write_cache: bool,
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Embedding and blocks: the residual stream after the last block, and after each block
+    in ``wanted`` (in that order)."""
+    cos, sin = model.rotary(positions)
+    x = model.dropout(model.token_embedding(input_ids))
+    hidden_states = {}
+    for index, block in enumerate(model.blocks):
+        cache = kv_cache.layer(index, write_cache) if kv_cache is not None else None
+        x = block(x, cos, sin, backend, mask, cache)
+        if index in wanted:
+            hidden_states[index] = x
+    return x, tuple(hidden_states[index] for index in wanted)
+
+
+@functools.cache
+def _compiled_blocks():
+    """:func:`_blocks` compiled once per process (``model.compile``): a plain function taking
+    the model, so a copied model never runs another's weights."""
+    allow_shape_buckets()
+    return torch.compile(_blocks, dynamic=False)

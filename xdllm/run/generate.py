@@ -185,7 +185,8 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     history = None
     if options.history == "topk" and write_outputs:  # one recorder: one file per batch
         history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
-                                    tokenizer=run.tokenizer)
+                                    tokenizer=run.tokenizer,
+                                    split="prompts" if options.prompts_file else options.split)
     recorder = history
     if options.get("live"):  # the first sample drawn as it denoises, on stderr
         recorder = LiveRecorder(Console(stderr=True), run.tokenizer, inner=history)
@@ -216,7 +217,8 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     if history is not None:
         tensorboard_dir = output_dir / "tensorboard"
         write_tensorboard([output_dir / "history"], tensorboard_dir,
-                          max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer)
+                          max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer,
+                          grid=getattr(run.components.task, "grid_shape", None))
         summary["history"] = str(output_dir / "history")
     if write_outputs:
         write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)

@@ -199,7 +199,8 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     datamodule = build_datamodule(components)
     history = ValidationHistory(
         run_dir=run_dir, tokenizer=components.tokenizer,
-        num_samples=config.history.num_samples, k=config.history.k)
+        num_samples=config.history.num_samples, k=config.history.k,
+        grid=getattr(components.task, "grid_shape", None))
     if point is not None:
         check_resume_matches(point, components.model, config)
         if launching:

@@ -14,11 +14,14 @@ class ValidationHistory(L.Callback):
     """Hands the harness a recorder for the first prediction batch of each validation run
     (global rank 0 only) and writes its TensorBoard views when validation ends.
 
-    Files: ``<run>/history/val-step<N>/`` and ``<run>/tensorboard/history-step<N>/``.
+    Files: ``<run>/history/val-step<N>/`` and ``<run>/tensorboard/history-step<N>/``. ``grid``:
+    the task's grid shape, if its answers are grids (sudoku), for the grid pictures.
     """
 
-    def __init__(self, run_dir: Path, tokenizer: Tokenizer, num_samples: int, k: int) -> None:
+    def __init__(self, run_dir: Path, tokenizer: Tokenizer, num_samples: int, k: int,
+                 grid: tuple[int, int] | None = None) -> None:
         self.run_dir = Path(run_dir)
+        self.grid = grid
         self.tokenizer = tokenizer
         self.num_samples = num_samples
         self.k = k
@@ -34,7 +37,7 @@ class ValidationHistory(L.Callback):
         directory = self.run_dir / "history" / f"val-step{global_step:07d}"
         self._pending = (global_step, directory)
         return HistoryTopKPlugin(k=self.k, output_dir=directory, max_samples=self.num_samples,
-                                 tokenizer=self.tokenizer)
+                                 tokenizer=self.tokenizer, split="validation")
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._pending is None:
@@ -42,4 +45,4 @@ class ValidationHistory(L.Callback):
         step, directory = self._pending
         self._pending = None
         write_tensorboard([directory], self.run_dir / "tensorboard" / f"history-step{step:07d}",
-                          max_samples=self.num_samples, tokenizer=self.tokenizer)
+                          max_samples=self.num_samples, tokenizer=self.tokenizer, grid=self.grid)

@@ -17,6 +17,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.interfaces import (
     Evaluator,
@@ -113,11 +114,18 @@ class DiffusionLMModule(L.LightningModule):
     # ------------------------------------------------------------------ training
 
     def on_fit_start(self) -> None:
+        if self.optim.gradient_clip_val and "fsdp" in type(self.trainer.strategy).__name__.lower():
+            raise XdllmError("optim.gradient_clip_val needs the whole gradient, which FSDP shards across "
+                             "processes: train with optim.gradient_clip_val=null under trainer.strategy=fsdp")
         for frozen_model in self.frozen.values():
             frozen_model.to(self.device)
 
     def training_step(self, micro_batches: Sequence[Mapping[str, Any]], batch_idx: int) -> None:
         """One optimizer step: backward over every micro-batch, clip, step, schedule.
+
+        Clipping scales the gradients by ``gradient_clip_val / norm`` with the norm measured for
+        the log (torch's ``clip_grad_norm_`` rule), outside Lightning's precision plugin, which
+        refuses to clip for a fused optimizer under mixed precision.
 
         Gradient scale: a globally normalised loss already divides by the count over all
         processes and micro-batches, so it is multiplied by the world size (DDP averages
@@ -135,9 +143,8 @@ class DiffusionLMModule(L.LightningModule):
             for name, value in out.items():
                 logged[name] = logged.get(name, 0) + value.detach()
         grad_norm = self._gradient_norm()
-        if self.optim.gradient_clip_val:
-            self.clip_gradients(optimizer, gradient_clip_val=self.optim.gradient_clip_val,
-                                gradient_clip_algorithm="norm")
+        if self.optim.gradient_clip_val:  # scaled by the norm just measured: no second pass
+            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), self.optim.gradient_clip_val, grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()

@@ -1,5 +1,6 @@
 """AdamW with weight-decay groups, linear warmup and cosine decay (per optimizer step), gradient
-clipping by norm, and the number of accumulation micro-batches per optimizer step."""
+clipping by norm, and the number of accumulation micro-batches per optimizer step. AdamW runs
+fused (one kernel for all parameters) where every parameter is on CUDA, unless told otherwise."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     gradient_clip_val: float | None = 1.0
     accumulate_grad_batches: int = 1
+    fused: bool | None = None
+    """Fused AdamW: None picks it when every parameter is on CUDA."""
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -55,10 +58,19 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: 
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def uses_fused_adamw(model: torch.nn.Module, fused: bool | None) -> bool:
+    """``fused`` as given, else whether every trainable parameter is a CUDA tensor."""
+    if fused is not None:
+        return fused
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    return bool(parameters) and all(p.is_cuda for p in parameters)
+
+
 def build_optimizer(model: torch.nn.Module, config: OptimConfig, total_steps: int):
     optimizer = torch.optim.AdamW(
         parameter_groups(model, config.weight_decay),
         lr=config.lr, betas=(config.beta1, config.beta2), eps=config.eps,
+        fused=uses_fused_adamw(model, config.fused),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,

@@ -1,0 +1,47 @@
+"""scripts/bench_gpu_training.py runs (a tiny configuration) and prints one JSON line."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_gpu_training.py"
+LAYOUTS = ("packed_flex", "nomask", "padded_sdpa")
+
+
+def _bench(capsys, *argv: str) -> dict:
+    spec = importlib.util.spec_from_file_location("bench_gpu_training", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--smoke", *argv])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    return json.loads(lines[0])
+
+
+def test_smoke_run_on_the_cpu_reports_every_layout(capsys):
+    report = _bench(capsys, "--device", "cpu")
+    assert report["device"] == "cpu" and report["precision"] == "fp32" and report["loss"] == "chunked"
+    smoke = report["smoke"]
+    for layout in LAYOUTS:
+        result = smoke[layout]
+        assert result["backend"] == "sdpa"  # no FlexAttention backward off CUDA
+        assert result["real_tokens_per_s"] > 0 and 0 < result["utilization"] <= 1 and result["mfu"] > 0
+        assert result["peak_memory_gib"] is None and result["compilations"] == 0
+    assert smoke["packed_flex"]["utilization"] == smoke["nomask"]["utilization"] > smoke["padded_sdpa"]["utilization"]
+    assert smoke["packed_over_padded"] == pytest.approx(
+        smoke["packed_flex"]["real_tokens_per_s"] / smoke["padded_sdpa"]["real_tokens_per_s"])
+    assert smoke["parameters"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_smoke_run_on_cuda_uses_flex_and_compiles_a_bounded_number_of_times(capsys):
+    report = _bench(capsys, "--device", "cuda", "--compile")
+    smoke = report["smoke"]
+    assert report["precision"] == "bf16" and smoke["packed_flex"]["backend"] == "flex"
+    for layout in LAYOUTS:
+        assert smoke[layout]["peak_memory_gib"] > 0
+    assert 1 <= smoke["packed_flex"]["compilations"] <= 4

@@ -1,0 +1,43 @@
+"""step_views: ascending steps, relative positions, top-k of masked positions, the cap."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from xdllm.data.tokenizer import SymbolTokenizer
+from xdllm.history import HistoryError, HistoryTopKPlugin, load_history
+from xdllm.history.render import step_views
+
+TOKENIZER = SymbolTokenizer(list("abcdefgh"))
+
+
+@pytest.fixture
+def sample(tmp_path, generate):
+    recorder = HistoryTopKPlugin(k=3, output_dir=tmp_path, tokenizer=TOKENIZER)
+    generate(recorder, prompt_lens=[4, 2], gen_len=3, commits_per_step=[2, 2], seed=4)
+    return load_history(recorder.files_written[0]).sample(0)  # output starts at canvas position 4
+
+
+def test_positions_are_relative_and_masked_ones_carry_their_topk(sample):
+    views = step_views(sample, masked_positions=None)
+    assert [v.step for v in views] == sorted(sample.steps.tolist())
+    first = views[0]
+    assert [p.position for p in first.positions] == list(range(sample.canvas.shape[1]))
+    for position in first.positions:
+        j = position.position
+        assert position.state == ("committed" if sample.committed[0, j] else "masked")
+        assert [a for a, _ in position.alternatives] == [
+            TOKENIZER.id_to_token(t) for t in sample.topk_ids[0, j].tolist()]
+        assert math.isnan(position.confidence) == (position.state == "masked")
+        assert position.wrong == bool(sample.wrong[0, j])
+    assert first.hidden_masked == 0 and first.masks_remaining == int(sample.masks_remaining[0])
+
+
+def test_cap_lists_the_first_masked_positions_and_counts_the_rest(sample):
+    [first, *_] = step_views(sample, masked_positions=0)
+    assert all(p.state == "committed" for p in first.positions)
+    assert first.hidden_masked == first.masks_remaining == int(sample.masks_remaining[0]) > 0
+    with pytest.raises(HistoryError, match="masked_positions must be >= 0"):
+        step_views(sample, masked_positions=-1)
