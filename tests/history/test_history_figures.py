@@ -73,19 +73,40 @@ def test_labels_say_what_the_picture_shows(sample, figure):
     assert {t.get_text() for t in legend.get_texts()} >= {"masked", "committed at an earlier step"}
 
 
-def test_show_through_blanks_later_rows_and_names_the_step(sample, figure):
-    figure.show_through(1)
-    data = np.asarray(figure.image.get_array())
-    assert (data[2:] == to_rgba(NOT_YET_COLOR)).all() and (data[:2] == figure.colors[:2]).all()
-    visible = [any(a.get_visible() for a in artists) for artists in figure.row_artists]
-    assert visible == [True, True, False, False]
+def _cell_pixel(figure, pixels, column: int, row: int) -> np.ndarray:
+    """A pixel inside a cell, away from its centred token text."""
+    x, y = figure.axes.transData.transform((column - 0.4, row - 0.35))
+    return pixels[pixels.shape[0] - int(round(y)), int(round(x))].astype(int)
+
+
+def _rgb(color) -> np.ndarray:
+    return np.round(np.array(to_rgba(color)[:3]) * 255).astype(int)
+
+
+def test_render_blanks_later_rows_and_names_the_step(sample, figure):
+    pixels = figure.render(1)
+    for row in range(4):
+        for column in range(6):
+            cell = _cell_pixel(figure, pixels, column, row)
+            expected = _rgb(NOT_YET_COLOR) if row > 1 else np.round(figure.colors[row, column, :3] * 255)
+            assert np.abs(cell - expected).max() <= 2, (row, column, cell, expected)
     step = int(sample.steps[1])
-    assert figure.axes.get_title(loc="left").startswith(
+    assert figure.title.get_text().startswith(
         f"sample {sample.sample_id}: the canvas after step {step} (2 of 4 steps)\n1 committed at this "
         f"step, 2 still masked")
     with pytest.raises(IndexError, match="row 4 out of range"):
-        figure.show_through(4)
-    figure.show_through(3)
+        figure.render(4)
+
+
+def test_rendering_only_the_changes_matches_a_full_redraw(sample):
+    figure = DenoisingFigure(sample, prompt_columns=2)
+    quick = figure.render(2)
+    for artist in figure._changing:  # now draw everything the ordinary way
+        artist.set_animated(False)
+    figure.canvas.draw()
+    full = np.asarray(figure.canvas.buffer_rgba())[..., :3].astype(int)
+    differing = np.abs(quick.astype(int) - full).max(axis=2) > 8
+    assert differing.sum() == 0, differing.sum()  # the same pixels
 
 
 def test_wrong_tokens_are_framed_at_their_commit_and_red_after(sample, figure):
@@ -97,19 +118,15 @@ def test_wrong_tokens_are_framed_at_their_commit_and_red_after(sample, figure):
     assert len(red) == int((wrong & ~sample.committed).sum())  # framed at the commit, red after
 
 
-def test_rendered_pixels_show_the_commit_colour(sample, figure, tmp_path):
-    figure.show_through(3)
+def test_png_is_the_complete_picture(sample, figure, tmp_path):
     path = tmp_path / "picture.png"
     figure.save_png(path)
     pixels = np.asarray(Image.open(path).convert("RGB"))
-    assert pixels.shape == figure.to_rgb().shape
+    assert np.array_equal(pixels, figure.render(3))
     j = int(sample.confidence_at_commit.argmax())
     row = int((sample.steps == sample.commit_step[j]).nonzero())
-    # a point inside the cell, away from its centred token text
-    x, y = figure.axes.transData.transform((2 + j - 0.4, row - 0.35))
-    pixel = pixels[pixels.shape[0] - int(round(y)), int(round(x))]
     expected = np.round(np.array(colormaps[CONFIDENCE_COLORMAP](float(sample.confidence_at_commit[j]))[:3]) * 255)
-    assert np.abs(pixel.astype(int) - expected).max() <= 2
+    assert np.abs(_cell_pixel(figure, pixels, 2 + j, row) - expected).max() <= 2
 
 
 def test_unknown_target_marks_nothing_wrong(sample):

@@ -11,10 +11,10 @@ the token on the canvas after that step:
 - differing from the target (where the file has one): a red frame at the commit, red text on
   the later rows.
 
-:meth:`DenoisingFigure.show_through` shows the rows up to one step and blanks the later ones,
-so the TensorBoard export writes one image per step and its step slider replays the
-denoising. Token text is drawn only while cells are large enough to read it; larger grids
-shrink to fit :data:`MAX_FIGURE_INCHES` and show colours only.
+:meth:`DenoisingFigure.render` draws the rows up to one step and blanks the later ones, so
+the TensorBoard export writes one image per step and its step slider replays the denoising.
+Token text is drawn only while cells are large enough to read it; larger grids shrink to fit
+:data:`MAX_FIGURE_INCHES` and show colours only.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize, to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from PIL import Image
 
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import visible_token
@@ -42,7 +43,7 @@ GIVEN_COLOR = "#cfe0f3"
 NOT_YET_COLOR = "#ececec"
 UNKNOWN_CONFIDENCE_COLOR = "#b0b0b0"
 WRONG_COLOR = "#d62728"
-PROMPT_COLUMNS = 8
+PROMPT_COLUMNS = 12
 CELL_INCHES = (0.46, 0.28)
 MIN_TEXT_CELL_INCHES = (0.3, 0.17)
 MAX_FIGURE_INCHES = (20.0, 14.0)
@@ -54,10 +55,15 @@ FONT_SIZE = 7
 
 
 class DenoisingFigure:
-    """The step x position figure of ``sample``; :meth:`show_through` picks the last row shown.
+    """The step x position figure of ``sample``; :meth:`render` draws it up to one step.
 
     ``token_text`` overrides the stored token strings; ``prompt_columns`` is how many of the
     last prompt tokens are shown (the axis label says when the prompt is longer).
+
+    The figure is laid out and drawn in full once; each :meth:`render` restores that drawing
+    and draws only what changes between steps on top (a cover over the later rows, the
+    current-row frame, the prompt/output boundary and the title), so a picture per step costs
+    little more than copying pixels.
     """
 
     def __init__(
@@ -80,54 +86,58 @@ class DenoisingFigure:
         self.figure = Figure(figsize=(max(columns * width, MIN_AXES_INCHES[0]) + 2.4,
                                       max(steps * height, MIN_AXES_INCHES[1]) + 2.6),
                              dpi=DPI, layout="constrained")
-        FigureCanvasAgg(self.figure)
+        self.canvas = FigureCanvasAgg(self.figure)
         self.axes = self.figure.add_subplot()
         self.image = self.axes.imshow(self.colors, aspect="auto", interpolation="nearest")
         self._draw_frame(steps, columns, len(sample.prompt_ids))
-        with_text = width >= MIN_TEXT_CELL_INCHES[0] and height >= MIN_TEXT_CELL_INCHES[1]
-        self.row_artists: list[list] = [[] for _ in range(steps)]
-        if with_text:
+        if width >= MIN_TEXT_CELL_INCHES[0] and height >= MIN_TEXT_CELL_INCHES[1]:
             self._draw_tokens(name, prompt)
         self._draw_wrong_frames()
+        # above the tokens (zorder 3), in the order render() draws them
+        self.cover = self.axes.add_patch(Rectangle((-0.5, -0.5), columns, 0, facecolor=NOT_YET_COLOR,
+                                                   edgecolor="none", zorder=5))
         self.current = self.axes.add_patch(Rectangle((-0.5, -0.5), columns, 1, fill=False,
-                                                     edgecolor="black", linewidth=1.6))
-        self.shown_through = steps - 1
-        self.show_through(steps - 1)
-        # lay out once: every frame has the same elements, and re-solving the constrained
-        # layout would take most of each frame's drawing time
-        self.figure.canvas.draw()
+                                                     edgecolor="black", linewidth=1.6, zorder=7))
+        self.title = self.axes.set_title(self._title(steps - 1), loc="left", fontsize=FONT_SIZE + 3)
+        # one full draw lays the figure out (every picture has the same elements) and draws
+        # all that does not change between steps (animated artists are laid out, not drawn);
+        # render() draws the rest over a copy of it
+        self._changing = [self.cover, *self.boundary, self.current, self.title]
+        for artist in self._changing:
+            artist.set_animated(True)
+        self.canvas.draw()
         self.figure.set_layout_engine("none")
+        self._background = self.canvas.copy_from_bbox(self.figure.bbox)
+        self.shown_through = steps - 1
 
     @property
     def num_steps(self) -> int:
         return self.sample.num_steps
 
-    def show_through(self, row: int) -> None:
-        """Show steps ``0..row`` (row indices, not step numbers); later rows are blank."""
+    def render(self, row: int) -> np.ndarray:
+        """The picture showing steps ``0..row`` (a row index, not a step number) with the later
+        rows blank, ``[H, W, 3]`` uint8."""
         if not 0 <= row < self.num_steps:
             raise IndexError(f"row {row} out of range: sample {self.sample.sample_id} ran "
                              f"{self.num_steps} steps")
-        colors = self.colors.copy()
-        colors[row + 1:] = to_rgba(NOT_YET_COLOR)
-        self.image.set_data(colors)
-        for index, artists in enumerate(self.row_artists):
-            for artist in artists:
-                artist.set_visible(index <= row)
+        self.cover.set_y(row + 0.5)
+        self.cover.set_height(self.num_steps - 1 - row)
         self.current.set_y(row - 0.5)
-        self.axes.set_title(self._title(row), loc="left", fontsize=FONT_SIZE + 3)
+        self.title.set_text(self._title(row))
         self.shown_through = row
+        self.canvas.restore_region(self._background)
+        for artist in self._changing:
+            self.figure.draw_artist(artist)
+        return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()
 
-    def to_rgb(self) -> np.ndarray:
-        """The figure as it is shown now, ``[H, W, 3]`` uint8."""
-        self.figure.canvas.draw()
-        return np.asarray(self.figure.canvas.buffer_rgba())[..., :3].copy()
-
-    def save_png(self, path: Path) -> None:
-        """Write the figure as it is shown now to ``path`` (temporary file, then renamed)."""
+    def save_png(self, path: Path, row: int | None = None) -> None:
+        """Write the picture up to ``row`` (default: the last) to ``path`` (temporary file,
+        then renamed)."""
+        pixels = self.render(self.num_steps - 1 if row is None else row)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = temporary_path(path)
         try:
-            self.figure.savefig(temporary, format="png")
+            Image.fromarray(pixels).save(temporary, format="png")
             temporary.replace(path)
         except BaseException:
             temporary.unlink(missing_ok=True)
@@ -158,8 +168,8 @@ class DenoisingFigure:
         axes.set_ylabel("denoising step")
         regions = axes.secondary_xaxis("top")
         centres, names = [shown + (columns - shown) / 2 - 0.5], ["output region"]
+        self.boundary = [axes.axvline(shown - 0.5, color="black", linewidth=2, zorder=6)] if shown else []
         if shown:
-            axes.axvline(shown - 0.5, color="black", linewidth=2)
             centres.insert(0, shown / 2 - 0.5)
             names.insert(0, "prompt")
         regions.set_xticks(centres, names, fontsize=FONT_SIZE + 2, fontweight="bold")
@@ -193,25 +203,24 @@ class DenoisingFigure:
                 labels[token] = _short(visible_token(name(token)))
             return labels[token]
 
-        for row, artists in enumerate(self.row_artists):
+        for row in range(len(canvas)):
             for column, token in enumerate(prompt):
-                artists.append(self._text(column, row, label(token), "black"))
+                self._text(column, row, label(token), "black")
             for j, token in enumerate(canvas[row]):
                 if masked[row][j]:
                     continue
                 # a wrong commit has its red frame; red text would not read on dark colours
                 red = wrong is not None and wrong[row][j] and not committed[row][j]
                 color = WRONG_COLOR if red else _ink(self.colors[row, shown + j])
-                artists.append(self._text(shown + j, row, label(token), color))
+                self._text(shown + j, row, label(token), color)
 
     def _draw_wrong_frames(self) -> None:
         wrong = self.sample.wrong
         if wrong is None:
             return
         for row, j in (wrong & self.sample.committed).nonzero().tolist():
-            frame = Rectangle((self.prompt_shown + j - 0.45, row - 0.45), 0.9, 0.9, fill=False,
-                              edgecolor=WRONG_COLOR, linewidth=1.8)
-            self.row_artists[row].append(self.axes.add_patch(frame))
+            self.axes.add_patch(Rectangle((self.prompt_shown + j - 0.45, row - 0.45), 0.9, 0.9,
+                                          fill=False, edgecolor=WRONG_COLOR, linewidth=1.8))
 
     def _text(self, x: int, y: int, text: str, color: str):
         return self.axes.text(x, y, text, ha="center", va="center", fontsize=FONT_SIZE,

@@ -195,11 +195,14 @@ def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text, max_
 
 def _write_pictures(writer: SummaryWriter, tag: str, figure: DenoisingFigure, max_frames: int,
                     png: Path) -> None:
-    """One picture per drawn row, at the row's step number; the complete one also as PNG."""
+    """One picture per drawn row, at the row's step number; the complete one also as PNG.
+
+    The pictures are matplotlib renderings of one figure (what ``add_figure`` would log),
+    handed over as pixels: ``add_figure`` redraws the whole figure for every step, while
+    :meth:`DenoisingFigure.render` redraws only what changes."""
     for row in frame_rows(figure.num_steps, max_frames):
-        figure.show_through(row)
-        writer.add_figure(tag, figure.figure, global_step=int(figure.sample.steps[row]), close=False)
-    figure.show_through(figure.num_steps - 1)
+        writer.add_image(tag, figure.render(row), global_step=int(figure.sample.steps[row]),
+                         dataformats="HWC")
     figure.save_png(png)
 
 
