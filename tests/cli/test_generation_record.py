@@ -113,3 +113,9 @@ def test_several_values_without_multirun_say_how_to_sweep(capsys):
     assert main(["generate", "ckpt=r", "predictor.threshold=0.5,0.9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "predictor.threshold=0.5,0.9 gives several values: add -m" in err[0]
+
+
+def test_cfg_of_a_sweep_prints_each_combination(capsys):
+    assert main(["generate", "-m", "--cfg", "ckpt=r", "predictor.threshold=0.5,0.9"]) == 0
+    documents = capsys.readouterr().out.split("---\n")
+    assert [OmegaConf.create(d).predictor.threshold for d in documents] == [0.5, 0.9]

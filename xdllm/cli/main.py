@@ -124,9 +124,12 @@ def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: b
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
     from xdllm.run.generate import generate_from_config
-    from xdllm.run.sweep import refuse_sweep_without_multirun, run_sweep
+    from xdllm.run.sweep import refuse_sweep_without_multirun, run_sweep, sweep_configs
 
-    if sweep and not print_config:
+    if sweep and print_config:  # one YAML document per combination
+        print("---\n".join(composed_yaml(config) for config in sweep_configs(overrides)[1]), end="")
+        return 0
+    if sweep:
         print(json.dumps(run_sweep(overrides), indent=2))
         return 0
     refuse_sweep_without_multirun(overrides)

@@ -21,7 +21,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.compose import compose_config
 from xdllm.errors import XdllmError
@@ -78,11 +78,16 @@ def _sweep_dir(requested: str | None, run_dir: Path) -> Path:
     return folder
 
 
+def sweep_configs(overrides: Sequence[str]) -> tuple[list[dict[str, str]], list[DictConfig]]:
+    """Each combination and its composed ``generate`` config (all checked before any runs)."""
+    fixed, combinations = sweep_combinations(overrides)
+    return combinations, [compose_config("generate", [*fixed, *(f"{k}={v}" for k, v in combination.items())])
+                          for combination in combinations]
+
+
 def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     """Generate once per combination; return the sweep folder and each generation's results."""
-    fixed, combinations = sweep_combinations(overrides)
-    configs = [compose_config("generate", [*fixed, *(f"{k}={v}" for k, v in combination.items())])
-               for combination in combinations]  # every combination is checked before any runs
+    combinations, configs = sweep_configs(overrides)
     if OmegaConf.is_missing(configs[0], "ckpt"):
         raise XdllmError("ckpt=<checkpoint file or run directory> is required")
     run = load_trained(configs[0].ckpt)
