@@ -44,6 +44,7 @@ from torch._dynamo.utils import counters
 
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.interfaces import Example
+from xdllm.nn.buckets import bucket_shape
 from xdllm.train.optim import uses_fused_adamw
 from xdllm_models.mlm.collator import MLMSeq2SeqTrainCollator
 from xdllm_models.mlm.loss import MLMLoss
@@ -140,7 +141,7 @@ def layouts(config: dict, documents: list[Example], tokenizer: SymbolTokenizer) 
     pads = {"input_ids": tokenizer.pad_token_id, "target_ids": tokenizer.pad_token_id,
             "attention_mask": False, "positions": 0}
     padded = []
-    for start in range(0, len(kept), config["batch_rows"]):
+    for start in range(0, len(kept) - config["batch_rows"] + 1, config["batch_rows"]):  # whole batches
         batch = collator(kept[start:start + config["batch_rows"]])
         extra = -batch["input_ids"].shape[1] % PAD_MULTIPLE
         padded.append({key: torch.nn.functional.pad(batch[key], (0, extra), value=fill)
@@ -156,7 +157,8 @@ def real_tokens(name: str, batch: dict, tokenizer: SymbolTokenizer) -> int:
 
 def run_layout(name: str, batches: list[dict], config: dict, args: argparse.Namespace, device: torch.device,
                tokenizer: SymbolTokenizer) -> dict:
-    """Train ``args.warmup`` untimed steps, then time every remaining step of the layout."""
+    """Train ``args.warmup`` untimed steps and one on each shape bucket still to come (so no
+    compilation is timed), then time every step after the first ``args.warmup``."""
     flex = "flex" if device.type == "cuda" else "sdpa"  # no FlexAttention backward off CUDA
     torch.manual_seed(args.seed)
     model = RotaryTransformerMLMModel(
@@ -168,6 +170,8 @@ def run_layout(name: str, batches: list[dict], config: dict, args: argparse.Name
     dtype = torch.bfloat16 if args.precision == "bf16" else None
     batches = [{key: value.to(device) for key, value in batch.items()} for batch in batches]
     warmup, timed = batches[:args.warmup], batches[args.warmup:] or batches[-1:]
+    first_of_bucket = {bucket_shape(*batch["input_ids"].shape): batch for batch in reversed(timed)}
+    warmup += list(first_of_bucket.values())  # every shape compiled before the clock starts
 
     def step(batch: dict) -> None:
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
