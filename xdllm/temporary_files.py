@@ -18,7 +18,7 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
 
 
-def _writer_alive(path: Path) -> bool:
+def writer_alive(path: Path) -> bool:
     """Whether the process that named this temporary file still runs (it may still be writing)."""
     pid = path.name.rpartition(TEMPORARY_MARK)[2]
     if not pid.isdigit() or int(pid) == os.getpid():
@@ -41,7 +41,7 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
         return []
     stale = [path for path in folder.iterdir()
              if path.is_file() and path.name.startswith(".") and TEMPORARY_MARK in path.name
-             and not _writer_alive(path)]
+             and not writer_alive(path)]
     for path in stale:
         path.unlink(missing_ok=True)
     return stale

@@ -1,6 +1,7 @@
 """`xdllm data prepare`: local text, JSONL and prompt/response files to memory-mapped splits."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -170,3 +171,15 @@ def test_token_ids_are_stored_narrow_and_read_memory_mapped(tmp_path):
     split = PreparedData(tmp_path / "p").split("train")
     assert isinstance(split.tokens, np.memmap) and split.tokens.dtype == np.uint16
     assert isinstance(split.offsets, np.memmap) and split.offsets.tolist() == [0, 3]
+
+
+def test_a_killed_preparation_leaves_nothing_the_next_one_keeps(tmp_path):
+    source = tmp_path / "corpus.txt"
+    source.write_text("a b\n")
+    abandoned = tmp_path / ".prepared.tmp-999999999"  # no such process
+    (abandoned / "parts").mkdir(parents=True)
+    running = tmp_path / f".prepared.tmp-{os.getppid()}"  # its writer still runs: left alone
+    running.mkdir()
+    prepare(PrepareOptions(inputs=[source], output=tmp_path / "prepared", tokenizer="builtin", val_fraction=0.0,
+                           test_fraction=0.0))
+    assert not abandoned.exists() and running.is_dir() and (tmp_path / "prepared" / "manifest.json").is_file()

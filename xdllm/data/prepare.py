@@ -12,7 +12,8 @@
    fingerprint.
 
 Everything is written into a temporary folder beside the output and renamed into place at the
-end, so a prepared dataset is either whole or absent; a failure removes the temporary folder.
+end, so a prepared dataset is either whole or absent; a failure removes the temporary folder,
+and the next preparation of the same output removes one that a killed process left.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from xdllm.data.prepared_store import (
 from xdllm.data.source_records import Chunk, RecordFormat, plan_chunks
 from xdllm.data.tokenizer import load_tokenizer
 from xdllm.errors import XdllmError
-from xdllm.temporary_files import temporary_path
+from xdllm.temporary_files import TEMPORARY_MARK, temporary_path, writer_alive
 
 CHUNK_BYTES = 4 << 20
 """Source bytes per chunk: small enough for an even spread over workers and a smooth progress
@@ -223,6 +224,16 @@ def _manifest(options: PrepareOptions, tokenizer: Any, dtype: str, splits: dict,
     }
 
 
+def remove_abandoned_folders(output: Path) -> list[Path]:
+    """Remove the temporary folders that killed preparations of ``output`` left beside it
+    (``.<name>.tmp-<pid>`` whose process is gone); return them."""
+    abandoned = [folder for folder in output.parent.glob(f".{output.name}{TEMPORARY_MARK}*")
+                 if folder.is_dir() and not writer_alive(folder)]
+    for folder in abandoned:
+        shutil.rmtree(folder, ignore_errors=True)
+    return abandoned
+
+
 def prepare(options: PrepareOptions) -> dict[str, Any]:
     """Prepare ``options.inputs`` into ``options.output``; return a summary of what was written."""
     options.check()
@@ -235,8 +246,8 @@ def prepare(options: PrepareOptions) -> dict[str, Any]:
     chunks = plan_chunks([Path(path) for path in options.inputs], options.chunk_bytes)
     output = options.output
     output.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned_folders(output)
     folder = temporary_path(output)
-    shutil.rmtree(folder, ignore_errors=True)
     parts = folder / "parts"
     parts.mkdir(parents=True)
     try:

@@ -27,7 +27,6 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SPLITS = ("train", "validation", "test")
 KINDS = ("text", "prompt_response")
-ARRAYS = ("tokens", "offsets", "prompt_lengths")
 
 
 def array_path(folder: Path, split: str, array: str) -> Path:
@@ -59,6 +58,8 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
     if manifest.get("version") != FORMAT_VERSION:
         raise ValueError(f"{path} has format version {manifest.get('version')}; this xdllm reads "
                          f"version {FORMAT_VERSION}: prepare the data again")
+    if manifest.get("kind") not in KINDS:
+        raise ValueError(f"{path}: unknown kind {manifest.get('kind')!r}; expected one of {', '.join(KINDS)}")
     return manifest
 
 
