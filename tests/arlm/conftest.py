@@ -1,4 +1,4 @@
-"""Shared pieces of the ARLM tests: the letter tokenizer, a tiny causal network, prompt batches."""
+"""Fixtures of the ARLM tests: the letter tokenizer, a tiny causal network (helpers: arlm_helpers.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[1] / "predict"))
 from predict_fakes import LetterTokenizer  # noqa: E402
 
-from xdllm.collate import PromptCollator  # noqa: E402
 from xdllm_models.arlm.model import CausalRotaryTransformer, causal_rotary_transformer  # noqa: E402
 
 
@@ -32,18 +31,3 @@ def tiny_model(tokenizer) -> CausalRotaryTransformer:
             if parameter.dim() == 2:
                 parameter.normal_(0.0, 0.3)
     return model
-
-
-def examples(prompts: list[list[int]], targets: list[list[int]] | None = None,
-             first_index: int = 0) -> list[dict]:
-    targets = targets if targets is not None else [[] for _ in prompts]
-    return [{"prompt_ids": list(p), "target_ids": list(t), "sample_index": first_index + i, "step": 0}
-            for i, (p, t) in enumerate(zip(prompts, targets))]
-
-
-def prompt_batch(tokenizer, prompts: list[list[int]], sample_index: list[int] | None = None) -> dict:
-    """Left-padded ``[bos] + prompt`` rows, as the prediction collator makes them."""
-    batch = PromptCollator(tokenizer)(examples(prompts))
-    if sample_index is not None:
-        batch["sample_index"] = torch.tensor(sample_index)
-    return batch

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import prompt_batch
+from arlm_helpers import prompt_batch
 
 from xdllm.predict import streams
 from xdllm.predict.sampling import choose_tokens, final_distribution

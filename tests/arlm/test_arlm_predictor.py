@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import prompt_batch
+from arlm_helpers import prompt_batch
 
 from xdllm.interfaces import DenoisingStep
 from xdllm_models.arlm.model import CausalRotaryTransformer

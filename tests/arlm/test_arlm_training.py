@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from conftest import examples
+from arlm_helpers import examples
 
 from xdllm.interfaces import LossContext
 from xdllm_models.arlm.collator import ARLMCollator, PackedARLMCollator

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import examples
+from bd3lm_helpers import examples
 
 from xdllm.losses.token_nll import per_token_nll
 from xdllm.nn import BlockCausalMask

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import examples
+from bd3lm_helpers import examples
 
 from xdllm.nn.factory import rotary_transformer
 from xdllm_models.bd3lm.collator import BD3LMCollator, PackedBD3LMCollator

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import prompt_batch, random_network
+from bd3lm_helpers import prompt_batch, random_network
 from predict_fakes import EOS, PAD
 
 from xdllm.collate import PromptCollator

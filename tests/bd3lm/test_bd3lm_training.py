@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import examples, random_network
+from bd3lm_helpers import examples, random_network
 
 from xdllm.losses.token_nll import per_token_nll
 from xdllm.nn import BlockDiffusionMask

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from history_devtools import CHROMIUM, FIND_ALL, chromium_page, get_bytes, tensorboard_server
+from history_fakes import fake_generate
 from matplotlib import colormaps
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -72,8 +73,6 @@ SCALAR_CARDS = FIND_ALL + """findAll('tf-scalar-card').map((card) => ({
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
     """One test sample: 3 prompt tokens, 4 output positions, one commit per step (4 steps)."""
-    from conftest import fake_generate
-
     root = tmp_path_factory.mktemp("browser")
     recorder = HistoryTopKPlugin(k=3, output_dir=root / "run" / "history", split="test",
                                  tokenizer=SymbolTokenizer(list("abcdefgh")))

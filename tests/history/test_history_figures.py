@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import (
-    fake_generate,  # tests/history/conftest.py: imported at collection, while it is the current conftest
-)
+from history_fakes import fake_generate
 from matplotlib import colormaps
 from matplotlib.colors import to_rgba
 from PIL import Image

@@ -1,7 +1,7 @@
 """Grid pictures: fill order and confidence of each cell of a grid-shaped answer (sudoku)."""
 
 import pytest
-from conftest import fake_generate
+from history_fakes import fake_generate
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xdllm.data.tokenizer import SymbolTokenizer

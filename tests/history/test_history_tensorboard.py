@@ -6,7 +6,7 @@ import io
 
 import numpy as np
 import pytest
-from conftest import fake_generate
+from history_fakes import fake_generate
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
