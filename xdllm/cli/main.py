@@ -33,6 +33,7 @@ def _help_epilog() -> str:
         "  xdllm generate ckpt=runs/quick predictor.threshold=0.9 history=topk",
         "  xdllm eval ckpt=runs/quick split=test",
         "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
+        "  xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json",
     ]
     return "\n".join(lines)
 
