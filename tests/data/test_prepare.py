@@ -118,6 +118,7 @@ def test_a_local_tokenizers_file_is_fingerprinted_and_unknown_tokens_counted(tmp
     (b"a b\nc \xff d\n", "text", "docs:2: not UTF-8 text (byte 0xff at byte offset 6"),
     (b"a b\nc D\n", "text", "docs:2: SymbolTokenizer.encode: unknown symbol 'D'"),
     (b"\n  \n\n", "text", "holds no samples (3 empty lines skipped)"),
+    (b"", "jsonl", "holds no samples (0 empty lines skipped)"),
 ])
 def test_bad_input_is_one_error_naming_file_and_line(tmp_path, capsys, content, fmt, message):
     source = tmp_path / "docs"

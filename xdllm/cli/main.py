@@ -34,6 +34,7 @@ def _help_epilog() -> str:
         "  xdllm eval ckpt=runs/quick split=test",
         "  xdllm train --cfg experiment=sort_mlm      (print the composed config, run nothing)",
         "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
+        "  xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json",
     ]
     return "\n".join(lines)
 

@@ -132,7 +132,7 @@ def _tokenize(chunks: list[Chunk], options: PrepareOptions, dtype: str, parts: P
     total_bytes = sum(chunk.end - chunk.start for chunk in chunks)
     # fork: workers inherit the loaded modules instead of importing torch and lightning again.
     context = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(options.workers, mp_context=context, initializer=start_worker,
+    with ProcessPoolExecutor(max(1, min(options.workers, len(chunks))), mp_context=context, initializer=start_worker,
                              initargs=(options.tokenizer,)) as pool, \
             tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=None) as bar:
         futures = [pool.submit(tokenize_chunk, chunk, options.record_format, options.max_tokens, dtype, parts)
