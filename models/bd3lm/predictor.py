@@ -42,6 +42,7 @@ from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict
 from xdllm.predict import streams
 from xdllm.predict.canvas import continuation_canvas
 from xdllm.predict.engine import UnmaskingPredictor
+from xdllm.predict.inputs import predictor_inputs
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
 from xdllm.predict.unmask_count import scheduled_count
@@ -96,13 +97,7 @@ class BD3LMPredictor(UnmaskingPredictor):
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
                 history: HistoryRecorder | None = None) -> PredictionDict:
         start_time = time.perf_counter()
-        model = model if model is not None else self.model
-        if model is None:
-            raise ValueError("BD3LMPredictor: no model; pass model= to the predictor or to predict()")
-        tok = self._tokenizer()
-        for key in ("input_ids", "attention_mask"):
-            if key not in batch:
-                raise KeyError(f"BD3LMPredictor: prediction batch has no {key!r} (keys: {sorted(batch)})")
+        model, tok = predictor_inputs("BD3LMPredictor", batch, model, self.model, self.tokenizer)
         if batch.get("infill", False):
             raise ValueError("BD3LMPredictor generates continuations block by block; it does not infill")
         device = next(model.parameters()).device

@@ -43,6 +43,7 @@ from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
 from xdllm.predict.canvas import Canvas, continuation_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
+from xdllm.predict.inputs import predictor_inputs, require_tokenizer
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
@@ -109,9 +110,7 @@ class HybridPredictor:
         self.seed = seed
 
     def _tokenizer(self) -> Tokenizer:
-        if self.tokenizer is None:
-            raise ValueError("HybridPredictor needs a tokenizer (pad, mask, bos and eos ids); pass tokenizer=...")
-        return self.tokenizer
+        return require_tokenizer("HybridPredictor", self.tokenizer)
 
     def _distribution(self, logits: Float[Tensor, "*lead vocab"]) -> Float[Tensor, "*lead vocab"]:
         return final_distribution(logits, self.temperature, self.top_k, self.top_p,
@@ -139,13 +138,7 @@ class HybridPredictor:
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
                 history: HistoryRecorder | None = None) -> PredictionDict:
         start_time = time.perf_counter()
-        model = model if model is not None else self.model
-        if model is None:
-            raise ValueError("HybridPredictor: no model; pass model= to the predictor or to predict()")
-        tok = self._tokenizer()
-        for key in ("input_ids", "attention_mask"):
-            if key not in batch:
-                raise KeyError(f"HybridPredictor: prediction batch has no {key!r} (keys: {sorted(batch)})")
+        model, tok = predictor_inputs("HybridPredictor", batch, model, self.model, self.tokenizer)
         device = next(model.parameters()).device
         prompt_ids = batch["input_ids"].to(device)
         prompt_real = batch["attention_mask"].to(device).bool()

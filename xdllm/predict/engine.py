@@ -27,6 +27,7 @@ from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tok
 from xdllm.predict import blocks, streams
 from xdllm.predict.canvas import Canvas, continuation_canvas, infill_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
+from xdllm.predict.inputs import check_prompt_batch
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
@@ -165,9 +166,7 @@ class UnmaskingPredictor(nn.Module):
     def build_canvas(self, batch: Mapping[str, Any], device: torch.device) -> Canvas:
         """Continuation canvas, or infilling when asked for or implied by the batch."""
         tok = self._tokenizer()
-        for key in ("input_ids", "attention_mask"):
-            if key not in batch:
-                raise KeyError(f"prediction batch has no {key!r} (keys: {sorted(batch)})")
+        check_prompt_batch(type(self).__name__, batch)
         input_ids = batch["input_ids"].to(device)
         attention_mask = batch["attention_mask"].to(device)
         infill = bool(batch.get("infill", False)) or (
