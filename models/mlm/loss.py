@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from xdllm.losses.chunked import DEFAULT_CHUNK_SIZE, supervised_token_nll
+from xdllm.losses.chunked import DEFAULT_CHUNK_SIZE, projects_in_chunks, supervised_token_nll
 from xdllm.losses.token_nll import masked_normalised_sum, per_token_nll, prepare_logits
 from xdllm_models.mlm.types import MLMLossDict
 
@@ -40,7 +40,7 @@ class MLMLoss:
                       segment_ids=batch.get("segment_ids"))
         masked = input_ids == self.mask_token_id
         num_masked = masked.sum()
-        if self.chunk_size is not None and hasattr(model, "final_hidden"):
+        if projects_in_chunks(model, self.chunk_size):
             nll = supervised_token_nll(model.final_hidden(input_ids, **inputs), model.lm_head_weight, target_ids,
                                        masked, self.chunk_size)
             loss = nll.sum() / num_masked.clamp_min(1)

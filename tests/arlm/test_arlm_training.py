@@ -48,11 +48,21 @@ def hand_loss(model, batch) -> float:
     return total / count
 
 
-def test_loss_is_the_hand_computed_next_token_cross_entropy(tiny_model, tokenizer):
+@pytest.mark.parametrize("chunk_size", [None, 3])
+def test_loss_is_the_hand_computed_next_token_cross_entropy(tiny_model, tokenizer, chunk_size):
     batch = ARLMCollator(tokenizer)(examples(PROMPTS, TARGETS))
-    out = ARLMLoss()(tiny_model, batch)
+    out = ARLMLoss(chunk_size=chunk_size)(tiny_model, batch)
     assert out["loss"].item() == pytest.approx(hand_loss(tiny_model, batch), rel=1e-5)
     assert out["supervised_tokens"].item() == 3 + 5 + 2
+
+
+def test_final_hidden_is_causal_like_the_forward(tiny_model, tokenizer):
+    batch = ARLMCollator(tokenizer)(examples(PROMPTS, TARGETS))
+    with torch.no_grad():
+        logits = tiny_model(batch["input_ids"], attention_mask=batch["attention_mask"])
+        projected = tiny_model.lm_head(tiny_model.final_hidden(batch["input_ids"],
+                                                               attention_mask=batch["attention_mask"]))
+    torch.testing.assert_close(projected, logits)
 
 
 def test_the_global_count_is_the_denominator(tiny_model, tokenizer):

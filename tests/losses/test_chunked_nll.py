@@ -142,3 +142,47 @@ def test_the_mlm_loss_takes_the_chunked_path_with_the_plain_value_and_gradients(
     chunked["loss"].backward()
     for (name, parameter), twin in zip(plain_model.named_parameters(), chunked_model.parameters()):
         torch.testing.assert_close(twin.grad, parameter.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def _diffusion_batch():
+    """A batch for the MDLM and ARLM losses: a padded row, supervised and corrupted positions
+    that differ, and per-position levels."""
+    ids, supervised, weights = _batch()
+    generator = torch.Generator().manual_seed(3)
+    attention_mask = torch.ones(3, 24, dtype=torch.bool)
+    attention_mask[2, 18:] = False
+    supervised &= attention_mask
+    noise = supervised & (torch.rand(3, 24, generator=generator) < 0.6)
+    return {"input_ids": torch.where(noise, 1, ids), "target_ids": ids, "attention_mask": attention_mask,
+            "positions": torch.arange(24).expand(3, 24), "noise_mask": noise, "p_mask": 1 / weights,
+            "loss_mask": supervised}
+
+
+def _family_losses(family, chunk_size):
+    from xdllm_models.arlm.loss import ARLMLoss
+    from xdllm_models.mdlm.loss import MDLMLoss
+
+    return (MDLMLoss if family == "mdlm" else ARLMLoss)(chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("family, largest", [("mdlm", 4), ("arlm", 4)])
+@pytest.mark.parametrize("global_count", [None, 50.0])
+def test_the_mdlm_and_arlm_losses_take_the_chunked_path_with_the_plain_value_and_gradients(family, largest,
+                                                                                          global_count):
+    from xdllm.interfaces import LossContext
+
+    batch = _diffusion_batch()
+    count_key = {"mdlm": "num_diffusion_tokens", "arlm": "num_ar_tokens"}[family]
+    context = None if global_count is None else LossContext(counts={count_key: torch.tensor(global_count)})
+    plain_model, chunked_model = _model(), _model()
+    plain = _family_losses(family, None)(plain_model, batch, context)
+    with _LargestLogits() as spy:
+        chunked = _family_losses(family, 4)(chunked_model, batch, context)
+        chunked["loss"].backward()
+    assert spy.rows == largest
+    assert chunked.keys() == plain.keys()
+    for key in chunked:
+        torch.testing.assert_close(chunked[key], plain[key], msg=key)
+    plain["loss"].backward()
+    for (name, parameter), twin in zip(plain_model.named_parameters(), chunked_model.parameters()):
+        torch.testing.assert_close(twin.grad, parameter.grad, atol=1e-6, rtol=1e-5, msg=name)

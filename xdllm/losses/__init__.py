@@ -4,7 +4,7 @@ Every loss returns a :class:`DLLMLossOutput`.
 """
 
 from xdllm.losses.block_diffusion import BlockDiffusionCrossEntropyLoss
-from xdllm.losses.chunked import chunked_token_nll, supervised_token_nll
+from xdllm.losses.chunked import chunked_token_nll, projects_in_chunks, supervised_token_nll
 from xdllm.losses.dflash import DFlashDecayLoss
 from xdllm.losses.encoder_ar import encoder_ar_loss
 from xdllm.losses.hybrid import HybridDiffusionLLMLoss
@@ -21,5 +21,6 @@ __all__ = [
     "chunked_token_nll",
     "encoder_ar_loss",
     "per_token_nll",
+    "projects_in_chunks",
     "supervised_token_nll",
 ]

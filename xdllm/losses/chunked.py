@@ -44,18 +44,29 @@ def chunked_token_nll(
     return torch.cat(chunks)
 
 
+def projects_in_chunks(model: torch.nn.Module, chunk_size: int | None) -> bool:
+    """Whether a loss can take the chunked path: a chunk size is set and the model exposes
+    ``final_hidden`` (what its LM head reads) and ``lm_head_weight``."""
+    return chunk_size is not None and hasattr(model, "final_hidden") and hasattr(model, "lm_head_weight")
+
+
 def supervised_token_nll(
     hidden: Float[Tensor, "batch seq_len dim"],
     weight: Float[Tensor, "vocab dim"],
     targets: Integer[Tensor, "batch seq_len"],
     supervised: Bool[Tensor, "batch seq_len"],
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    scale: Float[Tensor, "batch seq_len"] | None = None,
 ) -> Float[Tensor, " supervised"]:
     """The float32 NLL of ``targets`` at the ``supervised`` positions only, in the order of
-    ``values[supervised]`` (row-major), so per-position weights line up as ``weights[supervised]``.
+    ``values[supervised]`` (row-major); times ``scale`` at the same positions when given
+    (MDLM's ``1 / t``), gathered with the same index.
 
     Finding the positions costs one host synchronisation (their number fixes the shapes).
     """
     index = supervised.reshape(-1).nonzero().squeeze(1)
     rows = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
-    return chunked_token_nll(rows, weight, targets.reshape(-1).index_select(0, index), chunk_size)
+    nll = chunked_token_nll(rows, weight, targets.reshape(-1).index_select(0, index), chunk_size)
+    if scale is None:
+        return nll
+    return nll * scale.reshape(-1).index_select(0, index).to(nll.dtype)

@@ -85,6 +85,11 @@ class RotaryTransformer(nn.Module):
     ``token_embedding.weight`` for optimizers that also want to exclude it.
     """
 
+    default_mask_rule: Optional[MaskRule] = None
+    """The rule of a call that names neither ``mask_rule`` nor ``block_mask`` (None:
+    :class:`~xdllm.nn.masks.DocumentMask`); a subclass may set its own, and then
+    :meth:`forward` and :meth:`final_hidden` both follow it."""
+
     def __init__(self, config: RotaryTransformerConfig) -> None:
         super().__init__()
         self.config = config
@@ -164,7 +169,8 @@ class RotaryTransformer(nn.Module):
         packed documents; tokens attend only within their segment (padding needs an id of its
         own, e.g. -1). ``positions``: RoPE positions, defaulting to :func:`default_positions`;
         the mask rule reads them too (causal order, blocks). ``mask_rule``: who sees whom inside
-        a document, default :class:`~xdllm.nn.masks.DocumentMask` (bidirectional).
+        a document, default :attr:`default_mask_rule` (:class:`~xdllm.nn.masks.DocumentMask`, bidirectional,
+        unless a subclass sets another).
         ``block_mask``: a prebuilt FlexAttention mask, used as is instead of a rule
         (``attention_mask`` and ``segment_ids`` then only shape the default positions).
         ``output_hidden_states``: block indices whose output residual stream to return.
@@ -197,6 +203,11 @@ class RotaryTransformer(nn.Module):
         return self._hidden(input_ids, attention_mask, positions, segment_ids, block_mask, mask_rule,
                             None, None, True)[0]
 
+    @property
+    def lm_head_weight(self) -> Float[Tensor, "vocab d_model"]:
+        """The projection :meth:`final_hidden` feeds (for losses that project chunk by chunk)."""
+        return self.lm_head.weight
+
     def _hidden(
         self,
         input_ids: Tensor,
@@ -210,6 +221,8 @@ class RotaryTransformer(nn.Module):
         write_cache: bool,
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
         """The final-norm output and the chosen blocks' residual streams (see :meth:`forward`)."""
+        if mask_rule is None and block_mask is None:
+            mask_rule = self.default_mask_rule
         self._check_inputs(input_ids, attention_mask, positions, segment_ids, block_mask, mask_rule,
                            output_hidden_states, kv_cache)
         rule = mask_rule if mask_rule is not None else DocumentMask()
