@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from xdllm.evaluate import AnswerEvaluator
+from xdllm.evaluate.bounds import with_perplexities
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 from xdllm_models.arlm.loss import ARLMLoss
-
-MAX_EXPONENT = 700.0
-"""``exp`` of more than this overflows a float; the perplexity is then reported as inf."""
 
 
 class ARLMEvaluator(AnswerEvaluator):
@@ -41,8 +38,4 @@ class ARLMEvaluator(AnswerEvaluator):
         return {"loss": (batch_loss * samples, samples), "nll": (total, count)}
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
-        values = dict(means)
-        if "nll" in values:
-            nll = values["nll"]
-            values["ppl"] = math.exp(nll) if nll < MAX_EXPONENT else math.inf
-        return values
+        return with_perplexities(means, [("nll", "ppl")])

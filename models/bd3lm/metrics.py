@@ -18,7 +18,6 @@ columns are the sample's own positions, so the value does not depend on the batc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,13 +26,11 @@ from jaxtyping import Float
 from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
+from xdllm.evaluate.bounds import stratified_levels, with_perplexities
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 from xdllm.losses.token_nll import per_token_nll
 from xdllm.predict.streams import Purpose, row_keys, uniforms
 from xdllm_models.bd3lm.two_stream import denoising_logits
-
-MAX_EXPONENT = 700.0
-"""``exp`` of more than this overflows a float; the perplexity bound is then reported as inf."""
 
 
 class BD3LMEvaluator(AnswerEvaluator):
@@ -81,7 +78,7 @@ class BD3LMEvaluator(AnswerEvaluator):
         base = uniforms(keys, 0, Purpose.NOISE_LEVEL, blocks[1])
         total = torch.zeros((), dtype=torch.float64, device=clean.device)
         for level in range(self.num_levels):
-            u = torch.remainder(base + level / self.num_levels, 1.0)
+            u = stratified_levels(base, level, self.num_levels)
             k = torch.minimum(torch.floor(u * n).long() + 1, n)
             draws = uniforms(keys, level, Purpose.NOISE_MASK, width).view(blocks)
             rank = torch.where(supervised_blocks, draws, 2.0).argsort(-1).argsort(-1)
@@ -94,8 +91,4 @@ class BD3LMEvaluator(AnswerEvaluator):
         return total / self.num_levels
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
-        values = dict(means)
-        if "nll_bound" in values:
-            nll = values["nll_bound"]
-            values["ppl_bound"] = math.exp(nll) if nll < MAX_EXPONENT else math.inf
-        return values
+        return with_perplexities(means, [("nll_bound", "ppl_bound")])

@@ -7,9 +7,9 @@ same samples.
 
 The diffusion bound is the block-diffusion NELBO: each block is a masked-diffusion model of its
 tokens given the clean blocks before it, so ``-log p(x) <= Σ_blocks E_t[Σ_{masked} -log p / t]``.
-It is estimated as MDLM's is (:mod:`xdllm_models.mdlm.metrics`): ``K`` stratified levels per
-sample, ``u_k = (u_0 + k / K) mod 1``, ``t = (1 - eps) u + eps``, every supervised token masked
-with probability ``t``, all from counter-based streams keyed by ``(seed, sample_index)``; one
+It is estimated as MDLM's is (:func:`xdllm.evaluate.bounds.masked_diffusion_bound_sum`): ``K``
+stratified levels per sample, ``t = (1 - eps) u + eps``, every supervised token masked with
+probability ``t``, all from counter-based streams keyed by ``(seed, sample_index)``; one
 level per sample serves all its blocks (each block's term is still an unbiased estimate). The
 bound covers the block fill too; the fill's NLL is not negative, so divided by the tokens
 through the first EOS it still bounds their NLL per token.
@@ -17,7 +17,6 @@ through the first EOS it still bounds their NLL per token.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,13 +25,10 @@ from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
+from xdllm.evaluate.bounds import masked_diffusion_bound_sum, with_perplexities
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
-from xdllm.losses.token_nll import next_token_nll, per_token_nll
-from xdllm.predict.streams import Purpose, row_keys, uniforms
+from xdllm.losses.token_nll import next_token_nll
 from xdllm_models.hybrid.loss import HybridLoss
-
-MAX_EXPONENT = 700.0
-"""``exp`` of more than this overflows a float; the perplexity is then reported as inf."""
 
 
 class HybridEvaluator(AnswerEvaluator):
@@ -81,28 +77,16 @@ class HybridEvaluator(AnswerEvaluator):
 
     def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
         """``Σ_samples`` of the block-diffusion NELBO numerator, averaged over the ``K`` levels."""
-        clean, supervised = batch["target_ids"], batch["loss_mask"] != 0
-        keys = row_keys(self.seed, batch["sample_index"].to(clean.device))
-        offsets = (supervised.long().cumsum(1) - 1).clamp(min=0)  # i-th supervised token -> i
-        base = uniforms(keys, 0, Purpose.NOISE_LEVEL, 1)[:, 0]
-        total = torch.zeros((), dtype=torch.float64, device=clean.device)
-        for level in range(self.num_levels):
-            t = (1.0 - self.eps) * torch.remainder(base + level / self.num_levels, 1.0) + self.eps
-            draws = uniforms(keys, level, Purpose.NOISE_MASK, clean.shape[1]).gather(1, offsets)
-            masked = supervised & (draws < t[:, None])
-            noisy = torch.where(masked, self.tokenizer.mask_token_id, clean)
-            logits = model.branches(noisy, clean, batch["attention_mask"], batch["positions"],
-                                    self.loss.block_size).diffusion
-            nll = per_token_nll(logits.float(), clean)
-            total += torch.where(masked, nll / t[:, None], 0.0).sum().double()
-        return total / self.num_levels
+        def denoise(noisy: Tensor) -> Tensor:
+            return model.branches(noisy, batch["target_ids"], batch["attention_mask"], batch["positions"],
+                                  self.loss.block_size).diffusion
+
+        return masked_diffusion_bound_sum(denoise, batch["target_ids"], batch["loss_mask"] != 0,
+                                          batch["sample_index"], mask_token_id=self.tokenizer.mask_token_id,
+                                          num_levels=self.num_levels, eps=self.eps, seed=self.seed)
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
-        values = dict(means)
-        for nll_key, ppl_key in (("nll", "ppl"), ("diffusion_nll_bound", "diffusion_ppl_bound")):
-            if nll_key in values:
-                values[ppl_key] = math.exp(values[nll_key]) if values[nll_key] < MAX_EXPONENT else math.inf
-        return values
+        return with_perplexities(means, [("nll", "ppl"), ("diffusion_nll_bound", "diffusion_ppl_bound")])
 
 
 def _through_first_eos(target_ids: Integer[Tensor, "batch seq_len"], supervised: Bool[Tensor, "batch seq_len"],

@@ -1,0 +1,72 @@
+"""What the likelihood evaluators share: perplexities from per-token NLLs, stratified noise
+levels, and the masked-diffusion NELBO estimate of MDLM and the hybrid's diffusion branch.
+
+The NELBO of the linear schedule, estimated per sample as
+``(1/K) Σ_k Σ_{masked at t_k} -log p(x_i | x_{t_k}) / t_k`` with ``t = (1 - eps) u + eps``:
+divided by the number of supervised tokens it bounds the NLL per token. The ``K`` levels of a
+sample are stratified, ``u_k = (u_0 + k / K) mod 1``, which lowers the variance against ``K``
+independent draws at the same cost. Every draw comes from counter-based streams keyed by
+``(seed, sample_index)`` and the sample's ``i``-th supervised token, so the value does not
+depend on the batch composition or the padding, and repeats exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+import torch
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor
+
+from xdllm.losses.token_nll import per_token_nll
+from xdllm.predict.streams import Purpose, row_keys, uniforms
+
+MAX_EXPONENT = 700.0
+"""``exp`` of more than this overflows a float; such a perplexity is reported as inf."""
+
+
+def perplexity(nll: float) -> float:
+    """``exp(nll)``, or inf where that overflows."""
+    return math.exp(nll) if nll < MAX_EXPONENT else math.inf
+
+
+def with_perplexities(means: Mapping[str, float], keys: Iterable[tuple[str, str]]) -> dict[str, float]:
+    """``means`` plus ``ppl_key: perplexity(means[nll_key])`` for each pair whose NLL is there."""
+    values = dict(means)
+    for nll_key, ppl_key in keys:
+        if nll_key in values:
+            values[ppl_key] = perplexity(values[nll_key])
+    return values
+
+
+def stratified_levels(base: Float[Tensor, "*shape"], level: int, num_levels: int) -> Float[Tensor, "*shape"]:
+    """The ``level``-th of ``num_levels`` stratified uniforms: ``(base + level / num_levels) mod 1``."""
+    return torch.remainder(base + level / num_levels, 1.0)
+
+
+def masked_diffusion_bound_sum(
+    denoise: Callable[[Integer[Tensor, "batch seq_len"]], Float[Tensor, "batch seq_len vocab"]],
+    clean: Integer[Tensor, "batch seq_len"],
+    supervised: Bool[Tensor, "batch seq_len"],
+    sample_index: Integer[Tensor, " batch"],
+    *,
+    mask_token_id: int,
+    num_levels: int,
+    eps: float,
+    seed: int,
+) -> Float[Tensor, ""]:
+    """``Σ_samples`` of the NELBO numerator (see the module docstring), averaged over the
+    ``num_levels`` levels: one ``denoise(noisy)`` call per level, ``noisy`` being ``clean``
+    with the masked supervised tokens replaced by ``mask_token_id``."""
+    keys = row_keys(seed, sample_index.to(clean.device))
+    offsets = (supervised.long().cumsum(1) - 1).clamp(min=0)  # i-th supervised token -> i
+    base = uniforms(keys, 0, Purpose.NOISE_LEVEL, 1)[:, 0]
+    total = torch.zeros((), dtype=torch.float64, device=clean.device)
+    for level in range(num_levels):
+        t = (1.0 - eps) * stratified_levels(base, level, num_levels) + eps
+        draws = uniforms(keys, level, Purpose.NOISE_MASK, clean.shape[1]).gather(1, offsets)
+        masked = supervised & (draws < t[:, None])
+        nll = per_token_nll(denoise(torch.where(masked, mask_token_id, clean)).float(), clean)
+        total += torch.where(masked, nll / t[:, None], 0.0).sum().double()
+    return total / num_levels
