@@ -105,7 +105,8 @@ class DFlashLoss:
         with torch.no_grad():
             embeddings = target.token_embedding(block_ids.view(rows, -1))
         hidden = model(embeddings, queries, features, context)
-        return hidden.view(rows, blocks, self.block_size, -1)[:, :, 1:].reshape(rows, blocks * (self.block_size - 1), -1)
+        drafted = hidden.view(rows, blocks, self.block_size, -1)[:, :, 1:]  # the anchors are not drafted
+        return drafted.reshape(rows, blocks * (self.block_size - 1), -1)
 
     def outputs(self, model: DFlashDrafter, batch: Mapping[str, Any],
                 context: LossContext | None = None) -> DLLMLossOutput:

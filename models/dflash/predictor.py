@@ -139,7 +139,7 @@ class _SpeculativeRun:
         self.step = 0
 
     def decode(self) -> SpeculativePredictionDict:
-        tok, canvas, bs = self.tok, self.canvas, self.block_size
+        canvas, bs = self.canvas, self.block_size
         rows = canvas.ids.shape[0]
         device = canvas.ids.device
         if self.history is not None:
@@ -199,7 +199,8 @@ class _SpeculativeRun:
         return logits
 
     def _draft(self, anchor: Integer[Tensor, " batch"], anchor_position: Integer[Tensor, " batch"],
-               active: Bool[Tensor, " batch"]) -> tuple[Integer[Tensor, "batch drafted"], Float[Tensor, "batch drafted vocab"]]:
+               active: Bool[Tensor, " batch"]
+               ) -> tuple[Integer[Tensor, "batch drafted"], Float[Tensor, "batch drafted vocab"]]:
         """One drafter pass: the greedy drafts after the anchor and their distributions."""
         bs, length = self.block_size, self.cache.length
         queries = block_tokens(anchor_position[:, None], bs)
@@ -242,7 +243,9 @@ class _SpeculativeRun:
         widened = widened.scatter(1, columns, torch.where(take, tokens, widened.gather(1, columns)))
         return widened[:, :ids.shape[1]]
 
-    def _finished(self, ids: Integer[Tensor, "batch seq_len"], filled: Integer[Tensor, " batch"]) -> Bool[Tensor, " batch"]:
+    def _finished(self, ids: Integer[Tensor, "batch seq_len"], filled: Integer[Tensor, " batch"]
+                  ) -> Bool[Tensor, " batch"]:
+        """Rows whose budget is spent, or (with ``stop_at_eos``) that committed EOS."""
         done = filled >= self.new_tokens
         if self.options.stop_at_eos:
             region = ids.gather(1, self.canvas.window_index)
