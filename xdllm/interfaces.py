@@ -21,7 +21,7 @@ found on the model search path, see :mod:`xdllm.registry`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
@@ -156,11 +156,15 @@ class ModelFamily:
 
     ``config_dir`` is joined to Hydra's search path, so the package's ``model/<name>.yaml``
     (and any experiments it ships) become selectable from the command line.
+    ``frozen_models``: the frozen models the family's runs need, as ``frozen.<name>`` -> the
+    family whose checkpoint to give (a drafter needs its ``arlm`` target, say); the family
+    contract tests train a tiny run of that family first and pass it.
     """
 
     name: str
     description: str
     config_dir: Path
+    frozen_models: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 MetricSums = Mapping[str, tuple[Tensor, Tensor]]

@@ -3,7 +3,9 @@ is registered: a few training steps from the CLI, generation with history and Te
 views, a checkpoint round trip, and predictions that do not depend on the batch size.
 
 A family's model config must accept ``model.d_model``, ``model.n_layers`` and ``model.n_heads``
-(the tests shrink the network with them) and train on the built-in ``sort`` task.
+(the tests shrink the network with them) and train on the built-in ``sort`` task. A family that
+needs frozen models (``ModelFamily.frozen_models``, e.g. a drafter's target) gets a tiny trained
+run of each named family, shrunk the same way.
 """
 
 import json
@@ -17,16 +19,30 @@ from xdllm.cli.main import main
 from xdllm.registry import discover_families
 from xdllm.run.checkpoint import load_trained
 
-FAMILIES = sorted(discover_families())
+REGISTERED = discover_families()
+FAMILIES = sorted(REGISTERED)
 TINY_FAMILY = [*(o for o in TINY_RUN if not o.startswith("experiment=")), "task=sort", "task.params.length=4",
                "model.d_model=32", "model.n_layers=1", "model.n_heads=2"]
+
+
+def frozen_runs(family: str, root: Path) -> list[str]:
+    """``frozen.<name>=<run>`` for each frozen model the family needs, each a tiny run of the
+    family it names, trained here."""
+    overrides = []
+    for name, needed in REGISTERED[family].family.frozen_models.items():
+        run_dir = root / f"frozen-{name}"
+        assert main(["train", *TINY_FAMILY, f"model={needed}", "trainer.max_steps=4",
+                     "trainer.val_check_interval=4", f"run_dir={run_dir}"]) == 0
+        overrides.append(f"++frozen.{name}={run_dir}")
+    return overrides
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def trained(request, tmp_path_factory) -> tuple[str, Path]:
     family = request.param
-    run_dir = tmp_path_factory.mktemp(f"family-{family}") / "run"
-    code = main(["train", *TINY_FAMILY, f"model={family}", "trainer.max_steps=4",
+    root = tmp_path_factory.mktemp(f"family-{family}")
+    run_dir = root / "run"
+    code = main(["train", *TINY_FAMILY, f"model={family}", *frozen_runs(family, root), "trainer.max_steps=4",
                  "trainer.val_check_interval=4", "history.num_samples=2", f"run_dir={run_dir}"])
     assert code == 0
     return family, run_dir

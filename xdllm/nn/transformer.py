@@ -208,6 +208,22 @@ class RotaryTransformer(nn.Module):
         """The projection :meth:`final_hidden` feeds (for losses that project chunk by chunk)."""
         return self.lm_head.weight
 
+    def layer_states(
+        self,
+        input_ids: Integer[Tensor, "batch seq_len"],
+        layers: Sequence[int],
+        attention_mask: Optional[Bool[Tensor, "batch seq_len"]] = None,
+        positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        *,
+        mask_rule: Optional[MaskRule] = None,
+    ) -> tuple[Float[Tensor, "batch seq_len d_model"], ...]:
+        """The residual streams after the blocks in ``layers`` (as :meth:`forward`'s
+        ``output_hidden_states``) without the projection to the vocabulary, for models that read
+        another's features (a drafter reading its frozen target) and need no logits."""
+        return self._hidden(input_ids, attention_mask, positions, segment_ids, None, mask_rule,
+                            layers, None, True)[1]
+
     def _hidden(
         self,
         input_ids: Tensor,

@@ -37,6 +37,7 @@ from xdllm.run.generation_record import (
     write_generation_scalars,
 )
 from xdllm.temporary_files import remove_stale_temporaries, temporary_path
+from xdllm.train.module import takes_frozen
 
 HISTORY_CHOICES = (None, "topk")
 
@@ -194,10 +195,11 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     records: list[dict[str, Any]] = []
     totals = MetricTotals()
     generated_tokens, started = 0, time.perf_counter()
+    extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
     with torch.inference_mode(), autocast(device, dtype):
         for batch in batches:
             batch = batch_to(batch, device)
-            prediction = predictor.predict(batch, model=run.model, history=recorder)
+            prediction = predictor.predict(batch, model=run.model, history=recorder, **extras)
             totals.add(evaluator.prediction_metrics(batch, prediction))
             records.extend(evaluator.records(batch, prediction))
             generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())

@@ -40,6 +40,12 @@ def takes_context(loss_fn: LossFunction) -> bool:
     return "context" in inspect.signature(call).parameters
 
 
+def takes_frozen(predictor: Predictor) -> bool:
+    """Whether the predictor's ``predict`` has a ``frozen`` parameter: it is then called with the
+    run's frozen models (``frozen=<name -> model>``), as a drafter's needs its target."""
+    return "frozen" in inspect.signature(predictor.predict).parameters
+
+
 class DiffusionLMModule(L.LightningModule):
     """Generic harness around a family's model, loss, predictor and evaluator.
 
@@ -49,7 +55,8 @@ class DiffusionLMModule(L.LightningModule):
     over the whole split and all processes, logged as ``val/<name>``.
 
     ``frozen``: models held beside the trainable one (eval mode, no gradients, outside the
-    state dict and the optimizer); the loss reaches them through :class:`LossContext`.
+    state dict and the optimizer); the loss reaches them through :class:`LossContext`, a
+    predictor whose ``predict`` takes ``frozen`` through that argument.
     ``history_factory``, when set, returns a recorder for the first prediction batch of every
     validation run.
     """
@@ -194,7 +201,8 @@ class DiffusionLMModule(L.LightningModule):
         history = None
         if self.history_factory is not None and batch_idx == 0:
             history = self.history_factory(self.global_step)
-        prediction = self.predictor.predict(batch, model=self.model, history=history)
+        extras = {"frozen": self.frozen} if takes_frozen(self.predictor) else {}
+        prediction = self.predictor.predict(batch, model=self.model, history=history, **extras)
         self._val_totals.add(self.evaluator.prediction_metrics(batch, prediction))
 
     def on_validation_epoch_end(self) -> None:

@@ -1,0 +1,64 @@
+"""Shared pieces of the DFlash tests (imported by name, never from conftest): a tiny trained
+arlm target run, its network with weights large enough that every token moves the logits,
+drafters for it, examples and prompt batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tiny_run import TINY_RUN
+
+from xdllm.cli.main import main
+from xdllm.collate import PromptCollator
+from xdllm.data import load_tokenizer
+from xdllm.run.checkpoint import load_trained
+from xdllm_models.dflash.model import DFlashDrafter
+
+TARGET_OVERRIDES = [*(o for o in TINY_RUN if not o.startswith("experiment=")), "experiment=sort_arlm",
+                    "model.d_model=32", "model.n_layers=3", "model.n_heads=2", "model.max_positions=64",
+                    "trainer.max_steps=2", "trainer.val_check_interval=2"]
+
+
+def train_target(run_dir: Path) -> Path:
+    """A tiny arlm run on sort (2 steps): what a drafter reads its sizes from."""
+    assert main(["train", *TARGET_OVERRIDES, f"run_dir={run_dir}"]) == 0
+    return run_dir
+
+
+def sharp_target(run_dir: Path, seed: int = 0) -> torch.nn.Module:
+    """The run's network with N(0, 0.3) matrices: a barely trained network is near-uniform and
+    would hide a wrong position or a leaking mask."""
+    target = load_trained(run_dir).model
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in target.parameters():
+            if parameter.dim() == 2:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
+    return target.requires_grad_(False)
+
+
+def drafter(run_dir: Path, block_size: int = 4, seed: int = 0, **options) -> DFlashDrafter:
+    torch.manual_seed(seed)
+    model = DFlashDrafter(str(run_dir), block_size=block_size, n_heads=2, **options)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.normal_(0.0, 0.3)
+    return model.eval()
+
+
+def tokenizer():
+    return load_tokenizer("builtin")
+
+
+def examples(prompts: list[list[int]], targets: list[list[int]], first_index: int = 0, step: int = 0) -> list[dict]:
+    return [{"prompt_ids": list(p), "target_ids": list(t), "sample_index": first_index + i, "step": step}
+            for i, (p, t) in enumerate(zip(prompts, targets))]
+
+
+def prompt_batch(prompts: list[list[int]], first_index: int = 0) -> dict:
+    """Left-padded ``[bos] + prompt`` rows, as the prediction collator makes them."""
+    batch = PromptCollator(tokenizer())(examples(prompts, [[] for _ in prompts], first_index))
+    batch.pop("target_ids")
+    return batch
