@@ -4,8 +4,8 @@ and the cached decoding equals recomputation through the training forward."""
 
 import pytest
 import torch
-from udlm_helpers import RecordingHistory, prompt_batch
 from torch import nn
+from udlm_helpers import RecordingHistory, prompt_batch
 
 from xdllm.predict import streams
 from xdllm_models.udlm.predictor import UDLMPredictor
