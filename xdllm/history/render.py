@@ -3,8 +3,9 @@
 It decides what a reader sees at each step: the canvas (masked, given, committed earlier,
 committed at this step, or changed at this step without a commit, as a predictor that revises
 its canvas writes; and whether a token differs from the target), and the top-k alternatives of
-the positions committed or changed at the step and of the positions still masked after it. Positions are counted from the sample's output start (0 = first output token). The front
-ends only format it.
+the positions committed or changed at the step and of the positions still masked after it.
+Positions are counted from the sample's output start (0 = first output token). The front ends
+only format it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ share a card. Per sample:
   TensorBoard's newest-first order within a card never applies): per step the canvas (masks
   ``_``, tokens committed at the step in bold, tokens changed without a commit in italics,
   wrong tokens followed by ``✗``) and a table with a column per position committed or changed
-  at the step or still masked (capped): the token, its confidence, and the top-k alternatives. Positions count from the output start;
+  at the step or still masked (capped): the token, its confidence, and the top-k
+  alternatives. Positions count from the output start;
 - ``denoising`` (Images, one per step): the step x position picture of
   :mod:`xdllm.history.figures` showing the steps up to the image's step, so the step slider
   replays the denoising (at most ``max_frames`` images, evenly spaced, first and last always);
