@@ -7,7 +7,8 @@ the token on the canvas after that step:
 - committed at that step: coloured by the predictor's confidence at the commit, on a fixed
   0-1 scale (colour bar), so colours compare across samples and runs;
 - committed at an earlier step: white; masked: dark grey, no text; prompt and other given
-  tokens (never committed): light blue;
+  tokens (never committed): light blue; changed at that step without a commit (a predictor
+  that revises its canvas): orange;
 - differing from the target (where the file has one): a red frame at the commit, red text on
   the later rows.
 
@@ -42,6 +43,7 @@ EARLIER_COLOR = "#ffffff"
 GIVEN_COLOR = "#cfe0f3"
 NOT_YET_COLOR = "#ececec"
 UNKNOWN_CONFIDENCE_COLOR = "#b0b0b0"
+CHANGED_COLOR = "#f5a442"
 WRONG_COLOR = "#d62728"
 PROMPT_COLUMNS = 12
 CELL_INCHES = (0.46, 0.28)
@@ -187,6 +189,8 @@ class DenoisingFigure:
                   label="wrong vs target (later: red text)"),
             Patch(facecolor=NOT_YET_COLOR, label="step not reached yet"),
         ]
+        if bool(sample.rewritten.any()):
+            legend.append(Patch(facecolor=CHANGED_COLOR, label="changed at this step, not committed"))
         self.figure.legend(handles=legend, loc="outside lower center", ncols=3,
                            fontsize=FONT_SIZE + 1, frameon=False)
 
@@ -237,6 +241,7 @@ def _cell_colors(sample: SampleHistory, prompt_shown: int) -> np.ndarray:
     never_committed = (sample.commit_step < 0).numpy()
     output[:, never_committed] = to_rgba(GIVEN_COLOR)
     output[sample.masked.numpy()] = to_rgba(MASKED_COLOR)
+    output[sample.rewritten.numpy()] = to_rgba(CHANGED_COLOR)
     committed = sample.committed.numpy()
     # the file keeps the confidence of each position's last commit only
     last_commit = committed & (sample.commit_step[None, :] == sample.steps[:, None]).numpy()

@@ -34,7 +34,7 @@ class SampleHistory:
         topk_ids: top-k token ids per step and position, best first, ``[S, R, k]``.
         topk_probs: their probabilities under the distribution the step sampled from.
         canvas: the canvas after each step, ``[S, R]``.
-        committed: positions unmasked at each step, ``[S, R]``.
+        committed: positions unmasked at each step, ``[S, R]`` (which changed: :attr:`changed`).
         initial_canvas: the region before the first step, ``[R]``.
         commit_step: step number of each position's commit, -1 if never committed, ``[R]``.
         confidence_at_commit: the predictor's confidence score when committed (NaN if never).
@@ -95,6 +95,27 @@ class SampleHistory:
     def tokens_committed(self) -> Integer[Tensor, " steps"]:
         """Number of region positions committed at each step."""
         return self.committed.sum(dim=1)
+
+    @property
+    def changed(self) -> Bool[Tensor, "steps region"]:
+        """Positions whose token differs from the canvas before the step (after the previous
+        step this sample ran, or the initial canvas). In masked diffusion these are the commits
+        (and padding after a settled EOS)."""
+        before = torch.cat([self.initial_canvas[None], self.canvas[:-1]])
+        return self.canvas != before
+
+    @property
+    def rewritten(self) -> Bool[Tensor, "steps region"]:
+        """Positions changed to a token (not a mask, not padding) without being committed at
+        the step: what a predictor that revises its canvas (uniform noise) writes between
+        commits. Never set in masked diffusion, where a token appears only when committed."""
+        written = self.changed & ~self.committed & ~self.masked
+        return written if self.pad_token_id is None else written & (self.canvas != self.pad_token_id)
+
+    @property
+    def tokens_changed(self) -> Integer[Tensor, " steps"]:
+        """Number of region positions whose token changed at each step."""
+        return self.changed.sum(dim=1)
 
     @property
     def reference_length(self) -> int | None:

@@ -1,10 +1,11 @@
 """A step-by-step view of a :class:`SampleHistory`, shared by the TensorBoard and terminal views.
 
-It decides what a reader sees at each step: the canvas (masked, given, committed earlier, or
-committed at this step, and whether a token differs from the target), and the top-k
-alternatives of the positions committed at the step and of the positions still masked after
-it. Positions are counted from the sample's output start (0 = first output token). The front
-ends only format it.
+It decides what a reader sees at each step: the canvas (masked, given, committed earlier,
+committed at this step, or changed at this step without a commit, as a predictor that revises
+its canvas writes; and whether a token differs from the target), and the top-k alternatives of
+the positions committed or changed at the step and of the positions still masked after it.
+Positions are counted from the sample's output start (0 = first output token). The front ends
+only format it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Literal
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
 
-CellState = Literal["masked", "committed", "fixed"]
+CellState = Literal["masked", "committed", "changed", "fixed"]
 DEFAULT_MASKED_POSITIONS = 8
 
 
@@ -32,14 +33,16 @@ class Cell:
 
 @dataclass(frozen=True)
 class PositionView:
-    """The top-k of one position at a step: committed at the step, or still masked after it.
+    """The top-k of one position at a step: committed or changed at the step, or still masked
+    after it.
 
-    ``token`` is the committed token ('' while masked); ``confidence`` the predictor's score
-    at the commit (NaN while masked, or when a later re-commit replaced it in the file).
+    ``token`` is the token written ('' while masked); ``confidence`` the predictor's score at
+    the commit (NaN while masked, when only changed, or when a later re-commit replaced it in
+    the file).
     """
 
     position: int
-    state: Literal["committed", "masked"]
+    state: Literal["committed", "changed", "masked"]
     token: str
     confidence: float
     wrong: bool
@@ -48,14 +51,16 @@ class PositionView:
 
 @dataclass(frozen=True)
 class StepView:
-    """One step: ``cells`` (every output position), ``positions`` (committed ones, then up to
-    the cap of masked ones, in position order) and ``hidden_masked`` masked positions left
-    out by the cap. ``wrong`` counts wrong tokens on the canvas (None without a target)."""
+    """One step: ``cells`` (every output position), ``positions`` (committed and changed ones,
+    then up to the cap of masked ones, in position order) and ``hidden_masked`` masked positions
+    left out by the cap. ``changed`` counts tokens changed without a commit; ``wrong`` counts
+    wrong tokens on the canvas (None without a target)."""
 
     step: int
     row: int
     num_steps: int
     committed: int
+    changed: int
     masks_remaining: int
     wrong: int | None
     cells: list[Cell]
@@ -97,6 +102,7 @@ def step_views(
     canvas = sample.canvas.tolist()
     masked = sample.masked.tolist()
     committed = sample.committed.tolist()
+    rewritten = sample.rewritten.tolist()
     wrong_grid = sample.wrong
     wrong = wrong_grid.tolist() if wrong_grid is not None else [[False] * len(row) for row in canvas]
     top_ids = sample.topk_ids[..., :k].tolist()
@@ -106,13 +112,14 @@ def step_views(
     views = []
     for s, step in enumerate(sample.steps.tolist()):
         cells = [
-            Cell(text(token), "masked" if masked[s][j] else "committed" if committed[s][j] else "fixed",
-                 wrong[s][j])
+            Cell(text(token), "masked" if masked[s][j] else "committed" if committed[s][j]
+                 else "changed" if rewritten[s][j] else "fixed", wrong[s][j])
             for j, token in enumerate(canvas[s])
         ]
         still_masked = [j for j, cell in enumerate(cells) if cell.state == "masked"]
         shown_masked = still_masked if masked_positions is None else still_masked[:masked_positions]
-        listed = sorted([j for j, cell in enumerate(cells) if cell.state == "committed"] + shown_masked)
+        listed = sorted([j for j, cell in enumerate(cells) if cell.state in ("committed", "changed")]
+                        + shown_masked)
         positions = [
             PositionView(
                 position=j,
@@ -129,6 +136,7 @@ def step_views(
         views.append(StepView(
             step=step, row=s, num_steps=sample.num_steps,
             committed=sum(cell.state == "committed" for cell in cells),
+            changed=sum(cell.state == "changed" for cell in cells),
             masks_remaining=len(still_masked),
             wrong=None if wrong_grid is None else sum(cell.wrong for cell in cells),
             cells=cells, positions=positions, hidden_masked=len(still_masked) - len(shown_masked),

@@ -2,8 +2,9 @@
 
 A header (prompt, target, output, steps), then per step in ascending order: the canvas with
 masks as ``_``, the tokens committed at that step highlighted (ANSI bold green with colour,
-``*token*`` without) and wrong tokens (against the target) followed by ``✗``; then one line per
-committed or still-masked position (capped) with its top-k alternatives. Positions count from
+``*token*`` without), tokens changed without a commit (a predictor revising its canvas) in
+yellow or ``~token~``, and wrong tokens (against the target) followed by ``✗``; then one line per
+committed, changed or still-masked position (capped) with its top-k alternatives. Positions count from
 the output start (0 = first output token).
 """
 
@@ -18,6 +19,7 @@ from xdllm.history.render import DEFAULT_MASKED_POSITIONS, Cell, StepView, step_
 
 _BOLD_GREEN = "\033[1;32m"
 _BOLD_RED = "\033[1;31m"
+_YELLOW = "\033[33m"
 _RED = "\033[31m"
 _DIM = "\033[2m"
 _RESET = "\033[0m"
@@ -71,9 +73,10 @@ def _header(sample: SampleHistory, name: Callable[[int], str]) -> list[str]:
 
 def _step_lines(view: StepView, color: bool) -> list[str]:
     wrong = "" if view.wrong is None else f", {view.wrong} wrong"
+    changed = f", {view.changed} changed" if view.changed else ""
     lines = [
         "",
-        f"step {view.step} ({view.row + 1} of {view.num_steps}): {view.committed} committed, "
+        f"step {view.step} ({view.row + 1} of {view.num_steps}): {view.committed} committed{changed}, "
         f"{view.masks_remaining} masked{wrong}",
         "  " + " ".join(_cell(cell, color) for cell in view.cells),
     ]
@@ -82,6 +85,8 @@ def _step_lines(view: StepView, color: bool) -> list[str]:
         alternatives = "  ".join(f"{t} {p:.3f}" for t, p in position.alternatives)
         if position.state == "masked":
             what = "_ masked"
+        elif position.state == "changed":
+            what = f"{position.token}{WRONG_MARK if position.wrong else ''} changed"
         else:
             confidence = "n/a" if math.isnan(position.confidence) else f"{position.confidence:.3f}"
             mark = WRONG_MARK if position.wrong else ""
@@ -97,9 +102,11 @@ def _cell(cell: Cell, color: bool) -> str:
         return f"{_DIM}_{_RESET}" if color else "_"
     text = cell.text + (WRONG_MARK if cell.wrong else "")
     if not color:
-        return f"*{text}*" if cell.state == "committed" else text
+        return f"*{text}*" if cell.state == "committed" else f"~{text}~" if cell.state == "changed" else text
     if cell.state == "committed":
         return f"{_BOLD_RED if cell.wrong else _BOLD_GREEN}{text}{_RESET}"
+    if cell.state == "changed":
+        return f"{_YELLOW}{text}{_RESET}"
     return f"{_RED}{text}{_RESET}" if cell.wrong else text
 
 

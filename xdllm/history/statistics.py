@@ -2,6 +2,8 @@
 
 - tokens committed per step: at each step number, the mean, standard deviation (population),
   minimum and maximum over the samples that ran that step;
+- tokens changed per step: the same for the tokens whose value changed at the step, and whether
+  any changed without a commit (a predictor that revises its canvas);
 - forward passes per sample: the steps each sample ran (one forward pass per step).
 
 Accumulated file by file from the stored tensors (no per-sample objects), grouped by split.
@@ -12,12 +14,16 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import torch
+from torch import Tensor
+
 from xdllm.history.reader import HistoryFile
 
 
 @dataclass
 class CommitCounts:
-    """Running sums of the tokens committed at one step number, over the samples that ran it."""
+    """Running sums of the tokens committed (or changed) at one step number, over the samples
+    that ran it."""
 
     samples: int = 0
     total: float = 0.0
@@ -43,9 +49,12 @@ class CommitCounts:
 
 @dataclass
 class SplitStatistics:
-    """One split's tokens committed per step number and forward passes per sample id."""
+    """One split's tokens committed and changed per step number, whether a token ever changed
+    to another without a commit (``rewrites``), and forward passes per sample id."""
 
     committed: dict[int, CommitCounts] = field(default_factory=lambda: defaultdict(CommitCounts))
+    changed: dict[int, CommitCounts] = field(default_factory=lambda: defaultdict(CommitCounts))
+    rewrites: bool = False
     forward_passes: dict[int, int] = field(default_factory=dict)
 
 
@@ -57,18 +66,29 @@ class DenoisingStatistics:
 
     def add(self, history: HistoryFile, split: str) -> None:
         data = history.raw
-        active = data["active"]  # [B, S]
-        counts = data["committed"].sum(dim=2).double()  # [B, S]
-        per_step = zip(
-            data["steps"].tolist(),
-            active.sum(dim=0).tolist(),
-            (counts * active).sum(dim=0).tolist(),
-            (counts * counts * active).sum(dim=0).tolist(),
-            counts.masked_fill(~active, float("inf")).min(dim=0).values.tolist() if len(active) else [],
-            counts.masked_fill(~active, float("-inf")).max(dim=0).values.tolist() if len(active) else [],
-        )
         statistics = self.splits[split]
-        for step, samples, total, squares, low, high in per_step:
-            if samples:
-                statistics.committed[step].add(samples, total, squares, low, high)
+        canvas = data["canvas"]  # [B, S, R]
+        changed = canvas != torch.cat([data["initial_canvas"][:, None], canvas[:, :-1]], dim=1)
+        rewritten = changed & ~data["committed"]
+        for special in (data["mask_token_id"], data.get("pad_token_id")):
+            if special is not None:
+                rewritten &= canvas != special
+        statistics.rewrites |= bool(rewritten.any())
+        _add_counts(statistics.committed, data["steps"], data["active"], data["committed"].sum(dim=2).double())
+        _add_counts(statistics.changed, data["steps"], data["active"], changed.sum(dim=2).double())
         statistics.forward_passes.update(zip(data["sample_ids"].tolist(), data["num_steps"].tolist()))
+
+
+def _add_counts(by_step: dict[int, CommitCounts], steps: Tensor, active: Tensor, counts: Tensor) -> None:
+    """Add per-sample counts ``[B, S]`` of the steps ``[S]`` the samples ran (``active``)."""
+    per_step = zip(
+        steps.tolist(),
+        active.sum(dim=0).tolist(),
+        (counts * active).sum(dim=0).tolist(),
+        (counts * counts * active).sum(dim=0).tolist(),
+        counts.masked_fill(~active, float("inf")).min(dim=0).values.tolist() if len(active) else [],
+        counts.masked_fill(~active, float("-inf")).max(dim=0).values.tolist() if len(active) else [],
+    )
+    for step, samples, total, squares, low, high in per_step:
+        if samples:
+            by_step[step].add(samples, total, squares, low, high)

@@ -8,9 +8,10 @@ share a card. Per sample:
   tokens are right, steps and forward passes;
 - ``steps_SSS-EEE`` (Text, one card per group of steps, ascending; one entry each, so
   TensorBoard's newest-first order within a card never applies): per step the canvas (masks
-  ``_``, tokens committed at the step in bold, wrong tokens followed by ``✗``) and a table with
-  a column per position committed at the step or still masked (capped): the token, its
-  confidence, and the top-k alternatives. Positions count from the output start;
+  ``_``, tokens committed at the step in bold, tokens changed without a commit in italics,
+  wrong tokens followed by ``✗``) and a table with a column per position committed or changed
+  at the step or still masked (capped): the token, its confidence, and the top-k
+  alternatives. Positions count from the output start;
 - ``denoising`` (Images, one per step): the step x position picture of
   :mod:`xdllm.history.figures` showing the steps up to the image's step, so the step slider
   replays the denoising (at most ``max_frames`` images, evenly spaced, first and last always);
@@ -21,6 +22,9 @@ and per split, over every sample of the files (not only the ``max_samples`` rend
 
 - ``tokens_committed_per_step/{mean,std,min,max}`` (Scalars, x = step number): tokens committed
   at each step over the samples that ran it;
+- ``tokens_changed_per_step/{mean,std,min,max}`` (Scalars, x = step number): tokens whose value
+  changed at each step, written for splits whose predictor changes tokens it does not commit
+  (uniform-noise revisions; under masked diffusion it would repeat the commits);
 - ``forward_passes_per_sample`` (Scalars, x = sample id): the steps each sample ran.
 
 TensorBoard keeps only 10 images per tag unless started with e.g.
@@ -138,10 +142,14 @@ def write_tensorboard(
 
 def _write_statistics(writer: SummaryWriter, statistics: DenoisingStatistics) -> None:
     for split, numbers in statistics.splits.items():
-        for step, counts in sorted(numbers.committed.items()):
-            values = {"mean": counts.mean, "std": counts.std, "min": counts.low, "max": counts.high}
-            for name, value in values.items():
-                writer.add_scalar(f"{split}/tokens_committed_per_step/{name}", value, global_step=step)
+        per_step = {"tokens_committed_per_step": numbers.committed}
+        if numbers.rewrites:
+            per_step["tokens_changed_per_step"] = numbers.changed
+        for tag, counts_by_step in per_step.items():
+            for step, counts in sorted(counts_by_step.items()):
+                values = {"mean": counts.mean, "std": counts.std, "min": counts.low, "max": counts.high}
+                for name, value in values.items():
+                    writer.add_scalar(f"{split}/{tag}/{name}", value, global_step=step)
         for sample_id, passes in sorted(numbers.forward_passes.items()):
             writer.add_scalar(f"{split}/forward_passes_per_sample", passes, global_step=sample_id)
 
@@ -214,11 +222,12 @@ def escape_markdown(text: str) -> str:
 
 
 def cell_markdown(cell: Cell) -> str:
-    """A canvas cell: ``\\_`` when masked, bold when committed at the step, ``✗`` when wrong."""
+    """A canvas cell: ``\\_`` when masked, bold when committed at the step, italic when changed
+    without a commit, ``✗`` when wrong."""
     if cell.state == "masked":
         return "\\_"
     text = escape_markdown(cell.text) + (WRONG_MARK if cell.wrong else "")
-    return f"**{text}**" if cell.state == "committed" else text
+    return f"**{text}**" if cell.state == "committed" else f"*{text}*" if cell.state == "changed" else text
 
 
 def step_markdown(view: StepView) -> str:
@@ -227,8 +236,9 @@ def step_markdown(view: StepView) -> str:
     token (with its confidence when committed), and below it the top-k alternatives, one per
     line of a single cell (rows of TensorBoard's tables are tall)."""
     wrong = "" if view.wrong is None else f" · {view.wrong} wrong"
+    changed = f" · {view.changed} changed" if view.changed else ""
     lines = [
-        f"**step {view.step}** ({view.row + 1} of {view.num_steps}) · {view.committed} committed · "
+        f"**step {view.step}** ({view.row + 1} of {view.num_steps}) · {view.committed} committed{changed} · "
         f"{view.masks_remaining} masked{wrong}<br>" + " ".join(cell_markdown(cell) for cell in view.cells),
     ]
     if view.positions:
@@ -254,6 +264,8 @@ def _token_markdown(position: PositionView) -> str:
     if position.state == "masked":
         return "\\_"
     mark = WRONG_MARK if position.wrong else ""
+    if position.state == "changed":
+        return f"*{escape_markdown(position.token)}*{mark}"
     confidence = "n/a" if math.isnan(position.confidence) else _probability(position.confidence)
     return f"**{escape_markdown(position.token)}**{mark}{NBSP}{confidence}"
 
