@@ -160,20 +160,25 @@ def _diffusion_batch():
 
 def _family_losses(family, chunk_size):
     from xdllm_models.arlm.loss import ARLMLoss
+    from xdllm_models.bd3lm.loss import BD3LMLoss
     from xdllm_models.mdlm.loss import MDLMLoss
 
+    if family.startswith("bd3lm"):
+        return BD3LMLoss(4, objective=family.removeprefix("bd3lm-"), chunk_size=chunk_size)
     return (MDLMLoss if family == "mdlm" else ARLMLoss)(chunk_size=chunk_size)
 
 
-@pytest.mark.parametrize("family, largest", [("mdlm", 4), ("arlm", 4)])
+COUNT_KEYS = {"mdlm": "num_diffusion_tokens", "arlm": "num_ar_tokens", "bd3lm-nelbo": "num_diffusion_tokens",
+              "bd3lm-flat": "num_masked_tokens"}
+
+
+@pytest.mark.parametrize("family, largest", [("mdlm", 4), ("arlm", 4), ("bd3lm-nelbo", 4), ("bd3lm-flat", 4)])
 @pytest.mark.parametrize("global_count", [None, 50.0])
-def test_the_mdlm_and_arlm_losses_take_the_chunked_path_with_the_plain_value_and_gradients(family, largest,
-                                                                                          global_count):
+def test_the_family_losses_take_the_chunked_path_with_the_plain_value_and_gradients(family, largest, global_count):
     from xdllm.interfaces import LossContext
 
     batch = _diffusion_batch()
-    count_key = {"mdlm": "num_diffusion_tokens", "arlm": "num_ar_tokens"}[family]
-    context = None if global_count is None else LossContext(counts={count_key: torch.tensor(global_count)})
+    context = None if global_count is None else LossContext(counts={COUNT_KEYS[family]: torch.tensor(global_count)})
     plain_model, chunked_model = _model(), _model()
     plain = _family_losses(family, None)(plain_model, batch, context)
     with _LargestLogits() as spy:
