@@ -30,7 +30,7 @@ from xdllm.losses import BlockDiffusionCrossEntropyLoss, MDLMCrossEntropyLoss
 from xdllm.losses.chunked import DEFAULT_CHUNK_SIZE, projects_in_chunks, supervised_token_nll
 from xdllm.losses.mdlm import P_MASK_FLOOR
 from xdllm.losses.token_nll import Count, clamped_denominator
-from xdllm_models.bd3lm.two_stream import denoising_hidden, denoising_logits
+from xdllm_models.bd3lm.two_stream import denoising_logits
 from xdllm_models.bd3lm.types import BD3LMLossDict
 
 OBJECTIVES = ("nelbo", "flat")
@@ -84,7 +84,8 @@ class BD3LMLoss:
 
     def _chunked_loss(self, model: torch.nn.Module, batch: Mapping[str, Any], inputs: Mapping[str, Any],
                       supervised: Tensor, global_count: Count | None) -> Tensor:
-        hidden = denoising_hidden(model, batch["input_ids"], batch["target_ids"], self.block_size, **inputs)
+        hidden = denoising_logits(model, batch["input_ids"], batch["target_ids"], self.block_size, **inputs,
+                                  hidden_only=True)
         scored = supervised & (batch["noise_mask"] != 0)
         scale = batch["p_mask"].clamp_min(P_MASK_FLOOR).reciprocal() if self.objective == "nelbo" else None
         nll = supervised_token_nll(hidden, model.lm_head_weight, batch["target_ids"], scored, self.chunk_size,

@@ -10,7 +10,6 @@ SDPA (CPU) gets the rule's dense mask, FlexAttention (CUDA) its block-sparse mas
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Optional
 
 import torch
@@ -24,29 +23,6 @@ def _both_halves(values: Optional[Tensor]) -> Optional[Tensor]:
     return None if values is None else torch.cat([values, values], dim=1)
 
 
-def _two_stream_call(
-    forward: Callable[..., Tensor],
-    noisy: Tensor,
-    clean: Tensor,
-    block_size: int,
-    attention_mask: Optional[Tensor],
-    positions: Optional[Tensor],
-    segment_ids: Optional[Tensor],
-    caller: str,
-) -> Tensor:
-    """``forward`` over ``[noisy | clean]`` under the block-diffusion mask, cut to the noisy half."""
-    if noisy.shape != clean.shape:
-        raise ValueError(f"{caller}: noisy rows {tuple(noisy.shape)} and clean rows "
-                         f"{tuple(clean.shape)} differ in shape")
-    batch, seq_len = noisy.shape
-    if positions is None:
-        positions = default_positions(seq_len, attention_mask, segment_ids, noisy.device).expand(batch, seq_len)
-    out = forward(torch.cat([noisy, clean], dim=1), attention_mask=_both_halves(attention_mask),
-                  positions=_both_halves(positions), segment_ids=_both_halves(segment_ids),
-                  mask_rule=BlockDiffusionMask(block_size))
-    return out[:, :seq_len]
-
-
 def denoising_logits(
     model: nn.Module,
     noisy: Integer[Tensor, "batch seq_len"],
@@ -55,26 +31,23 @@ def denoising_logits(
     attention_mask: Optional[Bool[Tensor, "batch seq_len"]] = None,
     positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
     segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
-) -> Float[Tensor, "batch seq_len vocab"]:
-    """Logits of the noisy half of ``[noisy | clean]`` under the block-diffusion mask.
+    *,
+    hidden_only: bool = False,
+) -> Float[Tensor, "batch seq_len features"]:
+    """Logits of the noisy half of ``[noisy | clean]`` under the block-diffusion mask; with
+    ``hidden_only``, what the LM head reads for it (``model.final_hidden``), for the chunked loss.
 
     ``positions`` default to :func:`~xdllm.nn.default_positions` (blocks are
     ``position // block_size``, counted per document).
     """
-    return _two_stream_call(model, noisy, clean, block_size, attention_mask, positions, segment_ids,
-                            "denoising_logits")
-
-
-def denoising_hidden(
-    model: nn.Module,
-    noisy: Integer[Tensor, "batch seq_len"],
-    clean: Integer[Tensor, "batch seq_len"],
-    block_size: int,
-    attention_mask: Optional[Bool[Tensor, "batch seq_len"]] = None,
-    positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
-    segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
-) -> Float[Tensor, "batch seq_len d_model"]:
-    """What the LM head reads for the noisy half (:func:`denoising_logits` before the
-    projection to the vocabulary), for the chunked loss."""
-    return _two_stream_call(model.final_hidden, noisy, clean, block_size, attention_mask, positions, segment_ids,
-                            "denoising_hidden")
+    if noisy.shape != clean.shape:
+        raise ValueError(f"denoising_logits: noisy rows {tuple(noisy.shape)} and clean rows "
+                         f"{tuple(clean.shape)} differ in shape")
+    batch, seq_len = noisy.shape
+    if positions is None:
+        positions = default_positions(seq_len, attention_mask, segment_ids, noisy.device).expand(batch, seq_len)
+    forward = model.final_hidden if hidden_only else model
+    out = forward(torch.cat([noisy, clean], dim=1), attention_mask=_both_halves(attention_mask),
+                  positions=_both_halves(positions), segment_ids=_both_halves(segment_ids),
+                  mask_rule=BlockDiffusionMask(block_size))
+    return out[:, :seq_len]
