@@ -35,8 +35,8 @@ def read_target_shape(target: str) -> TargetShape:
     """The sizes of the ``arlm`` model stored in ``target`` (a checkpoint file or run directory).
 
     Another family, or no checkpoint there, is an error that names the path and what to pass."""
-    if not target or target == "???":
-        raise ValueError("the DFlash drafter needs a target: frozen.target=<arlm run directory or checkpoint>")
+    if not target:
+        raise ValueError("the DFlash drafter needs a target: +frozen.target=<arlm run directory or checkpoint>")
     path = resolve_checkpoint(target)
     config = read_checkpoint_file(path).get(CONFIG_KEY) or {}
     family = config.get("model_family")

@@ -1,0 +1,56 @@
+"""End to end from the CLI: a drafter trained on a target run, `xdllm generate` decoding
+speculatively and with the target alone (the same tokens), and the benchmark's JSON line."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from dflash_helpers import TARGET_OVERRIDES
+
+from xdllm.cli.main import main
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
+import bench_speculative  # noqa: E402
+
+DRAFTER = [*(o for o in TARGET_OVERRIDES if not o.startswith(("experiment=", "model."))), "model=dflash",
+           "task=sort", "model.n_heads=2", "dflash.block_size=4", "history.num_samples=2"]
+
+
+@pytest.fixture(scope="module")
+def drafter_run(target_run, tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("dflash-drafter") / "run"
+    assert main(["train", *DRAFTER, f"+frozen.target={target_run}", f"run_dir={run_dir}"]) == 0
+    return run_dir
+
+
+def generated(run_dir: Path, output: Path, *overrides: str) -> list[dict]:
+    assert main(["generate", f"ckpt={run_dir}", "num_samples=8", f"output_dir={output}", *overrides]) == 0
+    return [json.loads(line) for line in (output / "predictions.jsonl").read_text().splitlines()]
+
+
+def test_generate_decodes_speculatively_with_the_targets_tokens(drafter_run, target_run, tmp_path, capsys):
+    speculative = generated(drafter_run, tmp_path / "speculative")
+    summary = json.loads(capsys.readouterr().out)
+    alone = generated(drafter_run, tmp_path / "alone", "predictor.speculative=false")
+    target = generated(target_run, tmp_path / "target")
+    assert [r["ids"] for r in speculative] == [r["ids"] for r in alone] == [r["ids"] for r in target]
+    assert all(r["target_passes"] == r["draft_passes"] + 1 for r in speculative)
+    assert summary["acceptance_length"] >= 1.0 and summary["target_passes_per_token"] <= 1.0
+
+
+def test_training_logs_the_draft_accuracy_per_block_position(drafter_run):
+    lines = (drafter_run / "config.yaml").read_text()
+    assert "model_family: dflash" in lines
+    events = list((drafter_run / "tensorboard").glob("events.*"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    tags = EventAccumulator(str(events[0])).Reload().Tags()["scalars"]
+    assert {f"val/draft_acc_pos_{k}" for k in (1, 2, 3)} <= set(tags)
+
+
+def test_the_benchmark_prints_acceptance_and_speedup(drafter_run, capsys):
+    result = bench_speculative.main(["--drafter", str(drafter_run), "--num-samples", "4", "--repeats", "1"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+    assert result["identical"] and result["num_samples"] == 4 and result["block_size"] == 4
+    assert result["acceptance_length"] >= 1.0 and 0 < result["target_passes_per_token"] <= 1.0
+    assert result["speedup"] > 0
