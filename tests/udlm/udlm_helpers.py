@@ -1,4 +1,5 @@
-"""Shared pieces of the UDLM tests: the letter tokenizer, a tiny UDLM network, examples, prompts."""
+"""Shared pieces of the UDLM tests: the letter tokenizer, a tiny UDLM network, examples and prompt
+batches (those two as the hybrid tests make them)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "predict"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "hybrid"))
+from hybrid_helpers import examples, prompt_batch  # noqa: E402
 from predict_fakes import LetterTokenizer, RecordingHistory  # noqa: E402
 
-from xdllm.collate import PromptCollator  # noqa: E402
 from xdllm_models.udlm.model import UDLMTransformer, udlm_transformer  # noqa: E402
 
 __all__ = ["LetterTokenizer", "RecordingHistory", "examples", "prompt_batch", "tiny_udlm"]
@@ -27,18 +29,3 @@ def tiny_udlm(vocab_size: int, max_positions: int = 64) -> UDLMTransformer:
             if parameter.dim() == 2:
                 parameter.normal_(0.0, 0.3)
     return model
-
-
-def examples(prompts: list[list[int]], targets: list[list[int]] | None = None, first_index: int = 0,
-             step: int = 0) -> list[dict]:
-    targets = targets if targets is not None else [[] for _ in prompts]
-    return [{"prompt_ids": list(p), "target_ids": list(t), "sample_index": first_index + i, "step": step}
-            for i, (p, t) in enumerate(zip(prompts, targets))]
-
-
-def prompt_batch(tokenizer, prompts: list[list[int]], sample_index: list[int] | None = None) -> dict:
-    """Left-padded ``[bos] + prompt`` rows, as the prediction collator makes them."""
-    batch = PromptCollator(tokenizer)(examples(prompts))
-    if sample_index is not None:
-        batch["sample_index"] = torch.tensor(sample_index)
-    return batch
