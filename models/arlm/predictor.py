@@ -34,7 +34,7 @@ from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tok
 from xdllm.nn import CausalMask
 from xdllm.predict import streams
 from xdllm.predict.canvas import Canvas, continuation_canvas
-from xdllm.predict.inputs import predictor_inputs, require_tokenizer
+from xdllm.predict.inputs import predictor_inputs, require_tokenizer, sample_indices
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
 from xdllm.predict.text import decode_regions
 
@@ -101,7 +101,7 @@ class ARPredictor:
         if bool((canvas.output_start == 0).any()):
             raise ValueError("ARPredictor: every prompt row needs at least one real token (bos) "
                              "to predict the first token from")
-        keys = streams.row_keys(self.seed, _sample_index(batch, n_rows, device))
+        keys = streams.row_keys(self.seed, sample_indices("ARPredictor", batch, n_rows, device))
         draws = (streams.uniforms(keys, 0, streams.Purpose.TOKEN, new_tokens)
                  if self.temperature > 0.0 else None)
         k = history.k if history is not None else 0
@@ -150,16 +150,6 @@ class ARPredictor:
         if history is not None:
             history.end(prediction)
         return prediction
-
-
-def _sample_index(batch: Mapping[str, Any], n_rows: int, device: torch.device) -> Integer[Tensor, " batch"]:
-    index = batch.get("sample_index")
-    if index is None:
-        return torch.arange(n_rows, device=device)
-    index = torch.as_tensor(index, device=device).long()
-    if index.shape != (n_rows,):
-        raise ValueError(f"ARPredictor: batch['sample_index'] has shape {tuple(index.shape)}, expected ({n_rows},)")
-    return index
 
 
 def _step_state(step: int, ids: Integer[Tensor, "batch seq_len"], canvas: Canvas,

@@ -42,7 +42,7 @@ from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict
 from xdllm.predict import streams
 from xdllm.predict.canvas import continuation_canvas
 from xdllm.predict.engine import UnmaskingPredictor
-from xdllm.predict.inputs import predictor_inputs
+from xdllm.predict.inputs import predictor_inputs, sample_indices
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
 from xdllm.predict.unmask_count import scheduled_count
@@ -109,7 +109,7 @@ class BD3LMPredictor(UnmaskingPredictor):
         offset = -prompt_real.sum(1) % block_size
         positions = canvas.positions + offset[:, None]  # block-aligned: every response starts a block
         self._positions_fit(model, int((offset + prompt_real.sum(1)).max()) + new_tokens - 1)
-        keys = streams.row_keys(self.seed, self._sample_index(batch, n_rows, device))
+        keys = streams.row_keys(self.seed, sample_indices("BD3LMPredictor", batch, n_rows, device))
         prefix = (CachedPrefix(model, block_size, prompt_ids, prompt_real, positions[:, :prompt_len], new_tokens)
                   if self.use_cache else RecomputedPrefix(model, block_size))
         k = history.k if history is not None else 0

@@ -38,12 +38,13 @@ import torch
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor, nn
 
-from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tokenizer
+from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
-from xdllm.predict.canvas import Canvas, continuation_canvas
+from xdllm.predict.block_steps import PassTally, block_step_state
+from xdllm.predict.canvas import continuation_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
-from xdllm.predict.inputs import predictor_inputs, require_tokenizer
+from xdllm.predict.inputs import check_positions_fit, predictor_inputs, require_tokenizer, sample_indices
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
@@ -151,8 +152,8 @@ class HybridPredictor:
                              "to predict the first token from")
         response_start = canvas.positions.gather(1, canvas.output_start[:, None])[:, 0]
         positions = block_aligned_positions(canvas.positions, response_start, size)
-        _check_positions(model, positions)
-        keys = streams.row_keys(self.seed, _sample_index(batch, n_rows, device))
+        check_positions_fit("HybridPredictor", model, positions)
+        keys = streams.row_keys(self.seed, sample_indices("HybridPredictor", batch, n_rows, device))
         k = history.k if history is not None else 0
         if history is not None:
             history.begin(batch, canvas.ids, canvas.output_start)
@@ -165,13 +166,13 @@ class HybridPredictor:
         in_block = torch.arange(size, device=device)
         ids = canvas.ids
         finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
-        tally = _PassTally(n_rows, device, start_time)
+        tally = PassTally(n_rows, device, start_time)
 
         def record(block: int, canvas_ids: Tensor, probs: Tensor, committed: Tensor, scores: Tensor,
                    active: Tensor) -> None:
             if history is not None:
-                history.on_step(_step_state(tally.steps, canvas_ids, canvas, block * size, probs, committed, scores,
-                                            active, k))
+                history.on_step(block_step_state(tally.steps, canvas_ids, canvas, block * size, probs, committed,
+                                                 scores, active, k))
             tally.count(active)
 
         for block in range(n_blocks):
@@ -241,71 +242,3 @@ class HybridPredictor:
         count = scheduled_count(masked.sum(1), passes_left, torch.full_like(keys, self.steps_per_block), None)
         committed = select_positions(scores, masked, count, self.threshold)
         return torch.where(committed, tokens, block_ids), probs, committed, torch.where(masked, scores, 0.0)
-
-
-class _PassTally:
-    """Forward passes per row (while it ran), and the time at each row's last one."""
-
-    def __init__(self, n_rows: int, device: torch.device, start_time: float) -> None:
-        self.steps = 0
-        self.steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
-        self.last_step = torch.zeros(n_rows, dtype=torch.long, device=device)
-        self.elapsed: list[float] = []
-        self.start_time = start_time
-
-    def count(self, active: Bool[Tensor, " batch"]) -> None:
-        """One pass done; ``active`` rows took part in it."""
-        self.steps_taken = self.steps_taken + active.long()
-        self.last_step = torch.where(active, self.steps, self.last_step)
-        self.elapsed.append(time.perf_counter() - self.start_time)
-        self.steps += 1
-
-    def time_taken(self) -> list[float]:
-        return [self.elapsed[step] for step in self.last_step.tolist()]
-
-
-def _check_positions(model: nn.Module, positions: Integer[Tensor, "batch seq_len"]) -> None:
-    """Block-aligned positions need up to ``block_size - 1`` more than the sequence length."""
-    limit = getattr(getattr(model, "config", None), "max_positions", None)
-    highest = int(positions.max())
-    if isinstance(limit, int) and highest >= limit:
-        raise ValueError(f"HybridPredictor: the block-aligned canvas reaches position {highest}, beyond the "
-                         f"model's max_positions={limit}; raise model.max_positions")
-
-
-def _sample_index(batch: Mapping[str, Any], n_rows: int, device: torch.device) -> Integer[Tensor, " batch"]:
-    index = batch.get("sample_index")
-    if index is None:
-        return torch.arange(n_rows, device=device)
-    index = torch.as_tensor(index, device=device).long()
-    if index.shape != (n_rows,):
-        raise ValueError(f"HybridPredictor: batch['sample_index'] has shape {tuple(index.shape)}, "
-                         f"expected ({n_rows},)")
-    return index
-
-
-def _step_state(step: int, ids: Integer[Tensor, "batch seq_len"], canvas: Canvas, block_start: int,
-                probs: Float[Tensor, "batch width vocab"], committed: Bool[Tensor, "batch block"],
-                scores: Float[Tensor, "batch block"], active: Bool[Tensor, " batch"], k: int) -> DenoisingStep:
-    """What a history recorder keeps of one step: the top-k of the ``width`` distributions the
-    step computed (from the block's first offset), the block's commits and scores; zeros (False)
-    at every other offset and in the rows that did not run. No host transfer."""
-    vocab = probs.shape[-1]
-    if not 1 <= k <= vocab:
-        raise ValueError(f"history recorder asks for the top k={k} tokens per position; "
-                         f"k must be in 1..{vocab} (the vocabulary size)")
-    n_rows, region = canvas.window_valid.shape
-    width, size = probs.shape[1], committed.shape[1]
-    top = probs.topk(k, dim=-1)
-    ran = active[:, None, None]
-    topk_ids = torch.zeros((n_rows, region, k), dtype=torch.long, device=ids.device)
-    topk_probs = torch.zeros((n_rows, region, k), dtype=probs.dtype, device=ids.device)
-    topk_ids[:, block_start:block_start + width] = torch.where(ran, top.indices, 0)
-    topk_probs[:, block_start:block_start + width] = torch.where(ran, top.values, 0.0)
-    here = torch.zeros((n_rows, region), dtype=torch.bool, device=ids.device)
-    here[:, block_start:block_start + size] = committed & active[:, None]
-    confidence = torch.zeros((n_rows, region), dtype=scores.dtype, device=ids.device)
-    confidence[:, block_start:block_start + size] = torch.where(active[:, None], scores, 0.0)
-    return DenoisingStep(step=step, canvas=ids, output_start=canvas.output_start, window_valid=canvas.window_valid,
-                         topk_ids=topk_ids, topk_probs=topk_probs, committed=here, confidence=confidence,
-                         active=active)

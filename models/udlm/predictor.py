@@ -41,13 +41,13 @@ from torch import Tensor, nn
 from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
+from xdllm.predict.block_steps import PassTally, block_step_state
 from xdllm.predict.canvas import Canvas, continuation_canvas
-from xdllm.predict.inputs import predictor_inputs
+from xdllm.predict.inputs import check_positions_fit, predictor_inputs, sample_indices
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
 from xdllm_models.hybrid.layout import block_aligned_positions
-from xdllm_models.hybrid.predictor import _PassTally, _sample_index, _step_state
 
 
 class UDLMPredictor:
@@ -151,8 +151,8 @@ class UDLMPredictor:
                              "encoder to read")
         response_start = canvas.positions.gather(1, canvas.output_start[:, None])[:, 0]
         positions = block_aligned_positions(canvas.positions, response_start, size)
-        _check_positions(model, positions)
-        keys = streams.row_keys(self.seed, _sample_index(batch, n_rows, device))
+        check_positions_fit("UDLMPredictor", model, positions)
+        keys = streams.row_keys(self.seed, sample_indices("UDLMPredictor", batch, n_rows, device))
         k = history.k if history is not None else 0
         if history is not None:
             history.begin(batch, canvas.ids, canvas.output_start)
@@ -163,7 +163,7 @@ class UDLMPredictor:
         encoder_passes = torch.ones(n_rows, dtype=torch.long, device=device)
         ids = canvas.ids
         finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
-        tally = _PassTally(n_rows, device, start_time)
+        tally = PassTally(n_rows, device, start_time)
         in_block = torch.arange(size, device=device)
         for block in range(n_blocks):
             columns = canvas.output_start[:, None] + block * size + in_block
@@ -183,7 +183,7 @@ class UDLMPredictor:
                 ids = ids.scatter(1, columns, torch.where(finished[:, None], tok.mask_token_id, block_ids))
                 if history is not None:
                     scores = probs.gather(-1, block_ids[..., None])[..., 0]
-                    history.on_step(_step_state(tally.steps, ids, canvas, block * size, probs,
+                    history.on_step(block_step_state(tally.steps, ids, canvas, block * size, probs,
                                                 stops[:, None].expand(-1, size), scores, active, k))
                 tally.count(active)
                 stopped = stopped | stops
@@ -218,12 +218,3 @@ class UDLMPredictor:
                                     tok.pad_token_id)[0]
         return ids.scatter(1, canvas.window_index, torch.where(canvas.window_valid, window,
                                                                ids.gather(1, canvas.window_index)))
-
-
-def _check_positions(model: nn.Module, positions: Integer[Tensor, "batch seq_len"]) -> None:
-    """Block-aligned positions need up to ``block_size - 1`` more than the sequence length."""
-    limit = getattr(getattr(model, "config", None), "max_positions", None)
-    highest = int(positions.max())
-    if isinstance(limit, int) and highest >= limit:
-        raise ValueError(f"UDLMPredictor: the block-aligned canvas reaches position {highest}, beyond the "
-                         f"model's max_positions={limit}; raise model.max_positions")

@@ -27,7 +27,7 @@ from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tok
 from xdllm.predict import blocks, streams
 from xdllm.predict.canvas import Canvas, continuation_canvas, infill_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
-from xdllm.predict.inputs import check_prompt_batch
+from xdllm.predict.inputs import check_prompt_batch, sample_indices
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
@@ -180,17 +180,6 @@ class UnmaskingPredictor(nn.Module):
         return continuation_canvas(input_ids, attention_mask, self.max_new_tokens,
                                    tok.pad_token_id, tok.mask_token_id)
 
-    @staticmethod
-    def _sample_index(batch: Mapping[str, Any], n_rows: int, device: torch.device) -> Tensor:
-        index = batch.get("sample_index")
-        if index is None:
-            return torch.arange(n_rows, device=device)
-        index = torch.as_tensor(index, device=device).long()
-        if index.shape != (n_rows,):
-            raise ValueError(f"batch['sample_index'] has shape {tuple(index.shape)}, "
-                             f"expected ({n_rows},)")
-        return index
-
     # ------------------------------------------------------------------ one step
 
     def _choose(self, logits: Float[Tensor, "rows region vocab"], keys: Tensor, step: int
@@ -269,7 +258,7 @@ class UnmaskingPredictor(nn.Module):
             ids=canvas.ids, attention_mask=canvas.attention_mask,
             positions=canvas.positions, window_index=canvas.window_index,
             window_valid=canvas.window_valid,
-            keys=streams.row_keys(self.seed, self._sample_index(batch, n_rows, device)),
+            keys=streams.row_keys(self.seed, sample_indices(type(self).__name__, batch, n_rows, device)),
             n_blocks=n_blocks, block=torch.full((n_rows,), -1, dtype=torch.long, device=device),
             block_entry=torch.zeros(n_rows, dtype=torch.long, device=device))
         unfinished = ((state.ids.gather(1, canvas.window_index) == tok.mask_token_id)

@@ -1,11 +1,14 @@
-"""The checks every predictor makes before it generates: a model, a tokenizer, a prompt batch."""
+"""The checks every predictor makes before it generates: a model, a tokenizer, a prompt batch,
+the rows' sample indices, positions within the model's range."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from torch import nn
+import torch
+from jaxtyping import Integer
+from torch import Tensor, nn
 
 from xdllm.interfaces import Tokenizer
 
@@ -36,3 +39,26 @@ def predictor_inputs(owner: str, batch: Mapping[str, Any], model: nn.Module | No
     tokenizer = require_tokenizer(owner, tokenizer)
     check_prompt_batch(owner, batch)
     return model, tokenizer
+
+
+def sample_indices(owner: str, batch: Mapping[str, Any], n_rows: int,
+                   device: torch.device) -> Integer[Tensor, " batch"]:
+    """Each row's ``sample_index`` (what keys its random streams), ``0..n_rows-1`` when the
+    batch has none; a ValueError naming ``owner`` when its shape is not ``(n_rows,)``."""
+    index = batch.get("sample_index")
+    if index is None:
+        return torch.arange(n_rows, device=device)
+    index = torch.as_tensor(index, device=device).long()
+    if index.shape != (n_rows,):
+        raise ValueError(f"{owner}: batch['sample_index'] has shape {tuple(index.shape)}, expected ({n_rows},)")
+    return index
+
+
+def check_positions_fit(owner: str, model: nn.Module, positions: Integer[Tensor, "batch seq_len"]) -> None:
+    """A ValueError naming ``owner`` when ``positions`` reach the model's ``max_positions``
+    (block-aligned canvases need up to ``block_size - 1`` more than their length)."""
+    limit = getattr(getattr(model, "config", None), "max_positions", None)
+    highest = int(positions.max())
+    if isinstance(limit, int) and highest >= limit:
+        raise ValueError(f"{owner}: the block-aligned canvas reaches position {highest}, beyond the "
+                         f"model's max_positions={limit}; raise model.max_positions")
