@@ -9,7 +9,8 @@ drawn from the sample's seed, uniform random-token noise at one level per exampl
 over the step's global counts), ``metrics`` (the loss terms, exact match), ``predictor``
 (block by block over a KV cache of the encoder: each block starts as uniform random tokens and
 every step re-predicts every position, until the block stops changing or is confident),
-``revisions`` (how often a revised token fixed an error, read from the history files), ``types``.
+``types``. ``xdllm history revisions`` (:mod:`xdllm.history.revisions`) counts how often a
+revised token fixed an error, from the history files.
 Hydra configs in ``configs/``.
 """
 

@@ -2,14 +2,17 @@
 in the replay, the TensorBoard cards and a tokens-changed-per-step scalar; revision statistics
 say how often a revised token fixed an error."""
 
+import json
+
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from udlm_helpers import prompt_batch
 
+from xdllm.cli.main import main
 from xdllm.history import HistoryTopKPlugin, format_replay, load_history, write_tensorboard
 from xdllm.history.reader import SampleHistory
+from xdllm.history.revisions import count_revisions
 from xdllm_models.udlm.predictor import UDLMPredictor
-from xdllm_models.udlm.revisions import count_revisions
 
 PAD, MASK, EOS = 0, 1, 3
 
@@ -66,3 +69,19 @@ def test_masked_diffusion_never_revises():
     counts = count_revisions([sample]).summary()
     assert counts["revisions"] == 0 and counts["fixed"] == 0
     assert not bool(sample.rewritten.any())
+
+
+
+def test_history_revisions_command_counts_the_newest_generation(tokenizer, tiny_model, tmp_path, capsys):
+    for name, steps in (("20260101-000000", 1), ("20260101-000001", 5)):  # the second is the newest
+        folder = tmp_path / "run" / "generate" / name / "history"
+        recorder = HistoryTopKPlugin(k=2, output_dir=folder, tokenizer=tokenizer)
+        UDLMPredictor(8, 4, tokenizer=tokenizer, model=tiny_model, steps_per_block=steps, stop_when_unchanged=False,
+                      stop_at_eos=False).predict(prompt_batch(tokenizer, [[4, 5, 6], [7]]), history=recorder)
+    newest = [load_history(f).sample(i) for f in recorder.files_written for i in range(2)]
+    assert main(["history", "revisions", str(tmp_path / "run")]) == 0
+    printed = capsys.readouterr()
+    assert json.loads(printed.out) == count_revisions(newest).summary()
+    assert json.loads(printed.out)["revisions"] > 0 and "20260101-000001" in printed.err
+    assert main(["history", "revisions", str(tmp_path / "missing")]) == 1
+    assert "missing" in capsys.readouterr().err

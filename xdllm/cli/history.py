@@ -9,6 +9,7 @@ corrupt file, index out of range) print one line on stderr and return 1.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from xdllm.cli.history_play import add_play_parser, run_play
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import iter_samples
 from xdllm.history.render import DEFAULT_MASKED_POSITIONS
+from xdllm.history.revisions import count_revisions
 from xdllm.history.show import format_replay
 from xdllm.history.storage import HISTORY_SUBDIR, find_history_files, history_folders
 from xdllm.history.tensorboard import (
@@ -40,6 +42,11 @@ View recorded denoising histories.
       <generation folder>/tensorboard/history)
   xdllm history show PATH... [--sample N] [--step S] [--k K] [--all]
       print one sample's denoising, step by step
+  xdllm history play PATH... [--sample N] [--port P]
+      replay one sample's denoising in the browser
+  xdllm history revisions PATH... [--all]
+      count tokens revised after they were written, and how many revisions
+      fixed or broke a token against the target (JSON)
 
 Each PATH is a history file, or a folder (a run directory, a generation folder
 or a history folder). A folder stands for its newest generation, the history
@@ -64,12 +71,13 @@ class Selection:
 
 
 def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``history`` command and its ``tensorboard`` / ``show`` subcommands."""
+    """Add the ``history`` command and its ``tensorboard`` / ``show`` / ``play`` / ``revisions``
+    subcommands."""
     parser = subparsers.add_parser(
         "history", help="view recorded denoising histories", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="history_command", metavar="{tensorboard,show,play}")
+    commands = parser.add_subparsers(dest="history_command", metavar="{tensorboard,show,play,revisions}")
     commands.required = True
 
     board = commands.add_parser("tensorboard", help="write TensorBoard views of histories",
@@ -108,6 +116,14 @@ def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     show.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                       help="highlight committed tokens with ANSI colours (default auto)")
     add_play_parser(commands)
+
+    revisions = commands.add_parser(
+        "revisions", help="count revised tokens and whether revisions fixed errors (JSON)",
+        description="Count tokens replaced by another token after they were written (a predictor "
+                    "that revises its canvas, e.g. udlm; masked diffusion never does), revised "
+                    "positions, and against the target how many revised positions were fixed "
+                    "(first token wrong, final right) or broken (first right, final wrong).")
+    _add_paths(revisions)
     return parser
 
 
@@ -125,6 +141,8 @@ def run_history_command(args: argparse.Namespace) -> int:
             return _tensorboard(args)
         if args.history_command == "play":
             return run_play(args)
+        if args.history_command == "revisions":
+            return _revisions(args)
         return _show(args)
     except (HistoryError, OSError) as error:
         print(f"xdllm history: error: {error}", file=sys.stderr)
@@ -189,6 +207,16 @@ def _show(args: argparse.Namespace) -> int:
                            f"{len(files)} file{'s' if len(files) > 1 else ''})")
     print(format_replay(sample, step=args.step, k=args.k, color=_use_color(args.color),
                         masked_positions=args.positions))
+    return 0
+
+
+def _revisions(args: argparse.Namespace) -> int:
+    selections = select(args.paths, args.all)
+    for selection in selections:
+        print(selection.describe(), file=sys.stderr)
+    files = [file for selection in selections for file in selection.files]
+    counts = count_revisions(sample for file in files for sample in iter_samples(file))
+    print(json.dumps(counts.summary(), indent=2))
     return 0
 
 

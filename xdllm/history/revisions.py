@@ -7,20 +7,17 @@ when it had at least one revision; against the sample's target (through its firs
 revised position is *fixed* when its first written token was wrong and its final one right,
 *broken* when the first was right and the final wrong.
 
-Run as ``python -m xdllm_models.udlm.revisions PATH...`` (history files, folders or run
-directories, as ``xdllm history`` takes them) to print the totals as JSON.
+``xdllm history revisions PATH...`` prints the totals as JSON (:mod:`xdllm.cli.history`).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import torch
 
-from xdllm.history import SampleHistory, iter_samples
+from xdllm.history.reader import SampleHistory
 
 
 @dataclass
@@ -78,18 +75,3 @@ def count_revisions(samples: Iterable[SampleHistory]) -> RevisionCounts:
         counts.add(sample)
     return counts
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Revision statistics of recorded denoising histories.")
-    parser.add_argument("paths", nargs="+", help="history files, history folders or run directories")
-    args = parser.parse_args(argv)
-    counts = RevisionCounts()
-    for path in args.paths:
-        for sample in iter_samples(path):
-            counts.add(sample)
-    print(json.dumps(counts.summary(), indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
