@@ -2,8 +2,9 @@
 acceptance length and target passes per token; exact match (the target's: decoding is greedy).
 
 The per-position accuracy ``val/draft_acc_pos_k`` (``k = 1 .. block_size - 1``) is the
-``draft_correct_per_pos / draft_count_per_pos`` of ``DFlashDecayLoss`` over the whole split: one
-curve over the block's positions at every validation.
+``draft_correct_per_pos / draft_count_per_pos`` of ``DFlashDecayLoss`` over the whole split; the
+harness also draws them as one curve over the block's positions per validation
+(``val/draft_acc_by_position`` in TensorBoard's images, from :meth:`DFlashEvaluator.curves`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ class DFlashEvaluator(AnswerEvaluator):
         metrics["acceptance_length"] = ((generated - 1).sum(), (target - 1).sum())
         metrics["target_passes_per_token"] = (target.sum(), generated.sum())
         return metrics
+
+    def curves(self, values: Mapping[str, float]) -> dict[str, list[tuple[float, float]]]:
+        """``draft_acc_by_position``: the accuracy at offsets ``1 .. block_size - 1``, drawn by
+        the harness as one curve per validation."""
+        points = [(float(k), values[f"draft_acc_pos_{k}"]) for k in range(1, self.block_size)
+                  if f"draft_acc_pos_{k}" in values]
+        return {"draft_acc_by_position": points}
 
     def records(self, batch: Mapping[str, Any], prediction: PredictionDict) -> list[dict[str, Any]]:
         records = super().records(batch, prediction)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from dflash_helpers import TARGET_OVERRIDES
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xdllm.cli.main import main
 
@@ -43,9 +44,9 @@ def test_training_logs_the_draft_accuracy_per_block_position(drafter_run):
     lines = (drafter_run / "config.yaml").read_text()
     assert "model_family: dflash" in lines
     events = list((drafter_run / "tensorboard").glob("events.*"))
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    tags = EventAccumulator(str(events[0])).Reload().Tags()["scalars"]
-    assert {f"val/draft_acc_pos_{k}" for k in (1, 2, 3)} <= set(tags)
+    tags = EventAccumulator(str(events[0])).Reload().Tags()
+    assert {f"val/draft_acc_pos_{k}" for k in (1, 2, 3)} <= set(tags["scalars"])
+    assert "val/draft_acc_by_position" in tags["images"]  # the curve over block positions
 
 
 def test_the_benchmark_prints_acceptance_and_speedup(drafter_run, capsys):

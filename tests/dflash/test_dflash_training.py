@@ -9,7 +9,7 @@ from xdllm.interfaces import LossContext
 from xdllm_models.dflash.collator import DFlashCollator
 from xdllm_models.dflash.loss import COUNT_KEY, DFlashLoss, block_labels
 from xdllm_models.dflash.model import DFlashDrafter
-from xdllm_models.dflash.target import evenly_spread_layers
+from xdllm_models.dflash.target import evenly_spread_layers, target_features
 
 PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
 TARGETS = [[4, 5, 6, 7, 8, 9], [10, 11], [12, 13, 14, 15, 16, 17, 18, 19]]
@@ -101,3 +101,15 @@ def test_the_drafter_has_the_targets_width_and_reads_evenly_spread_layers(target
         DFlashDrafter(str(target_run), d_model=64, n_heads=2)
     with pytest.raises(ValueError, match="frozen.target=<arlm run directory or checkpoint>"):
         DFlashDrafter("")
+
+
+def test_target_features_are_the_causal_forwards_hidden_states_without_logits(target):
+    ids = torch.tensor([[2, 5, 6, 7, 8, 0], [2, 9, 10, 0, 0, 0]])
+    real = ids != 0
+    positions = torch.arange(6)[None].expand(2, 6)
+    features = target_features(target, (0, 2), ids, real, positions)
+    out = target(ids, attention_mask=real, positions=positions, output_hidden_states=(0, 2))
+    assert torch.allclose(features, torch.cat(out.hidden_states, dim=-1), atol=1e-6)
+    later = ids.clone()
+    later[0, 4] = 11  # causal: the features before column 4 do not change
+    assert torch.equal(target_features(target, (0, 2), later, real, positions)[0, :4], features[0, :4])

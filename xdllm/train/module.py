@@ -16,6 +16,7 @@ from typing import Any
 import lightning as L
 import torch
 from torch import Tensor
+from torch.utils.tensorboard import SummaryWriter
 
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
@@ -28,6 +29,7 @@ from xdllm.interfaces import (
     LossFunction,
     Predictor,
 )
+from xdllm.train.curves import write_curves
 from xdllm.train.optim import OptimConfig, build_optimizer
 
 VALIDATION_ROLES = ("loss", "prediction")
@@ -58,7 +60,8 @@ class DiffusionLMModule(L.LightningModule):
     state dict and the optimizer); the loss reaches them through :class:`LossContext`, a
     predictor whose ``predict`` takes ``frozen`` through that argument.
     ``history_factory``, when set, returns a recorder for the first prediction batch of every
-    validation run.
+    validation run. An evaluator with a ``curves`` method also gets its curves drawn in
+    TensorBoard at every validation (:mod:`xdllm.train.curves`).
     """
 
     def __init__(
@@ -207,8 +210,19 @@ class DiffusionLMModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         means = self._val_totals.means(reduce=self._sum_over_processes)
-        for name, value in self.evaluator.finalize(means).items():
+        values = self.evaluator.finalize(means)
+        for name, value in values.items():
             self.log(f"val/{name}", value, prog_bar=True)
+        self._write_curves(values)
+
+    def _write_curves(self, values: Mapping[str, float]) -> None:
+        """An evaluator with a ``curves(values)`` method (name -> ``(x, y)`` points, e.g. an
+        accuracy per block position) gets each drawn as a TensorBoard figure per validation."""
+        curves = getattr(self.evaluator, "curves", None)
+        writer = getattr(self.logger, "experiment", None)
+        if curves is None or not isinstance(writer, SummaryWriter) or not self.trainer.is_global_zero:
+            return
+        write_curves(writer, curves(values), self.global_step)
 
     # ------------------------------------------------------------------ optimizer, checkpoints
 
