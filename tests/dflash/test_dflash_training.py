@@ -113,3 +113,13 @@ def test_target_features_are_the_causal_forwards_hidden_states_without_logits(ta
     later = ids.clone()
     later[0, 4] = 11  # causal: the features before column 4 do not change
     assert torch.equal(target_features(target, (0, 2), later, real, positions)[0, :4], features[0, :4])
+
+
+def test_the_family_config_picks_best_ckpt_by_the_drafter_loss_and_an_experiment_can_override_it():
+    from xdllm.config.compose import compose_config
+
+    family = compose_config("train", ["model=dflash"])
+    assert (family.checkpoint.monitor, family.checkpoint.mode) == ("val/loss", "min")
+    experiment = compose_config("train", ["experiment=sort_dflash"])
+    assert (experiment.checkpoint.monitor, experiment.checkpoint.mode) == ("val/acceptance_length", "max")
+    assert compose_config("train", ["model=mdlm"]).checkpoint.monitor is None  # train.yaml's default
