@@ -26,7 +26,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
-from xdllm.evaluate.bounds import stratified_levels, with_perplexities
+from xdllm.evaluate.bounds import stratified_levels, through_first_eos, with_perplexities
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 from xdllm.losses.token_nll import per_token_nll
 from xdllm.predict.streams import Purpose, row_keys, uniforms
@@ -37,6 +37,12 @@ class BD3LMEvaluator(AnswerEvaluator):
     """``loss`` (the training objective), ``nll_bound`` and ``ppl_bound`` on the loss loader
     (right-padded rows of :class:`~xdllm_models.bd3lm.collator.BD3LMCollator`); exact match and
     token accuracy of generated answers on the prediction loader.
+
+    ``nll_bound`` divides the bound by the supervised tokens, the response's EOS fill to whole
+    blocks included (the training objective's count); ``text_nll_bound`` (and
+    ``text_ppl_bound``) divides the same bound by the tokens through each response's first EOS.
+    The fill's terms are not negative, so it still bounds the NLL per text token, and unlike
+    ``nll_bound`` it compares across block sizes (more fill, more near-free tokens).
 
     Args:
         tokenizer: mask, pad and eos ids.
@@ -59,7 +65,10 @@ class BD3LMEvaluator(AnswerEvaluator):
                      loss_fn: LossFunction) -> MetricSums:
         sums = dict(super().loss_metrics(model, batch, loss_fn))
         supervised = batch["loss_mask"] != 0
-        sums["nll_bound"] = (self.bound_sum(model, batch), supervised.sum().double())
+        bound = self.bound_sum(model, batch)
+        text = through_first_eos(batch["target_ids"], supervised, self.tokenizer.eos_token_id)
+        sums["nll_bound"] = (bound, supervised.sum().double())
+        sums["text_nll_bound"] = (bound, text.sum().double())
         return sums
 
     def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
@@ -91,4 +100,4 @@ class BD3LMEvaluator(AnswerEvaluator):
         return total / self.num_levels
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
-        return with_perplexities(means, [("nll_bound", "ppl_bound")])
+        return with_perplexities(means, [("nll_bound", "ppl_bound"), ("text_nll_bound", "text_ppl_bound")])

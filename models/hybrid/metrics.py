@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from jaxtyping import Bool, Float, Integer
+from jaxtyping import Float
 from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
-from xdllm.evaluate.bounds import masked_diffusion_bound_sum, with_perplexities
+from xdllm.evaluate.bounds import masked_diffusion_bound_sum, through_first_eos, with_perplexities
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 from xdllm.losses.token_nll import next_token_nll
 from xdllm_models.hybrid.loss import HybridLoss
@@ -63,7 +63,7 @@ class HybridEvaluator(AnswerEvaluator):
                      loss_fn: LossFunction) -> MetricSums:
         logits = self.loss.branch_logits(model, batch)
         terms = self.loss.objective_terms(logits, batch)
-        counted = _through_first_eos(batch["target_ids"], batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
+        counted = through_first_eos(batch["target_ids"], batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
         nll = torch.where(counted[:, 1:], next_token_nll(logits.causal.float(), batch["target_ids"]), 0.0)
         tokens = counted.sum().double()
         samples = torch.tensor(float(batch["input_ids"].shape[0]), dtype=torch.float64, device=nll.device)
@@ -88,9 +88,3 @@ class HybridEvaluator(AnswerEvaluator):
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
         return with_perplexities(means, [("nll", "ppl"), ("diffusion_nll_bound", "diffusion_ppl_bound")])
 
-
-def _through_first_eos(target_ids: Integer[Tensor, "batch seq_len"], supervised: Bool[Tensor, "batch seq_len"],
-                       eos_token_id: int) -> Bool[Tensor, "batch seq_len"]:
-    """The supervised tokens up to and including each row's first supervised EOS."""
-    is_eos = (target_ids == eos_token_id) & supervised
-    return supervised & (is_eos.long().cumsum(1) - is_eos.long() == 0)

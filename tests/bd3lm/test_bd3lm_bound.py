@@ -76,6 +76,10 @@ def test_eval_metrics_and_packed_rows(tokenizer, network):
     assert count == batch["loss_mask"].sum() and bound > 0
     values = evaluator.finalize({"nll_bound": float(bound / count)})
     assert values["ppl_bound"] == pytest.approx(torch.exp(bound / count).item())
+    # the same bound over the text only: each target and its EOS, not the EOS fill to whole blocks
+    text_bound, text_count = sums["text_nll_bound"]
+    assert text_bound == bound and text_count == sum(len(target) + 1 for target in TARGETS) < count
+    assert set(evaluator.finalize({"text_nll_bound": 0.5})) == {"text_nll_bound", "text_ppl_bound"}
     packed = PackedBD3LMCollator(tokenizer, 4, row_length=32)(examples(PROMPTS, TARGETS))
     with pytest.raises(ValueError, match="not packed rows"):
         evaluator.bound_sum(network, packed)

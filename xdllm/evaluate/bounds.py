@@ -1,5 +1,6 @@
 """What the likelihood evaluators share: perplexities from per-token NLLs, stratified noise
-levels, and the masked-diffusion NELBO estimate of MDLM and the hybrid's diffusion branch.
+levels, the tokens a per-token figure counts, and the masked-diffusion NELBO estimate of MDLM
+and the hybrid's diffusion branch.
 
 The NELBO of the linear schedule, estimated per sample as
 ``(1/K) Σ_k Σ_{masked at t_k} -log p(x_i | x_{t_k}) / t_k`` with ``t = (1 - eps) u + eps``:
@@ -38,6 +39,15 @@ def with_perplexities(means: Mapping[str, float], keys: Iterable[tuple[str, str]
         if nll_key in values:
             values[ppl_key] = perplexity(values[nll_key])
     return values
+
+
+def through_first_eos(target_ids: Integer[Tensor, "batch seq_len"], supervised: Bool[Tensor, "batch seq_len"],
+                      eos_token_id: int) -> Bool[Tensor, "batch seq_len"]:
+    """The supervised tokens up to and including each row's first supervised EOS: the text,
+    without the EOS fill that pads a response to whole blocks (whose amount depends on the block
+    size, so per-token figures over it do not compare across block sizes)."""
+    is_eos = (target_ids == eos_token_id) & supervised
+    return supervised & (is_eos.long().cumsum(1) - is_eos.long() == 0)
 
 
 def stratified_levels(base: Float[Tensor, "*shape"], level: int, num_levels: int) -> Float[Tensor, "*shape"]:
