@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from xdllm.diffusion.schedules import NoiseSchedule
 from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict
 from xdllm.predict import streams
+from xdllm.predict.blocks import whole_blocks
 from xdllm.predict.canvas import continuation_canvas
 from xdllm.predict.engine import UnmaskingPredictor
 from xdllm.predict.inputs import predictor_inputs, sample_indices
@@ -92,6 +93,11 @@ class BD3LMPredictor(UnmaskingPredictor):
             raise ValueError(f"BD3LMPredictor: block-aligned prompts plus max_new_tokens={self.max_new_tokens} "
                              f"reach position {last_position}, beyond model.max_positions={limit}; lower "
                              "predictor.max_new_tokens")
+
+    def positions_needed(self, prompt_length: int) -> int:
+        """Positions a generation from ``prompt_length`` tokens (bos included) uses: the prompt
+        ends on a block boundary (the answer starts one), then ``max_new_tokens``."""
+        return whole_blocks(prompt_length, self.block_size) + self.max_new_tokens
 
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,

@@ -42,6 +42,7 @@ from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
 from xdllm.predict.block_steps import PassTally, block_step_state
+from xdllm.predict.blocks import whole_blocks
 from xdllm.predict.canvas import continuation_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
 from xdllm.predict.inputs import check_positions_fit, predictor_inputs, require_tokenizer, sample_indices
@@ -134,6 +135,11 @@ class HybridPredictor:
             return block_ids, torch.zeros_like(block_ids, dtype=torch.bool)
         valid = running[:, None].expand_as(block_ids)
         return fill_after_eos(block_ids, valid, tok.eos_token_id, tok.mask_token_id, tok.pad_token_id)
+
+    def positions_needed(self, prompt_length: int) -> int:
+        """Positions a generation from ``prompt_length`` tokens (bos included) uses: the answer
+        starts on a block boundary and fills ``max_new_tokens`` rounded up to whole blocks."""
+        return whole_blocks(prompt_length, self.block_size) + whole_blocks(self.max_new_tokens, self.block_size)
 
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,

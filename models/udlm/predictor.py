@@ -42,6 +42,7 @@ from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
 from xdllm.predict.block_steps import PassTally, block_step_state
+from xdllm.predict.blocks import whole_blocks
 from xdllm.predict.canvas import Canvas, continuation_canvas
 from xdllm.predict.inputs import check_positions_fit, predictor_inputs, sample_indices
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
@@ -133,6 +134,11 @@ class UDLMPredictor:
         if self.entropy_bound is not None:
             stops = stops | (torch.special.entr(probs).sum(-1).amax(1) < self.entropy_bound)
         return stops
+
+    def positions_needed(self, prompt_length: int) -> int:
+        """Positions a generation from ``prompt_length`` tokens (bos included) uses: the answer
+        starts on a block boundary and fills ``max_new_tokens`` rounded up to whole blocks."""
+        return whole_blocks(prompt_length, self.block_size) + whole_blocks(self.max_new_tokens, self.block_size)
 
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,

@@ -64,3 +64,20 @@ def test_the_text_experiment_trains_on_the_local_corpus(tmp_path, monkeypatch):
                  "torch_threads=1", f"run_dir={run_dir}"]) == 0
     assert "block_size: 16" in (run_dir / "config.yaml").read_text()
     assert (run_dir / "checkpoints" / "best.ckpt").is_file()
+
+
+def test_block_aligned_generation_that_cannot_fit_the_positions_is_refused_before_training(tmp_path, capsys):
+    # sort of 4: bos + 4 prompt tokens + 5 answer slots = 10 positions, but with blocks of 8 the
+    # prompt ends on a block boundary (8) and the answer takes 5 more: 13 > 12
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY_BD3LM, "bd3lm.block_size=8", "model.max_positions=12", f"run_dir={run_dir}"]) == 2
+    error = capsys.readouterr().err
+    assert "model.max_positions=12" in error and "13 positions" in error and "whole blocks" in error
+    assert not run_dir.exists()
+
+
+def test_generate_refuses_max_new_tokens_beyond_the_block_aligned_positions(bd3lm_run, capsys):
+    # bos + 4 prompt tokens + 506 = 511 positions fit the 512, but the answer starts at 8: 514 do not
+    assert main(["generate", f"ckpt={bd3lm_run}", "num_samples=2", "predictor.max_new_tokens=506"]) == 2
+    error = capsys.readouterr().err
+    assert "predictor.max_new_tokens=506" in error and "whole blocks" in error

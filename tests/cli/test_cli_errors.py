@@ -60,3 +60,22 @@ def test_models_lists_the_built_in_families(capsys):
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
     assert names == sorted(discover_families())
     assert {"mlm", "mdlm"} <= set(names)
+
+
+def test_a_failed_generation_after_training_says_where_the_finished_checkpoints_are(capsys, tmp_path, monkeypatch):
+    from tiny_run import TINY
+
+    import xdllm.run.after_training
+    from xdllm.errors import XdllmError
+
+    def fail(*args, **kwargs):
+        raise XdllmError("the canvas does not fit")
+
+    monkeypatch.setattr(xdllm.run.after_training, "generate_after_training", fail)
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY, "generate_after_train=true", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                 f"run_dir={run_dir}"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("xdllm: error: training finished") and "the canvas does not fit" in error
+    assert str(run_dir / "checkpoints") in error and f"ckpt={run_dir}" in error
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()

@@ -116,7 +116,12 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     print(f"run directory: {result.run_dir}")
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if config.generate_after_train and checkpoint is not None:
-        summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train)
+        try:
+            summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train)
+        except XdllmError as error:
+            raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
+                             f"training failed: {error}. Generate again with xdllm generate "
+                             f"ckpt={result.run_dir} once that is fixed") from error
         print(json.dumps(summary, indent=2))
     return 0
 

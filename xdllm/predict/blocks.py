@@ -19,6 +19,12 @@ from jaxtyping import Bool, Integer
 from torch import Tensor
 
 
+def whole_blocks(length: int, block_size: int) -> int:
+    """``length`` rounded up to a multiple of ``block_size``: the positions that many tokens
+    take when they start on a block boundary and fill whole blocks."""
+    return -(-length // block_size) * block_size
+
+
 def count_blocks(region_len: Integer[Tensor, " batch"],
                  block_size: int | None) -> Integer[Tensor, " batch"]:
     """Number of blocks per row (at least 1, so deadlines stay defined for empty regions)."""

@@ -79,15 +79,26 @@ def position_limit(model: torch.nn.Module) -> int | None:
     return limit if isinstance(limit, int) else None
 
 
-def check_positions(model: torch.nn.Module, task: Any, max_new_tokens: int) -> None:
-    """The task's longest sequence (bos, the longest prompt, the generation window) must fit the
-    model's positions, or training and generation would fail deep inside the model."""
+def positions_needed(predictor: Any, prompt_length: int, max_new_tokens: int) -> int:
+    """The positions a generation from a prompt of ``prompt_length`` tokens (bos included) uses:
+    the predictor's own count where it has one (block-aligned predictors start the answer on a
+    block boundary and round it to whole blocks), else the prompt plus ``max_new_tokens``."""
+    own = getattr(predictor, "positions_needed", None)
+    return int(own(prompt_length)) if callable(own) else prompt_length + max_new_tokens
+
+
+def check_positions(model: torch.nn.Module, task: Any, max_new_tokens: int, predictor: Any = None) -> None:
+    """The task's longest sequence (bos, the longest prompt, the generation window, as the
+    predictor places it) must fit the model's positions, or training and generation would fail
+    deep inside the model (or, for generation, only after training)."""
     limit = position_limit(model)
-    longest = 1 + task.max_prompt_len + max_new_tokens
+    prompt_length = 1 + task.max_prompt_len
+    longest = positions_needed(predictor, prompt_length, max_new_tokens)
     if limit is not None and longest > limit:
+        placed = "" if longest == prompt_length + max_new_tokens else ", placed on whole blocks by the predictor"
         raise XdllmError(f"model.max_positions={limit} is too small for task {task.name}: its longest "
-                         f"sequence is {longest} tokens (bos + prompt of {task.max_prompt_len} + "
-                         f"{max_new_tokens} answer slots); raise model.max_positions")
+                         f"sequence is {longest} positions (bos + prompt of {task.max_prompt_len} + "
+                         f"{max_new_tokens} answer slots{placed}); raise model.max_positions")
 
 
 def check_vocabulary(model: torch.nn.Module, tokenizer: Tokenizer) -> None:
@@ -121,14 +132,15 @@ def build_components(config: DictConfig) -> RunComponents:
             raise XdllmError(f"config collator.{role} is missing")
     model = _instantiate(config.model, "model")
     check_vocabulary(model, tokenizer)
-    check_positions(model, task, int(config.derived.max_new_tokens))
+    predictor = _instantiate(config.predictor, "predictor", tokenizer=tokenizer)
+    check_positions(model, task, int(config.derived.max_new_tokens), predictor)
     return RunComponents(
         config=config,
         tokenizer=tokenizer,
         task=task,
         model=model,
         loss=_instantiate(config.loss, "loss"),
-        predictor=_instantiate(config.predictor, "predictor", tokenizer=tokenizer),
+        predictor=predictor,
         evaluator=_build_evaluator(config, tokenizer, task),
         collators=collators,
     )

@@ -26,7 +26,7 @@ from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.interfaces import Example
-from xdllm.run.build import position_limit
+from xdllm.run.build import position_limit, positions_needed
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import is_free_text, without_targets
@@ -77,9 +77,11 @@ def check_canvas_fits(run: TrainedRun, predictor: Any, longest_prompt: int) -> N
     deep inside the model, or first grow attention masks quadratically in memory."""
     limit = position_limit(run.model)
     new_tokens = getattr(predictor, "max_new_tokens", None) or 0
-    if limit is not None and longest_prompt + new_tokens > limit:
+    needed = positions_needed(predictor, longest_prompt, new_tokens)
+    if limit is not None and needed > limit:
+        placed = "" if needed == longest_prompt + new_tokens else " (placed on whole blocks by the predictor)"
         raise XdllmError(f"the longest prompt ({longest_prompt} tokens with bos) plus predictor.max_new_tokens="
-                         f"{new_tokens} needs {longest_prompt + new_tokens} positions; the model has "
+                         f"{new_tokens} needs {needed} positions{placed}; the model has "
                          f"max_positions={limit}: lower predictor.max_new_tokens or shorten the prompts")
 
 
