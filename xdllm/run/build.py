@@ -133,7 +133,7 @@ def build_components(config: DictConfig) -> RunComponents:
     model = _instantiate(config.model, "model")
     check_vocabulary(model, tokenizer)
     predictor = _instantiate(config.predictor, "predictor", tokenizer=tokenizer)
-    check_positions(model, task, int(config.derived.max_new_tokens), predictor)
+    check_positions(model, task, int(config.derived.max_new_tokens))
     return RunComponents(
         config=config,
         tokenizer=tokenizer,

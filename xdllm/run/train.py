@@ -28,7 +28,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.errors import XdllmError
-from xdllm.run.build import build_components, build_datamodule
+from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import CHECKPOINT_DIR, ResumePoint, load_frozen_models, resume_point, run_dir_of
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.temporary_files import remove_stale_temporaries, temporary_path
@@ -192,6 +192,8 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
     components = build_components(config)
+    # the validation and after-training generations must fit too, as the predictor places them
+    check_positions(components.model, components.task, int(config.derived.max_new_tokens), components.predictor)
     OmegaConf.set_struct(config, False)
     apply_task_defaults(config, components.task)
     config.run_dir = str(run_dir)
