@@ -85,3 +85,16 @@ def test_history_revisions_command_counts_the_newest_generation(tokenizer, tiny_
     assert json.loads(printed.out)["revisions"] > 0 and "20260101-000001" in printed.err
     assert main(["history", "revisions", str(tmp_path / "missing")]) == 1
     assert "missing" in capsys.readouterr().err
+
+
+def test_positions_of_blocks_not_reached_are_not_listed_with_empty_top_k(tokenizer, tiny_model, tmp_path):
+    from xdllm.history.render import step_views
+
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "history", tokenizer=tokenizer)
+    UDLMPredictor(8, 4, tokenizer=tokenizer, model=tiny_model, steps_per_block=2, stop_when_unchanged=False,
+                  stop_at_eos=False).predict(prompt_batch(tokenizer, [[4, 5, 6]]), history=recorder)
+    sample = load_history(recorder.files_written[0]).sample(0)
+    first = step_views(sample)[0]  # the first block's first step: the second block is still masked
+    assert first.unscored_masked == 4 and first.masks_remaining == 4 and first.hidden_masked == 0
+    assert all(any(p > 0 for _, p in position.alternatives) for position in first.positions)
+    assert "4 masked positions of later blocks, not scored at this step" in format_replay(sample)

@@ -52,9 +52,10 @@ class PositionView:
 @dataclass(frozen=True)
 class StepView:
     """One step: ``cells`` (every output position), ``positions`` (committed and changed ones,
-    then up to the cap of masked ones, in position order) and ``hidden_masked`` masked positions
-    left out by the cap. ``changed`` counts tokens changed without a commit; ``wrong`` counts
-    wrong tokens on the canvas (None without a target)."""
+    then up to the cap of masked ones, in position order), ``hidden_masked`` masked positions
+    left out by the cap and ``unscored_masked`` masked positions the step did not score (the
+    later blocks of a block-wise predictor: no top-k to show). ``changed`` counts tokens changed
+    without a commit; ``wrong`` counts wrong tokens on the canvas (None without a target)."""
 
     step: int
     row: int
@@ -66,6 +67,7 @@ class StepView:
     cells: list[Cell]
     positions: list[PositionView]
     hidden_masked: int
+    unscored_masked: int
 
 
 def visible_token(text: str) -> str:
@@ -117,7 +119,9 @@ def step_views(
             for j, token in enumerate(canvas[s])
         ]
         still_masked = [j for j, cell in enumerate(cells) if cell.state == "masked"]
-        shown_masked = still_masked if masked_positions is None else still_masked[:masked_positions]
+        # a block-wise predictor scores only its current block: later blocks have no top-k yet
+        scored_masked = [j for j in still_masked if any(p > 0 for p in top_probs[s][j])]
+        shown_masked = scored_masked if masked_positions is None else scored_masked[:masked_positions]
         listed = sorted([j for j, cell in enumerate(cells) if cell.state in ("committed", "changed")]
                         + shown_masked)
         positions = [
@@ -139,6 +143,7 @@ def step_views(
             changed=sum(cell.state == "changed" for cell in cells),
             masks_remaining=len(still_masked),
             wrong=None if wrong_grid is None else sum(cell.wrong for cell in cells),
-            cells=cells, positions=positions, hidden_masked=len(still_masked) - len(shown_masked),
+            cells=cells, positions=positions, hidden_masked=len(scored_masked) - len(shown_masked),
+            unscored_masked=len(still_masked) - len(scored_masked),
         ))
     return views

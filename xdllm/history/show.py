@@ -94,6 +94,8 @@ def _step_lines(view: StepView, color: bool) -> list[str]:
         lines.append(f"  {position.position:>{width}} {what}: {alternatives}")
     if view.hidden_masked:
         lines.append(f"  ... {view.hidden_masked} more masked positions (--positions to show more)")
+    if view.unscored_masked:
+        lines.append(f"  ... {view.unscored_masked} masked positions of later blocks, not scored at this step")
     return lines
 
 

@@ -255,8 +255,12 @@ def step_markdown(view: StepView) -> str:
             for p in columns
         ) + " |")
     if view.hidden_masked:
+        shown = view.masks_remaining - view.unscored_masked - view.hidden_masked
         lines += ["", f"*... and {_count(view.hidden_masked, 'more masked position')} not shown "
-                      f"(top-k of the first {view.masks_remaining - view.hidden_masked} only)*"]
+                      f"(top-k of the first {shown} only)*"]
+    if view.unscored_masked:
+        lines += ["", f"*{_count(view.unscored_masked, 'masked position')} of later blocks, not scored at "
+                      "this step*"]
     return "\n".join(lines)
 
 
