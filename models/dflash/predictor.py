@@ -165,8 +165,9 @@ class _SpeculativeRun:
             drafts, draft_probs = self._draft(anchor, anchor_position, active)
             draft_passes += active.long()
             if self.history is not None:
-                self._record(self._place(ids, drafts, filled, active[:, None].expand_as(drafts)), draft_probs,
-                             filled, active[:, None].expand_as(drafts), active)
+                drafted = active[:, None].expand_as(drafts)
+                self._record(self._place(ids, drafts, filled, drafted), draft_probs, filled, drafted,
+                             torch.zeros_like(drafted), active)
             start = self.cache.length
             logits = self._verify(torch.cat([anchor[:, None], drafts], dim=1), anchor_position[:, None] + offsets,
                                   None)
@@ -228,7 +229,7 @@ class _SpeculativeRun:
         take = take & (take.long().cumprod(dim=1) == 1)  # a prefix
         ids = self._place(ids, tokens, filled, take)
         if self.history is not None:
-            self._record(ids, probs, filled, take, active)
+            self._record(ids, probs, filled, take, take, active)
         return ids, take.sum(dim=1)
 
     def _place(self, ids: Integer[Tensor, "batch seq_len"], tokens: Integer[Tensor, "batch new"],
@@ -253,9 +254,11 @@ class _SpeculativeRun:
         return done
 
     def _record(self, ids: Integer[Tensor, "batch seq_len"], probs: Float[Tensor, "batch new vocab"],
-                filled: Integer[Tensor, " batch"], committed: Bool[Tensor, "batch new"],
-                active: Bool[Tensor, " batch"]) -> None:
-        """One history step: ``committed`` tokens at offsets ``filled + i`` with the top-k of ``probs``."""
+                filled: Integer[Tensor, " batch"], scored: Bool[Tensor, "batch new"],
+                committed: Bool[Tensor, "batch new"], active: Bool[Tensor, " batch"]) -> None:
+        """One history step: the top-k of ``probs`` at the ``scored`` offsets ``filled + i``, of
+        which ``committed`` ones are commits (a draft step commits none: its tokens are on the
+        canvas as proposals, shown as changed without a commit until the verification)."""
         assert self.history is not None
         vocab = probs.shape[-1]
         if not 1 <= self.k <= vocab:
@@ -263,15 +266,15 @@ class _SpeculativeRun:
                              f"k must be in 1..{vocab} (the vocabulary size)")
         top = probs.topk(self.k, dim=-1)
         chosen = probs.max(dim=-1).values
-        committed = committed & active[:, None]
+        scored, committed = scored & active[:, None], committed & active[:, None]
         canvas = self.canvas
         region = canvas.window_valid.shape[1]
-        here = _at_offsets(committed, filled, committed, region)
         self.history.on_step(DenoisingStep(
             step=self.step, canvas=ids, output_start=canvas.output_start, window_valid=canvas.window_valid,
-            topk_ids=_at_offsets(top.indices, filled, committed, region),
-            topk_probs=_at_offsets(top.values, filled, committed, region),
-            committed=here, confidence=_at_offsets(chosen, filled, committed, region), active=active))
+            topk_ids=_at_offsets(top.indices, filled, scored, region),
+            topk_probs=_at_offsets(top.values, filled, scored, region),
+            committed=_at_offsets(committed, filled, committed, region),
+            confidence=_at_offsets(chosen, filled, committed, region), active=active))
         self.step += 1
 
     def _prediction(self, ids: Integer[Tensor, "batch seq_len"], target_passes: Tensor, draft_passes: Tensor,

@@ -125,10 +125,28 @@ def test_history_has_the_prompt_pass_then_a_draft_and_a_verification_per_round(t
     steps = recorder.steps
     assert [s.step for s in steps] == list(range(len(steps))) and len(steps) % 2 == 1
     assert steps[0].committed.sum(dim=1).tolist() == [1] * len(PROMPTS)
-    drafted = torch.stack([s.committed.sum(dim=1) for s in steps[1::2]])  # [rounds, rows]
+    # a draft step commits nothing: its tokens are proposals with the drafter's top-k
+    assert all(not bool(s.committed.any()) for s in steps[1::2])
+    drafted = torch.stack([(s.topk_probs[..., 0] > 0).sum(dim=1) for s in steps[1::2]])  # [rounds, rows]
     accepted = torch.stack([s.committed.sum(dim=1) for s in steps[2::2]])
     assert int(drafted.max()) == 3 and bool((accepted <= drafted + 1).all())
     assert accepted.sum(dim=0).tolist() == [g - 1 for g in out["generated_tokens"]]
     assert drafted.ne(0).sum(dim=0).tolist() == out["draft_passes"]
     final = steps[-1].canvas
     assert torch.equal(final, expected["ids"])
+
+
+def test_the_history_views_show_drafts_as_proposals_and_the_accepted_prefix_as_commits(target_run, target,
+                                                                                      monkeypatch, tmp_path):
+    from xdllm.history import HistoryTopKPlugin, format_replay, load_history
+
+    expected = greedy(target, PROMPTS, 12, stop_at_eos=False)
+    monkeypatch.setattr(speculative._SpeculativeRun, "_draft",
+                        oracle_drafts(expected["ids"], expected["output_start_idx"], 3))
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "history", tokenizer=tokenizer())
+    SpeculativePredictor(12, tokenizer(), stop_at_eos=False).predict(
+        prompt_batch(PROMPTS), model=drafter(target_run, 4), frozen={"target": target}, history=recorder)
+    sample = load_history(recorder.files_written[0]).sample(0)
+    assert int(sample.rewritten[1].sum()) == 3 and not bool(sample.committed[1].any())  # the first draft
+    assert int(sample.committed[2].sum()) >= 1 and not bool(sample.rewritten[2].any())  # its verification
+    assert "3 changed" in format_replay(sample, step=1)
