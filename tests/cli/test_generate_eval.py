@@ -86,3 +86,11 @@ def test_eval_reports_loss_and_generation_metrics(trained_run, capsys):
     assert summary["split"] == "validation" and summary["num_samples"] == 8
     assert summary["loss"] > 0 and "predictions" not in summary
     assert 0.0 <= summary["token_accuracy"] <= 1.0
+
+
+def test_a_predictor_option_refused_at_generation_time_is_one_line(trained_run, tmp_path, capsys):
+    # the step budget is checked against the blocks of the actual prompts, inside predict()
+    assert main(["generate", f"ckpt={trained_run}", "num_samples=4", "predictor.block_size=2",
+                 "predictor.max_steps=2", f"output_dir={tmp_path / 'out'}"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and error.startswith("xdllm: error: MLMPredictor: max_steps=2 is smaller")

@@ -201,7 +201,10 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
     with torch.inference_mode(), autocast(device, dtype):
         for batch in batches:
             batch = batch_to(batch, device)
-            prediction = predictor.predict(batch, model=run.model, history=recorder, **extras)
+            try:
+                prediction = predictor.predict(batch, model=run.model, history=recorder, **extras)
+            except ValueError as error:  # predictors refuse options that do not fit the prompts this way
+                raise XdllmError(f"{type(predictor).__name__}: {error}") from error
             totals.add(evaluator.prediction_metrics(batch, prediction))
             records.extend(evaluator.records(batch, prediction))
             generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
