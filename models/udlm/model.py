@@ -26,10 +26,11 @@ from xdllm_models.udlm.masks import EncoderCanvasMask
 
 
 class CanvasEncoderLogits(NamedTuple):
-    """The canvas's denoising logits and the encoder row's next-token logits."""
+    """The canvas's denoising logits and the encoder row's next-token logits (or the final
+    hidden states the LM head reads for each)."""
 
-    canvas: Float[Tensor, "batch block vocab"]
-    encoder: Float[Tensor, "batch seq_len vocab"]
+    canvas: Float[Tensor, "batch block features"]
+    encoder: Float[Tensor, "batch seq_len features"]
 
 
 class UDLMTransformer(CausalRotaryTransformer):
@@ -43,15 +44,19 @@ class UDLMTransformer(CausalRotaryTransformer):
         attention_mask: Bool[Tensor, "batch seq_len"],
         positions: Integer[Tensor, "batch seq_len"],
         block_size: int,
+        *,
+        hidden_only: bool = False,
     ) -> CanvasEncoderLogits:
         """Both roles from one forward; ``positions`` must put blocks at ``position // block_size``
-        and the canvas positions inside one such block."""
+        and the canvas positions inside one such block. With ``hidden_only``, what the LM head
+        reads (:meth:`final_hidden`), for the chunked loss."""
         canvas_len = canvas_ids.shape[1]
-        logits = self(torch.cat([canvas_ids, encoder_ids], dim=1),
+        forward = self.final_hidden if hidden_only else self
+        out = forward(torch.cat([canvas_ids, encoder_ids], dim=1),
                       attention_mask=torch.cat([torch.ones_like(canvas_ids, dtype=torch.bool), attention_mask], 1),
                       positions=torch.cat([canvas_positions, positions], dim=1),
                       mask_rule=EncoderCanvasMask(block_size, canvas_len))
-        return CanvasEncoderLogits(logits[:, :canvas_len], logits[:, canvas_len:])
+        return CanvasEncoderLogits(out[:, :canvas_len], out[:, canvas_len:])
 
 
 def udlm_transformer(**options: Any) -> UDLMTransformer:

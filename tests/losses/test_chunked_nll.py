@@ -191,3 +191,52 @@ def test_the_family_losses_take_the_chunked_path_with_the_plain_value_and_gradie
     plain["loss"].backward()
     for (name, parameter), twin in zip(plain_model.named_parameters(), chunked_model.parameters()):
         torch.testing.assert_close(twin.grad, parameter.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def _two_term_case(family):
+    """A hybrid or UDLM batch from the family's own collator, its loss class and a fresh network
+    (vocabulary ``VOCAB``, d_model 32), with the names of its two global counts."""
+    import sys
+    from pathlib import Path
+
+    for helpers in ("hybrid", "udlm"):
+        sys.path.insert(0, str(Path(__file__).parents[1] / helpers))
+    from hybrid_helpers import LetterTokenizer, examples, tiny_hybrid
+    from udlm_helpers import tiny_udlm
+
+    from xdllm_models.hybrid.collator import HybridCollator
+    from xdllm_models.hybrid.loss import HybridLoss
+    from xdllm_models.udlm.collator import UDLMCollator
+    from xdllm_models.udlm.loss import UDLMLoss
+
+    prompts, targets = [[4, 5, 6], [], [7, 8, 9, 10, 11]], [[12, 13], [14, 15, 16, 17, 18], [19, 4, 5, 6, 7, 8, 9]]
+    rows = examples(prompts, targets, step=5)
+    if family == "hybrid":
+        batch = HybridCollator(LetterTokenizer(), block_size=4, seed=3)(rows)
+        return batch, lambda chunk_size: HybridLoss(4, alpha=0.7, chunk_size=chunk_size), \
+            lambda: tiny_hybrid(VOCAB), ("num_diffusion_tokens", "num_ar_tokens")
+    batch = UDLMCollator(LetterTokenizer(), block_size=4, seed=3)(rows)
+    return batch, lambda chunk_size: UDLMLoss(4, encoder_weight=0.6, chunk_size=chunk_size), \
+        lambda: tiny_udlm(VOCAB), ("num_canvas_tokens", "num_encoder_pairs")
+
+
+@pytest.mark.parametrize("family", ["hybrid", "udlm"])
+@pytest.mark.parametrize("global_counts", [None, (50.0, 70.0)])
+def test_the_two_term_losses_take_the_chunked_path_with_the_plain_values_and_gradients(family, global_counts):
+    from xdllm.interfaces import LossContext
+
+    batch, loss, model, count_keys = _two_term_case(family)
+    context = None if global_counts is None else LossContext(
+        counts={key: torch.tensor(count) for key, count in zip(count_keys, global_counts)})
+    plain_model, chunked_model = model(), model()
+    plain = loss(None)(plain_model, batch, context)
+    with _LargestLogits() as spy:
+        chunked = loss(4)(chunked_model, batch, context)
+        chunked["loss"].backward()
+    assert spy.rows == 4
+    assert chunked.keys() == plain.keys() and len(plain) == 3
+    for key in chunked:
+        torch.testing.assert_close(chunked[key], plain[key], msg=key)
+    plain["loss"].backward()
+    for (name, parameter), twin in zip(plain_model.named_parameters(), chunked_model.parameters()):
+        torch.testing.assert_close(twin.grad, parameter.grad, atol=1e-6, rtol=1e-5, msg=name)
