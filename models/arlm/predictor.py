@@ -34,8 +34,8 @@ from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tok
 from xdllm.nn import CausalMask
 from xdllm.predict import streams
 from xdllm.predict.canvas import Canvas, continuation_canvas
-from xdllm.predict.inputs import predictor_inputs, require_tokenizer, sample_indices
-from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
+from xdllm.predict.inputs import check_decoding_options, predictor_inputs, require_tokenizer, sample_indices
+from xdllm.predict.sampling import choose_tokens, final_distribution
 from xdllm.predict.text import decode_regions
 
 
@@ -59,17 +59,9 @@ class ARPredictor:
     def __init__(self, max_new_tokens: int, tokenizer: Tokenizer | None = None, model: nn.Module | None = None,
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                  stop_at_eos: bool = True, skip_special_tokens: bool = True, seed: int = 0) -> None:
-        if max_new_tokens < 1:
-            raise ValueError(f"ARPredictor: max_new_tokens must be >= 1, got {max_new_tokens}")
-        if seed < 0:
-            raise ValueError(f"ARPredictor: seed must be >= 0, got {seed}")
-        for name, value in (("stop_at_eos", stop_at_eos), ("skip_special_tokens", skip_special_tokens)):
-            if not isinstance(value, bool):
-                raise ValueError(f"ARPredictor: {name} must be true or false, got {value!r}")
-        try:
-            check_sampling_options(temperature, top_k, top_p)
-        except ValueError as error:
-            raise ValueError(f"ARPredictor: {error}") from None
+        check_decoding_options("ARPredictor", max_new_tokens=max_new_tokens, seed=seed, temperature=temperature,
+                               top_k=top_k, top_p=top_p,
+                               flags={"stop_at_eos": stop_at_eos, "skip_special_tokens": skip_special_tokens})
         self.max_new_tokens = max_new_tokens
         self.tokenizer = tokenizer
         self.model = model

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from xdllm.interfaces import DenoisingStep, HistoryRecorder, Tokenizer
 from xdllm.nn import PAD_DOCUMENT_ID, RotaryTransformer
 from xdllm.predict.canvas import continuation_canvas
-from xdllm.predict.inputs import predictor_inputs
+from xdllm.predict.inputs import check_decoding_options, predictor_inputs
 from xdllm.predict.sampling import choose_tokens, final_distribution
 from xdllm.predict.text import decode_regions
 from xdllm_models.arlm.predictor import ARPredictor
@@ -70,14 +70,11 @@ class SpeculativePredictor:
     def __init__(self, max_new_tokens: int, tokenizer: Tokenizer | None = None, model: nn.Module | None = None,
                  block_size: int | None = None, speculative: bool = True, stop_at_eos: bool = True,
                  skip_special_tokens: bool = True) -> None:
-        if max_new_tokens < 1:
-            raise ValueError(f"SpeculativePredictor: max_new_tokens must be >= 1, got {max_new_tokens}")
+        check_decoding_options("SpeculativePredictor", max_new_tokens=max_new_tokens,
+                               flags={"speculative": speculative, "stop_at_eos": stop_at_eos,
+                                      "skip_special_tokens": skip_special_tokens})
         if block_size is not None and block_size < 2:
             raise ValueError(f"SpeculativePredictor: block_size must be >= 2 or None, got {block_size}")
-        for name, value in (("speculative", speculative), ("stop_at_eos", stop_at_eos),
-                            ("skip_special_tokens", skip_special_tokens)):
-            if not isinstance(value, bool):
-                raise ValueError(f"SpeculativePredictor: {name} must be true or false, got {value!r}")
         self.max_new_tokens = max_new_tokens
         self.tokenizer = tokenizer
         self.model = model

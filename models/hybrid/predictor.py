@@ -42,15 +42,16 @@ from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
 from xdllm.predict.block_steps import PassTally, block_step_state
-from xdllm.predict.blocks import whole_blocks
-from xdllm.predict.canvas import continuation_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
-from xdllm.predict.inputs import check_positions_fit, predictor_inputs, require_tokenizer, sample_indices
-from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
+from xdllm.predict.inputs import (
+    check_decoding_options,
+    require_tokenizer,
+)
+from xdllm.predict.sampling import choose_tokens, final_distribution
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
 from xdllm.predict.unmask_count import scheduled_count, select_positions
-from xdllm_models.hybrid.layout import block_aligned_positions
+from xdllm_models.hybrid.decoding import block_decoding_positions, start_block_decoding
 
 
 class HybridPredictor:
@@ -80,20 +81,15 @@ class HybridPredictor:
                  top_k: int | None = None, top_p: float | None = None, stop_at_eos: bool = True,
                  skip_special_tokens: bool = True, seed: int = 0) -> None:
         where = type(self).__name__
-        if max_new_tokens < 1:
-            raise ValueError(f"{where}: max_new_tokens must be >= 1, got {max_new_tokens}")
+        check_decoding_options(where, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature,
+                               top_k=top_k, top_p=top_p,
+                               flags={"stop_at_eos": stop_at_eos, "skip_special_tokens": skip_special_tokens})
         if block_size < 1:
             raise ValueError(f"{where}: block_size must be >= 1, got {block_size}")
         fill_steps = block_size - 1 if steps_per_block is None else steps_per_block
         if block_size > 1 and fill_steps < 1:
             raise ValueError(f"{where}: steps_per_block must be >= 1 (or null), got {steps_per_block}")
-        if seed < 0:
-            raise ValueError(f"{where}: seed must be >= 0, got {seed}")
-        for name, value in (("stop_at_eos", stop_at_eos), ("skip_special_tokens", skip_special_tokens)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{where}: {name} must be true or false, got {value!r}")
         try:
-            check_sampling_options(temperature, top_k, top_p)
             check_confidence_options(confidence, threshold)
         except ValueError as error:
             raise ValueError(f"{where}: {error}") from None
@@ -137,36 +133,20 @@ class HybridPredictor:
         return fill_after_eos(block_ids, valid, tok.eos_token_id, tok.mask_token_id, tok.pad_token_id)
 
     def positions_needed(self, prompt_length: int) -> int:
-        """Positions a generation from ``prompt_length`` tokens (bos included) uses: the answer
-        starts on a block boundary and fills ``max_new_tokens`` rounded up to whole blocks."""
-        return whole_blocks(prompt_length, self.block_size) + whole_blocks(self.max_new_tokens, self.block_size)
+        """See :func:`~xdllm_models.hybrid.decoding.block_decoding_positions`."""
+        return block_decoding_positions(prompt_length, self.max_new_tokens, self.block_size)
 
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
                 history: HistoryRecorder | None = None) -> PredictionDict:
         start_time = time.perf_counter()
-        model, tok = predictor_inputs("HybridPredictor", batch, model, self.model, self.tokenizer)
-        device = next(model.parameters()).device
-        prompt_ids = batch["input_ids"].to(device)
-        prompt_real = batch["attention_mask"].to(device).bool()
-        size = self.block_size
-        n_blocks = -(-self.max_new_tokens // size)
-        canvas = continuation_canvas(prompt_ids, prompt_real, n_blocks * size, tok.pad_token_id, tok.mask_token_id)
-        n_rows, prompt_len = prompt_ids.shape
-        if bool((canvas.output_start == 0).any()):
-            raise ValueError("HybridPredictor: every prompt row needs at least one real token (bos) "
-                             "to predict the first token from")
-        response_start = canvas.positions.gather(1, canvas.output_start[:, None])[:, 0]
-        positions = block_aligned_positions(canvas.positions, response_start, size)
-        check_positions_fit("HybridPredictor", model, positions)
-        keys = streams.row_keys(self.seed, sample_indices("HybridPredictor", batch, n_rows, device))
+        start = start_block_decoding("HybridPredictor", batch, model, self.model, self.tokenizer,
+                                     self.max_new_tokens, self.block_size, self.seed, history)
+        model, tok, canvas, positions, keys, cache = (start.model, start.tokenizer, start.canvas, start.positions,
+                                                      start.keys, start.cache)
+        logits, n_blocks, size = start.prompt_logits, start.n_blocks, self.block_size
+        n_rows, device = canvas.ids.shape[0], canvas.ids.device
         k = history.k if history is not None else 0
-        if history is not None:
-            history.begin(batch, canvas.ids, canvas.output_start)
-
-        cache = model.new_kv_cache(n_rows, prompt_len + n_blocks * size)
-        logits = model(prompt_ids, attention_mask=prompt_real, positions=positions[:, :prompt_len],
-                       mask_rule=CausalMask(), kv_cache=cache)
         last_column = (canvas.output_start - 1)[:, None, None].expand(-1, 1, logits.shape[-1])
         seed_logits = logits.gather(1, last_column)[:, 0]
         in_block = torch.arange(size, device=device)

@@ -42,13 +42,12 @@ from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
 from xdllm.predict.block_steps import PassTally, block_step_state
-from xdllm.predict.blocks import whole_blocks
-from xdllm.predict.canvas import Canvas, continuation_canvas
-from xdllm.predict.inputs import check_positions_fit, predictor_inputs, sample_indices
-from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
+from xdllm.predict.canvas import Canvas
+from xdllm.predict.inputs import check_decoding_options
+from xdllm.predict.sampling import choose_tokens, final_distribution
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
-from xdllm_models.hybrid.layout import block_aligned_positions
+from xdllm_models.hybrid.decoding import block_decoding_positions, start_block_decoding
 
 
 class UDLMPredictor:
@@ -77,8 +76,10 @@ class UDLMPredictor:
                  top_k: int | None = None, top_p: float | None = None, stop_at_eos: bool = True,
                  skip_special_tokens: bool = True, seed: int = 0) -> None:
         where = type(self).__name__
-        if max_new_tokens < 1:
-            raise ValueError(f"{where}: max_new_tokens must be >= 1, got {max_new_tokens}")
+        check_decoding_options(where, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature,
+                               top_k=top_k, top_p=top_p,
+                               flags={"stop_when_unchanged": stop_when_unchanged, "stop_at_eos": stop_at_eos,
+                                      "skip_special_tokens": skip_special_tokens})
         if block_size < 1:
             raise ValueError(f"{where}: block_size must be >= 1, got {block_size}")
         steps = block_size if steps_per_block is None else steps_per_block
@@ -86,16 +87,6 @@ class UDLMPredictor:
             raise ValueError(f"{where}: steps_per_block must be >= 1 (or null), got {steps_per_block}")
         if entropy_bound is not None and not entropy_bound > 0.0:
             raise ValueError(f"{where}: entropy_bound must be > 0 (nats) or null, got {entropy_bound}")
-        if seed < 0:
-            raise ValueError(f"{where}: seed must be >= 0, got {seed}")
-        for name, value in (("stop_when_unchanged", stop_when_unchanged), ("stop_at_eos", stop_at_eos),
-                            ("skip_special_tokens", skip_special_tokens)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{where}: {name} must be true or false, got {value!r}")
-        try:
-            check_sampling_options(temperature, top_k, top_p)
-        except ValueError as error:
-            raise ValueError(f"{where}: {error}") from None
         self.max_new_tokens = max_new_tokens
         self.block_size = block_size
         self.tokenizer = tokenizer
@@ -136,36 +127,20 @@ class UDLMPredictor:
         return stops
 
     def positions_needed(self, prompt_length: int) -> int:
-        """Positions a generation from ``prompt_length`` tokens (bos included) uses: the answer
-        starts on a block boundary and fills ``max_new_tokens`` rounded up to whole blocks."""
-        return whole_blocks(prompt_length, self.block_size) + whole_blocks(self.max_new_tokens, self.block_size)
+        """See :func:`~xdllm_models.hybrid.decoding.block_decoding_positions`."""
+        return block_decoding_positions(prompt_length, self.max_new_tokens, self.block_size)
 
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
                 history: HistoryRecorder | None = None) -> PredictionDict:
         start_time = time.perf_counter()
-        model, tok = predictor_inputs("UDLMPredictor", batch, model, self.model, self.tokenizer)
-        device = next(model.parameters()).device
-        prompt_ids = batch["input_ids"].to(device)
-        prompt_real = batch["attention_mask"].to(device).bool()
-        size = self.block_size
-        n_blocks = -(-self.max_new_tokens // size)
-        canvas = continuation_canvas(prompt_ids, prompt_real, n_blocks * size, tok.pad_token_id, tok.mask_token_id)
-        n_rows, prompt_len = prompt_ids.shape
-        if bool((canvas.output_start == 0).any()):
-            raise ValueError("UDLMPredictor: every prompt row needs at least one real token (bos) for the "
-                             "encoder to read")
-        response_start = canvas.positions.gather(1, canvas.output_start[:, None])[:, 0]
-        positions = block_aligned_positions(canvas.positions, response_start, size)
-        check_positions_fit("UDLMPredictor", model, positions)
-        keys = streams.row_keys(self.seed, sample_indices("UDLMPredictor", batch, n_rows, device))
+        start = start_block_decoding("UDLMPredictor", batch, model, self.model, self.tokenizer,
+                                     self.max_new_tokens, self.block_size, self.seed, history)
+        model, tok, canvas, positions, keys, cache = (start.model, start.tokenizer, start.canvas, start.positions,
+                                                      start.keys, start.cache)
+        n_blocks, size = start.n_blocks, self.block_size
+        n_rows, device = canvas.ids.shape[0], canvas.ids.device
         k = history.k if history is not None else 0
-        if history is not None:
-            history.begin(batch, canvas.ids, canvas.output_start)
-
-        cache = model.new_kv_cache(n_rows, prompt_len + n_blocks * size)
-        model(prompt_ids, attention_mask=prompt_real, positions=positions[:, :prompt_len], mask_rule=CausalMask(),
-              kv_cache=cache)
         encoder_passes = torch.ones(n_rows, dtype=torch.long, device=device)
         ids = canvas.ids
         finished = torch.zeros(n_rows, dtype=torch.bool, device=device)

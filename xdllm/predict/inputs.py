@@ -11,6 +11,7 @@ from jaxtyping import Integer
 from torch import Tensor, nn
 
 from xdllm.interfaces import Tokenizer
+from xdllm.predict.sampling import check_sampling_options
 
 PROMPT_KEYS = ("input_ids", "attention_mask")
 
@@ -62,3 +63,21 @@ def check_positions_fit(owner: str, model: nn.Module, positions: Integer[Tensor,
     if isinstance(limit, int) and highest >= limit:
         raise ValueError(f"{owner}: the block-aligned canvas reaches position {highest}, beyond the "
                          f"model's max_positions={limit}; raise model.max_positions")
+
+
+def check_decoding_options(owner: str, *, max_new_tokens: int, flags: Mapping[str, object], seed: int = 0,
+                           temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None) -> None:
+    """The options every decoding predictor takes, checked at construction: a ValueError naming
+    ``owner`` and the option when ``max_new_tokens < 1``, ``seed < 0``, a flag is not a bool, or
+    the sampling options are invalid (:func:`~xdllm.predict.sampling.check_sampling_options`)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"{owner}: max_new_tokens must be >= 1, got {max_new_tokens}")
+    if seed < 0:
+        raise ValueError(f"{owner}: seed must be >= 0, got {seed}")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{owner}: {name} must be true or false, got {value!r}")
+    try:
+        check_sampling_options(temperature, top_k, top_p)
+    except ValueError as error:
+        raise ValueError(f"{owner}: {error}") from None
