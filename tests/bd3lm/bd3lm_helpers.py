@@ -4,6 +4,7 @@ importing from ``conftest`` gets whichever folder's conftest was loaded last).""
 from __future__ import annotations
 
 import torch
+from random_weights import sharpened
 
 from xdllm.collate import PromptCollator
 from xdllm.nn import RotaryTransformer
@@ -11,16 +12,11 @@ from xdllm.nn.factory import rotary_transformer
 
 
 def random_network(vocab_size: int, seed: int = 0, max_positions: int = 128) -> RotaryTransformer:
-    """Random weights large enough (std 0.3, not the init's 0.02) that every token and position
-    moves the logits: a near-uniform network would hide a leaking mask or a wrong position."""
+    """A tiny network with random weights that matter (:func:`random_weights.sharpened`)."""
     torch.manual_seed(seed)
     model = rotary_transformer(vocab_size=vocab_size, d_model=32, n_layers=2, n_heads=2,
                                max_positions=max_positions).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    return model
+    return sharpened(model)
 
 
 def examples(prompts: list[list[int]], targets: list[list[int]] | None = None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from random_weights import sharpened
 from tiny_run import TINY_RUN
 
 from xdllm.cli.main import main
@@ -27,25 +28,16 @@ def train_target(run_dir: Path) -> Path:
 
 
 def sharp_target(run_dir: Path, seed: int = 0) -> torch.nn.Module:
-    """The run's network with N(0, 0.3) matrices: a barely trained network is near-uniform and
-    would hide a wrong position or a leaking mask."""
+    """The run's network with weights that matter (a barely trained one is near-uniform)."""
     target = load_trained(run_dir).model
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in target.parameters():
-            if parameter.dim() == 2:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
-    return target.requires_grad_(False)
+    torch.manual_seed(seed)
+    return sharpened(target).requires_grad_(False)
 
 
 def drafter(run_dir: Path, block_size: int = 4, seed: int = 0, **options) -> DFlashDrafter:
     torch.manual_seed(seed)
     model = DFlashDrafter(str(run_dir), block_size=block_size, n_heads=2, **options)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    return model.eval()
+    return sharpened(model).eval()
 
 
 def tokenizer():

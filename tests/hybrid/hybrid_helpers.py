@@ -9,6 +9,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "predict"))
 from predict_fakes import LetterTokenizer, RecordingHistory  # noqa: E402
+from random_weights import sharpened  # noqa: E402
 
 from xdllm.collate import PromptCollator  # noqa: E402
 from xdllm_models.hybrid.model import HybridRotaryTransformer, hybrid_rotary_transformer  # noqa: E402
@@ -17,16 +18,11 @@ __all__ = ["LetterTokenizer", "RecordingHistory", "examples", "prompt_batch", "t
 
 
 def tiny_hybrid(vocab_size: int, max_positions: int = 64) -> HybridRotaryTransformer:
-    """Random weights large enough (std 0.3, not the init's 0.02) that every token and position
-    moves the logits: a near-uniform network would hide a wrong position or a leaking mask."""
+    """A tiny network with random weights that matter (:func:`random_weights.sharpened`)."""
     torch.manual_seed(0)
     model = hybrid_rotary_transformer(vocab_size=vocab_size, d_model=32, n_layers=2, n_heads=2,
                                       max_positions=max_positions).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    return model
+    return sharpened(model)
 
 
 def examples(prompts: list[list[int]], targets: list[list[int]] | None = None, first_index: int = 0,
