@@ -87,7 +87,7 @@ def positions_needed(predictor: Any, prompt_length: int, max_new_tokens: int) ->
     return int(own(prompt_length)) if callable(own) else prompt_length + max_new_tokens
 
 
-def check_positions(model: torch.nn.Module, task: Any, max_new_tokens: int, predictor: Any = None) -> None:
+def check_positions(model: torch.nn.Module, task: Any, max_new_tokens: int, predictor: Any) -> None:
     """The task's longest sequence (bos, the longest prompt, the generation window, as the
     predictor places it) must fit the model's positions, or training and generation would fail
     deep inside the model (or, for generation, only after training)."""
@@ -132,15 +132,13 @@ def build_components(config: DictConfig) -> RunComponents:
             raise XdllmError(f"config collator.{role} is missing")
     model = _instantiate(config.model, "model")
     check_vocabulary(model, tokenizer)
-    predictor = _instantiate(config.predictor, "predictor", tokenizer=tokenizer)
-    check_positions(model, task, int(config.derived.max_new_tokens))
     return RunComponents(
         config=config,
         tokenizer=tokenizer,
         task=task,
         model=model,
         loss=_instantiate(config.loss, "loss"),
-        predictor=predictor,
+        predictor=_instantiate(config.predictor, "predictor", tokenizer=tokenizer),
         evaluator=_build_evaluator(config, tokenizer, task),
         collators=collators,
     )

@@ -192,7 +192,8 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
     components = build_components(config)
-    # the validation and after-training generations must fit too, as the predictor places them
+    # training rows and the validation / after-training generations, as the predictor places them
+    # (a loaded checkpoint's generation is checked with its own predictor options: check_canvas_fits)
     check_positions(components.model, components.task, int(config.derived.max_new_tokens), components.predictor)
     OmegaConf.set_struct(config, False)
     apply_task_defaults(config, components.task)
