@@ -92,6 +92,7 @@ class DiffusionLMModule(L.LightningModule):
         for frozen_model in self.frozen.values():
             frozen_model.eval().requires_grad_(False)
         self._loss_takes_context = takes_context(loss_fn)
+        self._predictor_extras = {"frozen": self.frozen} if takes_frozen(predictor) else {}
         self._val_totals = MetricTotals()
 
     # ------------------------------------------------------------------ loss
@@ -204,8 +205,7 @@ class DiffusionLMModule(L.LightningModule):
         history = None
         if self.history_factory is not None and batch_idx == 0:
             history = self.history_factory(self.global_step)
-        extras = {"frozen": self.frozen} if takes_frozen(self.predictor) else {}
-        prediction = self.predictor.predict(batch, model=self.model, history=history, **extras)
+        prediction = self.predictor.predict(batch, model=self.model, history=history, **self._predictor_extras)
         self._val_totals.add(self.evaluator.prediction_metrics(batch, prediction))
 
     def on_validation_epoch_end(self) -> None:
