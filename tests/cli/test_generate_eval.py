@@ -94,3 +94,18 @@ def test_a_predictor_option_refused_at_generation_time_is_one_line(trained_run, 
                  "predictor.max_steps=2", f"output_dir={tmp_path / 'out'}"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and error.startswith("xdllm: error: MLMPredictor: max_steps=2 is smaller")
+    assert not (tmp_path / "out").exists()  # the refused generation leaves no folder behind
+
+
+def test_a_refused_generation_removes_only_what_it_made(trained_run, tmp_path, capsys):
+    refused = ["num_samples=4", "predictor.block_size=2", "predictor.max_steps=2"]
+    before = set((trained_run / "generate").iterdir())
+    assert main(["generate", f"ckpt={trained_run}", *refused]) == 2  # an auto-named folder
+    assert set((trained_run / "generate").iterdir()) == before
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    assert main(["generate", f"ckpt={trained_run}", *refused, f"output_dir={kept / 'a' / 'b'}"]) == 2
+    assert sorted(path.name for path in kept.iterdir()) == ["notes.txt"]
+    assert main(["generate", f"ckpt={trained_run}", *refused, f"output_dir={kept}"]) == 2
+    assert sorted(path.name for path in kept.iterdir()) == ["notes.txt"]

@@ -73,6 +73,25 @@ def test_sweep_names_each_folder_by_its_settings(trained_run, tmp_path, capsys):
     assert [json.loads(line)["mean_steps"] for line in lines] == [2, 5]
 
 
+def test_a_sweep_that_fails_part_way_keeps_the_summary_of_what_finished(trained_run, tmp_path, capsys):
+    sweep_dir = tmp_path / "sweep"
+    # max_steps=2 is refused for 3 blocks of 2, inside predict(): the second generation fails
+    assert main(["generate", "-m", f"ckpt={trained_run}", "predictor.block_size=2",
+                 "predictor.max_steps=5,2", "num_samples=4", f"output_dir={sweep_dir}"]) == 2
+    assert "max_steps=2 is smaller" in capsys.readouterr().err
+    assert sorted(path.name for path in sweep_dir.iterdir()) == ["max_steps=5", "sweep.jsonl"]
+    (line,) = (sweep_dir / "sweep.jsonl").read_text().splitlines()
+    assert json.loads(line)["folder"] == "max_steps=5"
+    assert (sweep_dir / "max_steps=5" / "predictions.jsonl").exists()
+
+
+def test_a_sweep_whose_first_generation_fails_leaves_no_folder(trained_run, capsys):
+    before = set((trained_run / "generate").iterdir())
+    assert main(["generate", "-m", f"ckpt={trained_run}", "predictor.block_size=2",
+                 "predictor.max_steps=2,1", "num_samples=4"]) == 2
+    assert set((trained_run / "generate").iterdir()) == before
+
+
 def test_sweep_combinations_are_the_cartesian_product():
     fixed, combinations = sweep_combinations(["ckpt=r", "predictor.threshold=0.5,0.9", "batch_size=range(1,3)"])
     assert fixed == ["ckpt=r"]

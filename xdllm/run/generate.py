@@ -31,6 +31,7 @@ from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import is_free_text, without_targets
 from xdllm.run.generation_record import (
+    GENERATE_CONFIG,
     generation_settings,
     settings_name,
     write_generation_config,
@@ -131,11 +132,12 @@ def _build_predictor(run: TrainedRun, options: DictConfig):
 PREDICTIONS = "predictions.jsonl"
 
 
-def _claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "") -> Path:
+def _claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "") -> tuple[Path, Path | None]:
     """A folder of this generation's own: ``output_dir`` if it holds no predictions yet, else
     ``<run>/generate/<time>`` (``<time>_<settings>`` when predictor options were given) made with
     an exclusive ``mkdir`` (a numbered suffix when two start in the same second). Temporary files
-    that interrupted generations left are removed first."""
+    that interrupted generations left are removed first. Also returns the outermost folder this
+    call made (None if the folder existed)."""
     generated = run.run_dir / "generate"
     if generated.is_dir():
         for folder in (generated, *(path for path in generated.rglob("*") if path.is_dir())):
@@ -144,18 +146,49 @@ def _claim_output_dir(run: TrainedRun, requested: str | None, settings: str = ""
         folder = Path(requested).expanduser()
         if (folder / PREDICTIONS).exists():
             raise XdllmError(f"output_dir {folder} already holds {PREDICTIONS}; choose another folder")
+        made = outermost_missing(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return folder, made
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"_{settings}" if settings else "")
     generated.mkdir(parents=True, exist_ok=True)
     for attempt in range(1000):
         folder = generated / (stamp if attempt == 0 else f"{stamp}-{attempt}")
         try:
             folder.mkdir()
-            return folder
+            return folder, folder
         except FileExistsError:
             continue
     raise XdllmError(f"could not make a new generation folder in {generated}")
+
+
+def outermost_missing(folder: Path) -> Path | None:
+    """The outermost of ``folder`` and its parents that does not exist yet (None if it exists)."""
+    missing = None
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def discard_unfinished(folder: Path, made: Path | None) -> None:
+    """After a generation failed: if it produced nothing (no predictions, no history file), remove
+    the ``generate.yaml`` it wrote, and the folders it made if they are then empty. Anything a
+    finished batch wrote stays."""
+    history_dir = folder / "history"
+    if (folder / PREDICTIONS).exists() or (history_dir.is_dir() and any(history_dir.iterdir())):
+        return
+    if history_dir.is_dir():
+        history_dir.rmdir()
+    (folder / GENERATE_CONFIG).unlink(missing_ok=True)
+    if made is None:
+        return
+    for candidate in (folder, *folder.parents):
+        if any(candidate.iterdir()):
+            return
+        candidate.rmdir()
+        if candidate == made:
+            return
 
 
 def place_run(run: TrainedRun, options: DictConfig) -> tuple[torch.device, torch.dtype | None]:
@@ -182,8 +215,23 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
         if is_free_text(run.components.task):
             batches = without_targets(batches)
     settings = generation_settings(options)
-    output_dir = _claim_output_dir(run, options.output_dir, settings_name(settings)) if write_outputs else None
-    if output_dir is not None:
+    if not write_outputs:
+        return _generate_into(None, run, options, predictor, batches, device, dtype, settings)
+    output_dir, made = _claim_output_dir(run, options.output_dir, settings_name(settings))
+    try:
+        return _generate_into(output_dir, run, options, predictor, batches, device, dtype, settings)
+    except BaseException:
+        discard_unfinished(output_dir, made)
+        raise
+
+
+def _generate_into(output_dir: Path | None, run: TrainedRun, options: DictConfig, predictor: Any,
+                   batches: Any, device: torch.device, dtype: torch.dtype | None,
+                   settings: dict[str, Any]) -> dict[str, Any]:
+    """Run the predictor over ``batches``; write the generation's files into ``output_dir``
+    (nothing when it is None); return the summary."""
+    write_outputs = output_dir is not None
+    if write_outputs:
         write_generation_config(output_dir, options, run.config, run.checkpoint, run.global_step)
     history = None
     if options.history == "topk" and write_outputs:  # one recorder: one file per batch

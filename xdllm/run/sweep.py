@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.config.compose import compose_config
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import load_trained
-from xdllm.run.generate import PREDICTIONS, generate_from_config
+from xdllm.run.generate import PREDICTIONS, discard_unfinished, generate_from_config, outermost_missing
 from xdllm.run.generation_record import settings_name
 from xdllm.temporary_files import temporary_path
 
@@ -68,14 +68,16 @@ def sweep_combinations(overrides: Sequence[str]) -> tuple[list[str], list[dict[s
     return fixed, [dict(zip(keys, combination)) for combination in itertools.product(*values)]
 
 
-def _sweep_dir(requested: str | None, run_dir: Path) -> Path:
+def _sweep_dir(requested: str | None, run_dir: Path) -> tuple[Path, Path | None]:
+    """The sweep's folder, and the outermost folder made for it (None if it existed)."""
     if requested:
         folder = Path(requested).expanduser()
+        made = outermost_missing(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        return folder
+        return folder, made
     folder = run_dir / "generate" / f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=False)
-    return folder
+    return folder, folder
 
 
 def sweep_configs(overrides: Sequence[str]) -> tuple[list[dict[str, str]], list[DictConfig]]:
@@ -91,20 +93,29 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     if OmegaConf.is_missing(configs[0], "ckpt"):
         raise XdllmError("ckpt=<checkpoint file or run directory> is required")
     run = load_trained(configs[0].ckpt)
-    sweep_dir = _sweep_dir(configs[0].output_dir, run.run_dir)
+    sweep_dir, made = _sweep_dir(configs[0].output_dir, run.run_dir)
     names = [settings_name({_display_key(k): v for k, v in combination.items()})
              for combination in combinations]
     for name in names:
         if (sweep_dir / name / PREDICTIONS).exists():
             raise XdllmError(f"{sweep_dir / name} already holds {PREDICTIONS}; choose another output_dir")
-    results = []
-    for combination, name, config in zip(combinations, names, configs):
-        config.output_dir = str(sweep_dir / name)
-        summary = generate_from_config(config, run)
-        settings = {key: OmegaConf.select(config, key.lstrip("+~")) for key in combination}
-        results.append({"settings": settings, "folder": name, **summary})
     path = sweep_dir / SWEEP_SUMMARY
+    results: list[dict[str, Any]] = []
+    try:
+        for combination, name, config in zip(combinations, names, configs):
+            config.output_dir = str(sweep_dir / name)
+            summary = generate_from_config(config, run)
+            settings = {key: OmegaConf.select(config, key.lstrip("+~")) for key in combination}
+            results.append({"settings": settings, "folder": name, **summary})
+            _write_summary(path, results)  # after each, so a failed sweep keeps what finished
+    except BaseException:
+        if made is not None and not results:
+            discard_unfinished(sweep_dir, made)
+        raise
+    return {"sweep": str(sweep_dir), "summary": str(path), "runs": results}
+
+
+def _write_summary(path: Path, results: list[dict[str, Any]]) -> None:
     temporary = temporary_path(path)
     temporary.write_text("".join(json.dumps(result) + "\n" for result in results))
     os.replace(temporary, path)
-    return {"sweep": str(sweep_dir), "summary": str(path), "runs": results}
