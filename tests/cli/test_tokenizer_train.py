@@ -76,3 +76,16 @@ def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, setup, arguments, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("xdllm: error: ") and message in err[0]
     assert not (tmp_path / "t.json").exists()
+
+
+def test_views_show_a_bpe_token_as_the_text_it_stands_for(corpus, tmp_path):
+    tokenizer = HFTokenizerFile(train_tokenizer_file([corpus], tmp_path / "bpe.json", vocab_size=300).path)
+    (fox,) = tokenizer.encode(" fox")
+    assert tokenizer.id_to_token(fox) == "Ġfox" and tokenizer.display_token(fox) == " fox"
+    assert tokenizer.display_token(tokenizer.mask_token_id) == "<mask>"
+    first_byte = tokenizer.encode("✓")[0]  # a piece of a three-byte character decodes to nothing readable
+    assert tokenizer.display_token(first_byte) == tokenizer.id_to_token(first_byte)
+    words = HFTokenizerFile(train_tokenizer_file([corpus], tmp_path / "words.json", kind="wordlevel",
+                                                 min_frequency=1).path)
+    (fox,) = words.encode("fox")
+    assert words.display_token(fox) == "fox"

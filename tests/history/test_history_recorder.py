@@ -72,6 +72,20 @@ def test_hand_computed_sample(tmp_path):
     assert [sample.token(i) for i in (0, 1, 2, 3, 5)] == ["<pad>", "<mask>", "<bos>", "<eos>", "x"]
 
 
+class BracketedTokenizer(SymbolTokenizer):
+    """Shows tokens differently from their vocabulary strings, as byte-level BPE does."""
+
+    def display_token(self, token_id: int) -> str:
+        return f"[{self.id_to_token(token_id)}]"
+
+
+def test_history_files_store_the_tokens_as_views_show_them(tmp_path):
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path, tokenizer=BracketedTokenizer(["a", "x"]))
+    _hand_run(recorder)
+    sample = load_history(recorder.files_written[0]).sample(0)
+    assert [sample.token(i) for i in (1, 5)] == ["[<mask>]", "[x]"]
+
+
 def test_matches_engine_per_sample(tmp_path, generate):
     """Rows with different output starts and finishing steps: each sample's view equals the
     engine's states restricted to the steps it ran and to its own output region."""

@@ -81,6 +81,10 @@ class SymbolTokenizer:
             raise ValueError(f"SymbolTokenizer.id_to_token: id {token_id} outside [0, {len(self._tokens)})")
         return self._tokens[token_id]
 
+    def display_token(self, token_id: int) -> str:
+        """The token as shown in views: a symbol is its own text."""
+        return self.id_to_token(token_id)
+
 
 def builtin_tokenizer() -> SymbolTokenizer:
     """The tokenizer of the built-in tasks (see :data:`BUILTIN_SYMBOLS`)."""
@@ -154,6 +158,16 @@ class HFTokenizerFile:
             raise ValueError(f"HFTokenizerFile.id_to_token: id {token_id} is not in the vocabulary of "
                              f"{self.path}")
         return token
+
+    def display_token(self, token_id: int) -> str:
+        """The token as the text it decodes to (byte-level BPE's ``Ġthe`` is `` the``), for views;
+        the stored string where decoding alone gives nothing readable (no text, or a piece of a
+        multi-byte character)."""
+        token = self.id_to_token(token_id)
+        text = self._tokenizer.decode([token_id], skip_special_tokens=False)
+        if text == "" or ("\ufffd" in text and "\ufffd" not in token):
+            return token
+        return text
 
 
 def load_tokenizer(name_or_path: str | Path) -> SymbolTokenizer | HFTokenizerFile:

@@ -37,7 +37,7 @@ class LiveRecorder:
         self._step_count = 0
 
     def _token(self, token_id: int) -> str:
-        return self.tokenizer.id_to_token(token_id)
+        return self.tokenizer.display_token(token_id)
 
     def begin(self, batch: Mapping[str, Any], canvas: Integer[Tensor, "batch seq_len"],
               output_start: Integer[Tensor, " batch"]) -> None:

@@ -335,5 +335,5 @@ def _token_strings(payload: Mapping[str, Any], tokenizer: Tokenizer | None) -> d
     ids = torch.bincount(ids, minlength=tokenizer.vocab_size).nonzero().flatten()
     return {
         "vocab_ids": ids,
-        "vocab_tokens": [tokenizer.id_to_token(i) for i in ids.tolist()],
+        "vocab_tokens": [tokenizer.display_token(i) for i in ids.tolist()],
     }

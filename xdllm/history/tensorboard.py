@@ -119,7 +119,7 @@ def write_tensorboard(
     if text.steps_per_card < 1:
         raise HistoryError(f"steps_per_card must be >= 1, got {text.steps_per_card}")
     paths = [history_paths] if isinstance(history_paths, (str, Path)) else list(history_paths)
-    token_text = tokenizer.id_to_token if tokenizer is not None else None
+    token_text = tokenizer.display_token if tokenizer is not None else None
     written, bad = 0, []
     statistics = DenoisingStatistics()
     with SummaryWriter(log_dir=str(logdir)) as writer:
