@@ -33,6 +33,12 @@ FUSED_MIN_VOCAB = 4096
 """Vocabulary size from which ``use_fused_linear_ce=None`` takes the fused chunked path."""
 
 
+def position_metric(offset: int, block_size: int) -> str:
+    """``draft_acc_pos_<offset>``, the offset zero-padded to the digits of ``block_size - 1`` so
+    that the names sort by position (``pos_02`` before ``pos_10`` at block size 16)."""
+    return f"draft_acc_pos_{offset:0{len(str(block_size - 1))}d}"
+
+
 def block_labels(batch: Mapping[str, Any], block_size: int
                  ) -> tuple[Integer[Tensor, "batch drafted"], Bool[Tensor, "batch drafted"]]:
     """The tokens each block must draft (the ``block_size - 1`` after its anchor, block-major)
@@ -123,12 +129,13 @@ class DFlashLoss:
 
     def __call__(self, model: DFlashDrafter, batch: Mapping[str, Any],
                  context: LossContext | None = None) -> dict[str, Tensor]:
-        """``loss``, ``draft_accuracy`` and ``draft_acc_pos_k`` (argmax accuracy at offset k)."""
+        """``loss``, ``draft_accuracy`` and ``draft_acc_pos_k`` (argmax accuracy at offset k, see
+        :func:`position_metric`)."""
         out = self.outputs(model, batch, context)
         correct = out.draft_correct_per_pos.float()
         count = out.draft_count_per_pos.float()
         logged = {"loss": out.total_loss, "draft_accuracy": correct.sum() / count.sum().clamp_min(1.0)}
         accuracy = correct / count.clamp_min(1.0)
         for offset in range(1, self.block_size):
-            logged[f"draft_acc_pos_{offset}"] = accuracy[offset - 1]
+            logged[position_metric(offset, self.block_size)] = accuracy[offset - 1]
         return logged

@@ -1,8 +1,9 @@
 """DFlash validation: the loss and the draft accuracy per block position; speculative decoding's
 acceptance length and target passes per token; exact match (the target's: decoding is greedy).
 
-The per-position accuracy ``val/draft_acc_pos_k`` (``k = 1 .. block_size - 1``) is the
-``draft_correct_per_pos / draft_count_per_pos`` of ``DFlashDecayLoss`` over the whole split; the
+The per-position accuracy ``val/draft_acc_pos_k`` (``k = 1 .. block_size - 1``, zero-padded so
+the names sort: ``pos_01 .. pos_15`` at block size 16) is the ``draft_correct_per_pos /
+draft_count_per_pos`` of ``DFlashDecayLoss`` over the whole split; the
 harness also draws them as one curve over the block's positions per validation
 (``val/draft_acc_by_position`` in TensorBoard's images, from :meth:`DFlashEvaluator.curves`).
 """
@@ -16,7 +17,7 @@ import torch
 
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.interfaces import LossFunction, MetricSums, PredictionDict, Tokenizer
-from xdllm_models.dflash.loss import draft_counts_per_position
+from xdllm_models.dflash.loss import draft_counts_per_position, position_metric
 
 COST_KEYS = ("target_passes", "draft_passes", "generated_tokens")
 
@@ -48,8 +49,8 @@ class DFlashEvaluator(AnswerEvaluator):
         metrics = {"loss": (loss * samples, samples),
                    "draft_accuracy": (out["draft_accuracy"].detach().double() * counts.sum(), counts.sum())}
         for offset in range(1, self.block_size):
-            accuracy = out[f"draft_acc_pos_{offset}"].detach().double()
-            metrics[f"draft_acc_pos_{offset}"] = (accuracy * counts[offset - 1], counts[offset - 1])
+            name = position_metric(offset, self.block_size)
+            metrics[name] = (out[name].detach().double() * counts[offset - 1], counts[offset - 1])
         return metrics
 
     def prediction_metrics(self, batch: Mapping[str, Any], prediction: PredictionDict) -> MetricSums:
@@ -66,8 +67,8 @@ class DFlashEvaluator(AnswerEvaluator):
     def curves(self, values: Mapping[str, float]) -> dict[str, list[tuple[float, float]]]:
         """``draft_acc_by_position``: the accuracy at offsets ``1 .. block_size - 1``, drawn by
         the harness as one curve per validation."""
-        points = [(float(k), values[f"draft_acc_pos_{k}"]) for k in range(1, self.block_size)
-                  if f"draft_acc_pos_{k}" in values]
+        names = {k: position_metric(k, self.block_size) for k in range(1, self.block_size)}
+        points = [(float(k), values[name]) for k, name in names.items() if name in values]
         return {"draft_acc_by_position": points}
 
     def records(self, batch: Mapping[str, Any], prediction: PredictionDict) -> list[dict[str, Any]]:

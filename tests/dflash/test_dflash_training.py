@@ -7,7 +7,8 @@ from dflash_helpers import drafter, examples, sharp_target, tokenizer
 
 from xdllm.interfaces import LossContext
 from xdllm_models.dflash.collator import DFlashCollator
-from xdllm_models.dflash.loss import COUNT_KEY, DFlashLoss, block_labels
+from xdllm_models.dflash.loss import COUNT_KEY, DFlashLoss, block_labels, position_metric
+from xdllm_models.dflash.metrics import DFlashEvaluator
 from xdllm_models.dflash.model import DFlashDrafter
 from xdllm_models.dflash.target import evenly_spread_layers, target_features
 
@@ -123,3 +124,12 @@ def test_the_family_config_picks_best_ckpt_by_the_drafter_loss_and_an_experiment
     experiment = compose_config("train", ["experiment=sort_dflash"])
     assert (experiment.checkpoint.monitor, experiment.checkpoint.mode) == ("val/acceptance_length", "max")
     assert compose_config("train", ["model=mdlm"]).checkpoint.monitor is None  # train.yaml's default
+
+
+def test_per_position_metric_names_sort_by_position():
+    assert [position_metric(k, 8) for k in (1, 7)] == ["draft_acc_pos_1", "draft_acc_pos_7"]
+    names = [position_metric(k, 16) for k in range(1, 16)]
+    assert names[:2] == ["draft_acc_pos_01", "draft_acc_pos_02"] and sorted(names) == names
+    values = {name: float(k) / 16 for k, name in enumerate(names, start=1)}
+    curve = DFlashEvaluator(tokenizer(), block_size=16).curves(values)["draft_acc_by_position"]
+    assert curve == [(float(k), k / 16) for k in range(1, 16)]
