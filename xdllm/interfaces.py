@@ -84,11 +84,6 @@ class Tokenizer(Protocol):
 
     def id_to_token(self, token_id: int) -> str: ...
 
-    def display_token(self, token_id: int) -> str:
-        """The token as views show it: the text it stands for (``id_to_token`` is the stored
-        vocabulary string, which may be encoded, e.g. byte-level BPE's ``Ġthe``)."""
-        ...
-
 
 @runtime_checkable
 class Collator(Protocol):

@@ -3,7 +3,11 @@
 The bound is the masked-diffusion NELBO of the linear schedule per supervised token, with ``K``
 stratified levels per sample (:mod:`xdllm.evaluate.bounds`): an upper bound on the NLL per
 token (nats), whose exponential bounds the perplexity. It does not depend on the batch
-composition or padding, and repeats exactly.
+composition or padding, and repeats exactly. ``text_nll_bound`` divides the same sum by the
+tokens through each response's first EOS, leaving out an EOS fill to whole blocks
+(``collator.block_size``) or to ``collator.target_length``: the fill's terms are not negative,
+so it still bounds the NLL per text token, and it compares across fills. Without a fill the two
+are equal.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ from jaxtyping import Float
 from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
-from xdllm.evaluate.bounds import masked_diffusion_bound_sum, with_perplexities
+from xdllm.evaluate.bounds import masked_diffusion_bound_sum, through_first_eos, with_perplexities
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 
 
 class MDLMEvaluator(AnswerEvaluator):
-    """``loss`` (the training objective), ``nll_bound`` and ``ppl_bound`` on the loss loader;
-    exact match and token accuracy of generated answers on the prediction loader.
+    """``loss`` (the training objective), ``nll_bound`` and ``ppl_bound`` (per supervised token),
+    ``text_nll_bound`` and ``text_ppl_bound`` (per text token, through the first EOS) on the loss
+    loader; exact match and token accuracy of generated answers on the prediction loader.
 
     Args:
         tokenizer: mask, pad and eos ids.
@@ -45,7 +50,10 @@ class MDLMEvaluator(AnswerEvaluator):
                      loss_fn: LossFunction) -> MetricSums:
         sums = dict(super().loss_metrics(model, batch, loss_fn))
         supervised = batch["loss_mask"] != 0
-        sums["nll_bound"] = (self.bound_sum(model, batch), supervised.sum().double())
+        bound = self.bound_sum(model, batch)
+        text = through_first_eos(batch["target_ids"], supervised, self.tokenizer.eos_token_id)
+        sums["nll_bound"] = (bound, supervised.sum().double())
+        sums["text_nll_bound"] = (bound, text.sum().double())
         return sums
 
     def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
@@ -58,4 +66,4 @@ class MDLMEvaluator(AnswerEvaluator):
                                           num_levels=self.num_levels, eps=self.eps, seed=self.seed)
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
-        return with_perplexities(means, [("nll_bound", "ppl_bound")])
+        return with_perplexities(means, [("nll_bound", "ppl_bound"), ("text_nll_bound", "text_ppl_bound")])

@@ -79,10 +79,25 @@ def test_evaluator_reports_the_bound_and_its_perplexity():
     model = FixedLogits(lambda x: torch.zeros(*x.shape, V))
     evaluator = MDLMEvaluator(TOK, num_levels=2)
     sums = evaluator.loss_metrics(model, batch, MDLMLoss())
-    assert set(sums) == {"loss", "nll_bound"}
+    assert set(sums) == {"loss", "nll_bound", "text_nll_bound"}
     assert float(sums["nll_bound"][1]) == float((batch["loss_mask"] != 0).sum())
+    assert sums["text_nll_bound"] == sums["nll_bound"]  # no fill: every supervised token is text
     values = evaluator.finalize({"nll_bound": 2.0, "loss": 1.0})
     assert values["ppl_bound"] == pytest.approx(math.exp(2.0))
     assert evaluator.finalize({"nll_bound": 1000.0})["ppl_bound"] == math.inf
+    assert set(evaluator.finalize({"text_nll_bound": 0.5})) == {"text_nll_bound", "text_ppl_bound"}
     with pytest.raises(ValueError, match="num_levels"):
         MDLMEvaluator(TOK, num_levels=0)
+
+
+@pytest.mark.parametrize("fill", [{"block_size": 4}, {"target_length": 9}])
+def test_the_text_bound_counts_the_tokens_through_the_first_eos_not_the_fill(fill):
+    targets = ["3", "3 4 5", "3 4 5 6 7"]
+    examples = [Example(prompt_ids=TOK.encode("1 2"), target_ids=TOK.encode(target), sample_index=i, step=0)
+                for i, target in enumerate(targets)]
+    batch = MDLMCollator(TOK, seed=5, **fill)(examples)
+    model = FixedLogits(lambda x: torch.zeros(*x.shape, V))
+    sums = MDLMEvaluator(TOK, num_levels=2).loss_metrics(model, batch, MDLMLoss())
+    text_bound, text_count = sums["text_nll_bound"]
+    bound, count = sums["nll_bound"]
+    assert text_bound == bound and text_count == sum(len(t.split()) + 1 for t in targets) < count

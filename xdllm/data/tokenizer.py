@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import tokenizers
+
+from xdllm.interfaces import Tokenizer
 
 PAD_TOKEN = "<pad>"
 MASK_TOKEN = "<mask>"
@@ -168,6 +170,12 @@ class HFTokenizerFile:
         if text == "" or ("\ufffd" in text and "\ufffd" not in token):
             return token
         return text
+
+
+def token_display(tokenizer: Tokenizer) -> Callable[[int], str]:
+    """How views show a token id: the tokenizer's ``display_token`` (the text the token stands
+    for) where it has one, else its vocabulary string (``id_to_token``)."""
+    return getattr(tokenizer, "display_token", tokenizer.id_to_token)
 
 
 def load_tokenizer(name_or_path: str | Path) -> SymbolTokenizer | HFTokenizerFile:

@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.text import Text
 from torch import Tensor
 
+from xdllm.data.tokenizer import token_display
 from xdllm.history.live import frame, legend
 from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tokenizer
 
@@ -37,7 +38,7 @@ class LiveRecorder:
         self._step_count = 0
 
     def _token(self, token_id: int) -> str:
-        return self.tokenizer.display_token(token_id)
+        return token_display(self.tokenizer)(token_id)
 
     def begin(self, batch: Mapping[str, Any], canvas: Integer[Tensor, "batch seq_len"],
               output_start: Integer[Tensor, " batch"]) -> None:

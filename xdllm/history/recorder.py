@@ -24,6 +24,7 @@ import torch
 from jaxtyping import Integer
 from torch import Tensor
 
+from xdllm.data.tokenizer import token_display
 from xdllm.history.format import FORMAT_NAME, FORMAT_VERSION, HistoryError
 from xdllm.history.storage import history_file_name, next_file_index, write_history_file
 from xdllm.interfaces import DenoisingStep, PredictionDict, Tokenizer
@@ -335,5 +336,5 @@ def _token_strings(payload: Mapping[str, Any], tokenizer: Tokenizer | None) -> d
     ids = torch.bincount(ids, minlength=tokenizer.vocab_size).nonzero().flatten()
     return {
         "vocab_ids": ids,
-        "vocab_tokens": [tokenizer.display_token(i) for i in ids.tolist()],
+        "vocab_tokens": list(map(token_display(tokenizer), ids.tolist())),
     }

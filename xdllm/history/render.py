@@ -86,7 +86,7 @@ def step_views(
     """Every step of ``sample``, ascending, with ``k`` alternatives (default all recorded) and
     the top-k of at most ``masked_positions`` masked positions per step (``None``: all).
 
-    ``token_text`` overrides the stored token strings (e.g. a tokenizer's ``display_token``).
+    ``token_text`` overrides the stored token strings (e.g. ``xdllm.data.tokenizer.token_display``).
     """
     k = sample.k if k is None else k
     if not 1 <= k <= sample.k:

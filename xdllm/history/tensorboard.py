@@ -41,6 +41,7 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
+from xdllm.data.tokenizer import token_display
 from xdllm.history.figures import DenoisingFigure
 from xdllm.history.format import HistoryError
 from xdllm.history.grid import GridFigure
@@ -119,7 +120,7 @@ def write_tensorboard(
     if text.steps_per_card < 1:
         raise HistoryError(f"steps_per_card must be >= 1, got {text.steps_per_card}")
     paths = [history_paths] if isinstance(history_paths, (str, Path)) else list(history_paths)
-    token_text = tokenizer.display_token if tokenizer is not None else None
+    token_text = token_display(tokenizer) if tokenizer is not None else None
     written, bad = 0, []
     statistics = DenoisingStatistics()
     with SummaryWriter(log_dir=str(logdir)) as writer:
