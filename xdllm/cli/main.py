@@ -13,6 +13,7 @@ from xdllm.errors import XdllmError
 from xdllm.registry import ModelRegistryError, discover_families
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
 
 
 def _help_epilog() -> str:
@@ -114,6 +115,10 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     if not result.is_global_zero:
         return 0
     print(f"run directory: {result.run_dir}")
+    if result.stopped_at_step is not None:
+        print(f"xdllm: stopped by Ctrl-C after step {result.stopped_at_step}, saved in {result.last_checkpoint}; "
+              f"continue with: xdllm train resume={result.run_dir}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if config.generate_after_train and checkpoint is not None:
         try:
@@ -231,6 +236,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {error.filename}" if error.filename else ""
         print(f"xdllm: error: {error.strerror or error}{where}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt as interrupt:
+        print(f"\nxdllm: interrupted{_interrupted_run_hint(interrupt)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _interrupted_run_hint(interrupt: KeyboardInterrupt) -> str:
+    """Where a training stopped at once left its newest checkpoint, and how to continue."""
+    from xdllm.run.checkpoint import CHECKPOINT_DIR
+    from xdllm.run.train import TrainingInterrupted
+    from xdllm.train.latest_checkpoint import LAST_NAME
+
+    if not isinstance(interrupt, TrainingInterrupted):
+        return ""
+    last = interrupt.run_dir / CHECKPOINT_DIR / LAST_NAME
+    if not last.exists():
+        return f"; no checkpoint was saved in {interrupt.run_dir} yet"
+    return (f": training stopped at once; the newest saved state is {last}; "
+            f"continue with: xdllm train resume={interrupt.run_dir}")
 
 
 if __name__ == "__main__":

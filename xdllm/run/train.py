@@ -5,7 +5,7 @@ Run directory layout::
     <run_dir>/config.yaml              resolved config
     <run_dir>/checkpoints/best.ckpt    best by checkpoint.monitor / checkpoint.mode (atomic writes)
     <run_dir>/checkpoints/last.ckpt    the newest state: every checkpoint.last_every_n_steps
-                                       steps and at the end (resume from it)
+                                       steps, at the end and after Ctrl-C (resume from it)
     <run_dir>/tensorboard/             TensorBoard events (training curves, history views)
     <run_dir>/history/                 denoising history files
     <run_dir>/generate/...             predictions.jsonl of the final generation
@@ -38,6 +38,7 @@ from xdllm.train.latest_checkpoint import LAST_NAME, LatestCheckpoint
 from xdllm.train.metric_lines import MetricLines
 from xdllm.train.module import DiffusionLMModule
 from xdllm.train.optim import OptimConfig
+from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
 
 RUN_DIR_ENV = "XDLLM_RUN_DIR"
 log = logging.getLogger(__name__)
@@ -50,6 +51,16 @@ class TrainResult:
     last_checkpoint: Path | None
     is_global_zero: bool
     free_text: bool
+    stopped_at_step: int | None = None
+    """The step training stopped after because of Ctrl-C (None: it ran to the end)."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """A second Ctrl-C stopped training at once; ``run_dir`` holds what was saved before."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
 
 
 def resolve_run_dir(config: DictConfig) -> Path:
@@ -222,7 +233,8 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
         frozen_sources=frozen_sources,
     )
     best, latest = checkpoint_callbacks(config, run_dir)
-    callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history]
+    stopper = StopOnInterrupt(save=latest.save)
+    callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history, stopper]
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
     if progress_as_lines(config.get("progress", "auto"), trainer_args.get("enable_progress_bar", True)):
         trainer_args["enable_progress_bar"] = False
@@ -248,8 +260,16 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
             for stale in remove_stale_temporaries(folder):
                 log.info("removed %s, left by an interrupted write", stale)
         _save_config(OmegaConf.create(resolved), run_dir)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
+    stopped_at_step = None
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
+    except StoppedByInterrupt as stop:
+        stopped_at_step = stop.step
+    except SystemExit:  # Lightning exits after a KeyboardInterrupt: the second Ctrl-C
+        if stopper.requested:
+            raise TrainingInterrupted(run_dir) from None
+        raise
     best_path = Path(best.best_model_path) if best.best_model_path else None
     last = run_dir / CHECKPOINT_DIR / LAST_NAME
     return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero,
-                       is_free_text(components.task))
+                       is_free_text(components.task), stopped_at_step)

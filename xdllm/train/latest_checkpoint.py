@@ -34,7 +34,8 @@ class LatestCheckpoint(L.Callback):
         self.keep_every_n_steps = keep_every_n_steps
         self._saved_step: int | None = None
 
-    def _save(self, trainer: L.Trainer) -> None:
+    def save(self, trainer: L.Trainer) -> None:
+        """Save ``last.ckpt`` now (nothing if it holds this step already)."""
         step = trainer.global_step
         if step == self._saved_step:
             return
@@ -51,7 +52,7 @@ class LatestCheckpoint(L.Callback):
                            batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
         if step % self.every_n_steps == 0 or (self.keep_every_n_steps and step % self.keep_every_n_steps == 0):
-            self._save(trainer)
+            self.save(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._save(trainer)
+        self.save(trainer)

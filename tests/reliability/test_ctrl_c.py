@@ -1,0 +1,119 @@
+"""Ctrl-C during `xdllm train`: the first press ends training after the step under way with that
+step saved, and the run resumes from it; a second press stops at once. DataLoader workers
+receive the signal too (as from a terminal) and must not break the clean stop. The handler is
+driven directly for the second press: two real presses in a row race the tiny run's steps."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+from tiny_run import TINY
+
+from xdllm.cli.main import main
+from xdllm.run.train import TrainingInterrupted
+from xdllm.train.checkpoint_io import read_checkpoint_file
+from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
+
+TRAIN = [sys.executable, "-m", "xdllm.cli.main", "train", *TINY, "trainer.max_steps=100000",
+         "trainer.val_check_interval=100000", "checkpoint.last_every_n_steps=5", "data.num_workers=2"]
+
+
+def _interrupt(command: list[str], presses: int, ready: Path) -> subprocess.CompletedProcess:
+    """Run ``command`` in its own process group; once ``ready`` exists, send SIGINT to the whole
+    group (the main process and its DataLoader workers, as a terminal does) ``presses`` times."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("XDLLM_RUN_DIR", None)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True,  # SIGINT at its default even under a background CI
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for _ in range(presses):
+        os.killpg(process.pid, signal.SIGINT)
+        time.sleep(0.5)  # two signals before the handler runs would arrive as one
+    stdout, stderr = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_the_step_under_way_and_the_run_resumes_from_it(tmp_path):
+    run_dir = tmp_path / "run"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    stopped = _interrupt([*TRAIN, f"run_dir={run_dir}"], 1, last)
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
+    assert "Traceback" not in stopped.stderr and "Ctrl-C: stopping after this optimizer step" in stopped.stderr
+    step = int(read_checkpoint_file(last)["global_step"])
+    assert f"stopped by Ctrl-C after step {step}, saved in {last}" in stopped.stderr
+    assert f"xdllm train resume={run_dir}" in stopped.stderr
+    assert step >= 5  # last.ckpt was first written at step 5
+    assert not list(run_dir.glob("generate"))  # no generation after a stopped training
+    resumed = subprocess.run([*TRAIN[:-4], f"trainer.max_steps={step + 2}", f"run_dir={run_dir}",
+                              f"resume={run_dir}"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"(step {step})" in resumed.stderr
+    assert int(read_checkpoint_file(last)["global_step"]) == step + 2
+
+
+def _trainer() -> L.Trainer:
+    return L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, accelerator="cpu", devices=1)
+
+
+def test_the_first_ctrl_c_asks_for_a_stop_and_the_second_stops_at_once(capsys):
+    saved = []
+    stopper = StopOnInterrupt(save=lambda trainer: saved.append(trainer.global_step))
+    before = signal.getsignal(signal.SIGINT)
+    trainer, module = _trainer(), L.LightningModule()
+    stopper.setup(trainer, module, "fit")
+    try:
+        stopper.on_train_batch_end(trainer, module, None, None, 0)  # no Ctrl-C yet: goes on
+        signal.raise_signal(signal.SIGINT)
+        assert "stopping after this optimizer step" in capsys.readouterr().err and saved == []
+        with pytest.raises(StoppedByInterrupt, match="after step 0"):
+            stopper.on_train_batch_end(trainer, module, None, None, 0)
+        assert saved == [0]
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is before  # the second press handed Ctrl-C back
+    finally:
+        stopper.teardown(trainer, module, "fit")
+        signal.signal(signal.SIGINT, before)
+
+
+def test_the_handler_is_handed_back_when_the_fit_ends_and_left_alone_in_the_background():
+    before = signal.getsignal(signal.SIGINT)
+    stopper = StopOnInterrupt(save=lambda trainer: None)
+    trainer, module = _trainer(), L.LightningModule()
+    stopper.setup(trainer, module, "fit")
+    assert signal.getsignal(signal.SIGINT) == stopper._on_sigint
+    stopper.on_exception(trainer, module, RuntimeError("a failed fit"))
+    assert signal.getsignal(signal.SIGINT) is before
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # started with `&`: Ctrl-C is ignored, and stays so
+    try:
+        StopOnInterrupt(save=lambda trainer: None).setup(trainer, module, "fit")
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_a_second_ctrl_c_names_the_newest_saved_state(tmp_path, monkeypatch, capsys):
+    run_dir = tmp_path / "run"
+
+    def interrupted_train(config, resume=None):
+        raise TrainingInterrupted(run_dir)
+
+    monkeypatch.setattr("xdllm.run.train.train", interrupted_train)
+    assert main(["train", *TINY]) == 130
+    assert f"no checkpoint was saved in {run_dir} yet" in capsys.readouterr().err
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert main(["train", *TINY]) == 130
+    error = capsys.readouterr().err
+    assert f"training stopped at once; the newest saved state is {run_dir / 'checkpoints' / 'last.ckpt'}" in error
+    assert f"continue with: xdllm train resume={run_dir}" in error
