@@ -102,6 +102,20 @@ def test_the_handler_is_handed_back_when_the_fit_ends_and_left_alone_in_the_back
         signal.signal(signal.SIGINT, before)
 
 
+def test_a_ctrl_c_during_validation_says_the_validation_finishes_first(capsys):
+    before = signal.getsignal(signal.SIGINT)
+    stopper = StopOnInterrupt(save=lambda trainer: None)
+    trainer, module = _trainer(), L.LightningModule()
+    stopper.setup(trainer, module, "fit")
+    trainer.validating = True
+    try:
+        signal.raise_signal(signal.SIGINT)
+        assert "stopping after the validation under way and the next optimizer step" in capsys.readouterr().err
+    finally:
+        stopper.teardown(trainer, module, "fit")
+        signal.signal(signal.SIGINT, before)
+
+
 def test_a_second_ctrl_c_names_the_newest_saved_state(tmp_path, monkeypatch, capsys):
     run_dir = tmp_path / "run"
 

@@ -1,6 +1,6 @@
 """Ctrl-C during training stops it cleanly: the first press lets the optimizer step under way
-finish, saves ``last.ckpt`` and ends training (no further validation); a second press stops at
-once, as Python's default does.
+finish (or a validation under way, then one more step), saves ``last.ckpt`` and ends training;
+a second press stops at once, as Python's default does.
 
 Stopping between steps, never inside one, is what makes the saved state resumable: a
 ``KeyboardInterrupt`` raised inside ``optimizer.step()`` could leave half the parameters updated.
@@ -20,7 +20,7 @@ from typing import Any
 
 import lightning as L
 
-STOP_MESSAGE = ("\nCtrl-C: stopping after this optimizer step and saving checkpoints/last.ckpt "
+STOP_MESSAGE = ("\nCtrl-C: stopping after {what} and saving checkpoints/last.ckpt "
                 "(press Ctrl-C again to stop at once)")
 
 
@@ -44,6 +44,7 @@ class StopOnInterrupt(L.Callback):
         self.requested = False
         self._previous: Any = None
         self._pid: int | None = None
+        self._trainer: L.Trainer | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit" or threading.current_thread() is not threading.main_thread():
@@ -51,7 +52,7 @@ class StopOnInterrupt(L.Callback):
         previous = signal.getsignal(signal.SIGINT)
         if previous is signal.SIG_IGN:  # started in the background: Ctrl-C cannot reach it anyway
             return
-        self._previous, self._pid = previous, os.getpid()
+        self._previous, self._pid, self._trainer = previous, os.getpid(), trainer
         signal.signal(signal.SIGINT, self._on_sigint)
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
@@ -61,7 +62,9 @@ class StopOnInterrupt(L.Callback):
             self._restore()
             raise KeyboardInterrupt
         self.requested = True
-        print(STOP_MESSAGE, file=sys.stderr, flush=True)
+        validating = self._trainer is not None and self._trainer.validating
+        what = "the validation under way and the next optimizer step" if validating else "this optimizer step"
+        print(STOP_MESSAGE.format(what=what), file=sys.stderr, flush=True)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -84,4 +87,4 @@ class StopOnInterrupt(L.Callback):
     def _restore(self) -> None:
         if self._pid == os.getpid() and self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+            self._previous, self._trainer = None, None
