@@ -62,6 +62,8 @@ class StopOnInterrupt(L.Callback):
             self._restore()
             raise KeyboardInterrupt
         self.requested = True
+        if self._trainer is not None and not self._trainer.is_global_zero:
+            return  # every process gets the signal from a terminal; the first one says so
         validating = self._trainer is not None and self._trainer.validating
         what = "the validation under way and the next optimizer step" if validating else "this optimizer step"
         print(STOP_MESSAGE.format(what=what), file=sys.stderr, flush=True)
