@@ -7,8 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from google.protobuf import json_format
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
 from xdllm.cli.main import main
 from xdllm.errors import XdllmError
@@ -90,6 +92,26 @@ def test_a_sweep_whose_first_generation_fails_leaves_no_folder(trained_run, caps
     assert main(["generate", "-m", f"ckpt={trained_run}", "predictor.block_size=2",
                  "predictor.max_steps=2,1", "num_samples=4"]) == 2
     assert set((trained_run / "generate").iterdir()) == before
+
+
+def _hparams(tensorboard_dir: Path) -> dict:
+    """The settings of the HParams session a generation wrote."""
+    events = EventAccumulator(str(tensorboard_dir))
+    events.Reload()
+    for content in events.PluginTagToContent("hparams").values():
+        data = plugin_data_pb2.HParamsPluginData.FromString(content)
+        if data.HasField("session_start_info"):
+            return {key: json_format.MessageToDict(value) for key, value in data.session_start_info.hparams.items()}
+    raise AssertionError(f"no HParams session in {tensorboard_dir}")
+
+
+def test_a_sweep_over_options_outside_the_predictor_records_them_as_hparams(trained_run, tmp_path, capsys):
+    sweep_dir = tmp_path / "sweep"
+    assert main(["generate", "-m", f"ckpt={trained_run}", "batch_size=2,4", "num_samples=4",
+                 f"output_dir={sweep_dir}"]) == 0
+    assert [run["folder"] for run in _summary(capsys)["runs"]] == ["batch_size=2", "batch_size=4"]
+    for size in (2, 4):
+        assert _hparams(sweep_dir / f"batch_size={size}" / "tensorboard")["batch_size"] == size
 
 
 def test_sweep_combinations_are_the_cartesian_product():

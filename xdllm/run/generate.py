@@ -200,9 +200,11 @@ def place_run(run: TrainedRun, options: DictConfig) -> tuple[torch.device, torch
     return device, autocast_dtype(run.config.trainer.get("precision"), device)
 
 
-def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -> dict[str, Any]:
+def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True,
+             swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Generate for every prompt; write predictions (and history) unless ``write_outputs`` is
-    False; return the summary."""
+    False; return the summary. ``swept``: a sweep's values of options outside ``predictor``
+    (``batch_size``, ``split``, ...), recorded with the predictor overrides as the settings."""
     device, dtype = place_run(run, options)
     predictor = _build_predictor(run, options)
     if options.prompts_file:
@@ -214,7 +216,7 @@ def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True) -
         batches = _held_out_loader(run, options, "prediction")
         if is_free_text(run.components.task):
             batches = without_targets(batches)
-    settings = generation_settings(options)
+    settings = {**generation_settings(options), **(swept or {})}
     if not write_outputs:
         return _generate_into(None, run, options, predictor, batches, device, dtype, settings)
     output_dir, made = _claim_output_dir(run, options.output_dir, settings_name(settings))
@@ -281,10 +283,11 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, options: DictConfig
     return summary
 
 
-def generate_from_config(config: DictConfig, run: TrainedRun | None = None) -> dict[str, Any]:
+def generate_from_config(config: DictConfig, run: TrainedRun | None = None,
+                         swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Generate as a composed ``configs/generate.yaml`` says, with ``run`` if it is loaded already."""
     options = _options(config)
-    return generate(run or load_trained(options.ckpt), options)
+    return generate(run or load_trained(options.ckpt), options, swept=swept)
 
 
 def evaluate_from_config(config: DictConfig) -> dict[str, Any]:

@@ -104,8 +104,10 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     try:
         for combination, name, config in zip(combinations, names, configs):
             config.output_dir = str(sweep_dir / name)
-            summary = generate_from_config(config, run)
             settings = {key: OmegaConf.select(config, key.lstrip("+~")) for key in combination}
+            outside_predictor = {key.lstrip("+~"): value for key, value in settings.items()
+                                 if not key.lstrip("+~").startswith("predictor.")}
+            summary = generate_from_config(config, run, swept=outside_predictor)
             results.append({"settings": settings, "folder": name, **summary})
             _write_summary(path, results)  # after each, so a failed sweep keeps what finished
     except BaseException:
