@@ -1,46 +1,48 @@
-"""Data: tokenizers, synthetic tasks, local text files, the training stream and the Lightning datamodule."""
+"""Data: tokenizers, synthetic tasks, local text files, the training stream and the Lightning datamodule.
 
-from xdllm.data.datamodule import DiffusionDataModule, TrainStream
-from xdllm.data.samplers import FixedBatchSampler, StreamIndex, TrainStreamBatchSampler, even_shard_batches
-from xdllm.data.tasks import (
-    SPLITS,
-    TASKS,
-    AdditionTask,
-    SortTask,
-    Task,
-    TokenizedTask,
-    VarLenCopyTask,
-    VarLenSortTask,
-    draw_sample,
-    example,
-    get_task,
-    held_out_keys,
-)
-from xdllm.data.text_corpus import TextFileTask
-from xdllm.data.tokenizer import HFTokenizerFile, SymbolTokenizer, builtin_tokenizer, load_tokenizer
+The names below load their module on first use (PEP 562), so that importing a light module of
+this package (``xdllm.data.tokenizer`` for the history views, say) does not load Lightning.
+"""
 
-__all__ = [
-    "SPLITS",
-    "TASKS",
-    "AdditionTask",
-    "DiffusionDataModule",
-    "FixedBatchSampler",
-    "HFTokenizerFile",
-    "SortTask",
-    "StreamIndex",
-    "SymbolTokenizer",
-    "Task",
-    "TextFileTask",
-    "TokenizedTask",
-    "TrainStream",
-    "TrainStreamBatchSampler",
-    "VarLenCopyTask",
-    "VarLenSortTask",
-    "builtin_tokenizer",
-    "draw_sample",
-    "even_shard_batches",
-    "example",
-    "get_task",
-    "held_out_keys",
-    "load_tokenizer",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_MODULE_OF = {
+    "DiffusionDataModule": "datamodule",
+    "TrainStream": "datamodule",
+    "FixedBatchSampler": "samplers",
+    "StreamIndex": "samplers",
+    "TrainStreamBatchSampler": "samplers",
+    "even_shard_batches": "samplers",
+    "SPLITS": "tasks",
+    "TASKS": "tasks",
+    "AdditionTask": "tasks",
+    "SortTask": "tasks",
+    "Task": "tasks",
+    "TokenizedTask": "tasks",
+    "VarLenCopyTask": "tasks",
+    "VarLenSortTask": "tasks",
+    "draw_sample": "tasks",
+    "example": "tasks",
+    "get_task": "tasks",
+    "held_out_keys": "tasks",
+    "TextFileTask": "text_corpus",
+    "HFTokenizerFile": "tokenizer",
+    "SymbolTokenizer": "tokenizer",
+    "builtin_tokenizer": "tokenizer",
+    "load_tokenizer": "tokenizer",
+}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'xdllm.data' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"xdllm.data.{_MODULE_OF[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})

@@ -18,7 +18,6 @@ modulo 16.
 from __future__ import annotations
 
 import torch
-import torch._dynamo
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -66,4 +65,6 @@ def allow_shape_buckets() -> None:
     """Raise dynamo's recompile limit to at least :data:`SHAPE_LIMIT`, once, when xdllm first
     compiles something (a context around every call would cost more than a small forward).
     It is process-wide: other compiled code may then also keep up to that many shapes."""
+    import torch._dynamo  # here, not at import: it takes a second to load, and only compiling needs it
+
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, SHAPE_LIMIT)
