@@ -190,6 +190,17 @@ def checkpoint_callbacks(config: DictConfig, run_dir: Path) -> tuple[ModelCheckp
     return best, LatestCheckpoint(run_dir / CHECKPOINT_DIR, every, keep)
 
 
+def is_dead_worker_error(error: BaseException, num_workers: int) -> bool:
+    """Whether ``error`` is how a DataLoader worker's death reaches the main process: the
+    DataLoader's report (killed by a signal, exited unexpectedly), or a connection to it reset
+    or closed in mid-transfer."""
+    if num_workers < 1:
+        return False
+    if isinstance(error, (ConnectionError, EOFError)):
+        return True
+    return isinstance(error, RuntimeError) and str(error).startswith("DataLoader worker (pid")
+
+
 def train(config: DictConfig, resume: str | None = None) -> TrainResult:
     """Train as configured. ``resume`` is a checkpoint file or run directory to continue from.
 
@@ -269,6 +280,13 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
         if stopper.requested:
             raise TrainingInterrupted(run_dir) from None
         raise
+    except (RuntimeError, ConnectionError, EOFError) as error:
+        if not is_dead_worker_error(error, config.data.num_workers):
+            raise
+        raise XdllmError(f"{' '.join(str(error).split()).rstrip('. ')}: a data-loading process died (the system "
+                         f"kills one when memory runs out): try fewer data.num_workers (now "
+                         f"{config.data.num_workers}); continue from the newest checkpoint with "
+                         f"xdllm train resume={run_dir}") from error
     best_path = Path(best.best_model_path) if best.best_model_path else None
     last = run_dir / CHECKPOINT_DIR / LAST_NAME
     return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero,

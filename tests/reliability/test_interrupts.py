@@ -1,7 +1,8 @@
 """Ctrl-C during `xdllm train`: the first press ends training after the step under way with that
 step saved, and the run resumes from it; a second press stops at once. DataLoader workers
 receive the signal too (as from a terminal) and must not break the clean stop. The handler is
-driven directly for the second press: two real presses in a row race the tiny run's steps."""
+driven directly for the second press: two real presses in a row race the tiny run's steps.
+A DataLoader worker killed (as by the out-of-memory killer) is one line that says what to do."""
 
 import os
 import signal
@@ -15,7 +16,7 @@ import pytest
 from tiny_run import TINY
 
 from xdllm.cli.main import main
-from xdllm.run.train import TrainingInterrupted
+from xdllm.run.train import TrainingInterrupted, is_dead_worker_error
 from xdllm.train.checkpoint_io import read_checkpoint_file
 from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
 
@@ -131,3 +132,47 @@ def test_a_second_ctrl_c_names_the_newest_saved_state(tmp_path, monkeypatch, cap
     error = capsys.readouterr().err
     assert f"training stopped at once; the newest saved state is {run_dir / 'checkpoints' / 'last.ckpt'}" in error
     assert f"continue with: xdllm train resume={run_dir}" in error
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+@pytest.mark.slow
+def test_a_killed_data_worker_is_one_line_that_says_what_to_do(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env.pop("XDLLM_RUN_DIR", None)
+    process = subprocess.Popen([*TRAIN, f"run_dir={run_dir}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoints" / "last.ckpt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = _children(process.pid)
+    assert workers, "the training has no DataLoader workers"
+    os.kill(workers[0], signal.SIGKILL)  # as the out-of-memory killer would
+    _, stderr = process.communicate(timeout=120)
+    # (the surviving worker, stopped while it hands over a batch, may add its own traceback)
+    assert process.returncode == 2, stderr[-3000:]
+    (line,) = [line for line in stderr.splitlines() if line.startswith("xdllm: error:")]
+    # how the death reaches the main process varies with the moment: the DataLoader's report
+    # (killed by a signal, exited unexpectedly) or a reset connection to the worker
+    assert "data-loading process died" in line
+    assert "fewer data.num_workers (now 2)" in line
+    assert f"continue from the newest checkpoint with xdllm train resume={run_dir}" in line
+
+
+def test_only_a_dead_data_worker_is_reported_as_one():
+    assert is_dead_worker_error(RuntimeError("DataLoader worker (pid 12) is killed by signal: Killed."), 2)
+    assert is_dead_worker_error(RuntimeError("DataLoader worker (pid(s) 12) exited unexpectedly"), 2)
+    assert is_dead_worker_error(ConnectionResetError(104, "Connection reset by peer"), 2)
+    assert not is_dead_worker_error(ConnectionResetError(104, "Connection reset by peer"), 0)
+    assert not is_dead_worker_error(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), 2)
