@@ -5,6 +5,7 @@ driven directly for the second press: two real presses in a row race the tiny ru
 A DataLoader worker killed (as by the out-of-memory killer) is one line that says what to do."""
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from tiny_run import TINY
 
 from xdllm.cli.main import main
-from xdllm.run.train import TrainingInterrupted, is_dead_worker_error
+from xdllm.run.train import TrainingInterrupted, continue_command, is_dead_worker_error
 from xdllm.train.checkpoint_io import read_checkpoint_file
 from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
 
@@ -51,11 +52,18 @@ def test_ctrl_c_saves_the_step_under_way_and_the_run_resumes_from_it(tmp_path):
     assert "Traceback" not in stopped.stderr and "Ctrl-C: stopping after this optimizer step" in stopped.stderr
     step = int(read_checkpoint_file(last)["global_step"])
     assert f"stopped by Ctrl-C after step {step}, saved in {last}" in stopped.stderr
-    assert f"xdllm train resume={run_dir}" in stopped.stderr
     assert step >= 5  # last.ckpt was first written at step 5
     assert not list(run_dir.glob("generate"))  # no generation after a stopped training
-    resumed = subprocess.run([*TRAIN[:-4], f"trainer.max_steps={step + 2}", f"run_dir={run_dir}",
-                              f"resume={run_dir}"], capture_output=True, text=True, timeout=300)
+    # the printed command continues the run: the same overrides, resume=<run_dir>; without
+    # run_dir= it continues in the resumed run's own directory
+    (command,) = [line.split("continue with: ", 1)[1] for line in stopped.stderr.splitlines()
+                  if "continue with: " in line]
+    program, *overrides = shlex.split(command)
+    assert program == "xdllm" and overrides[-1] == f"resume={run_dir}" and overrides[1:-1] == TRAIN[4:] + [
+        f"run_dir={run_dir}"]
+    overrides = [o for o in overrides if not o.startswith(("run_dir=", "trainer.max_steps="))]
+    resumed = subprocess.run([*TRAIN[:3], *overrides, f"trainer.max_steps={step + 2}"],
+                             capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"(step {step})" in resumed.stderr
     assert int(read_checkpoint_file(last)["global_step"]) == step + 2
@@ -120,8 +128,8 @@ def test_a_ctrl_c_during_validation_says_the_validation_finishes_first(capsys):
 def test_a_second_ctrl_c_names_the_newest_saved_state(tmp_path, monkeypatch, capsys):
     run_dir = tmp_path / "run"
 
-    def interrupted_train(config, resume=None):
-        raise TrainingInterrupted(run_dir)
+    def interrupted_train(config, resume=None, overrides=()):
+        raise TrainingInterrupted(run_dir, continue_command(overrides, run_dir))
 
     monkeypatch.setattr("xdllm.run.train.train", interrupted_train)
     assert main(["train", *TINY]) == 130
@@ -131,7 +139,7 @@ def test_a_second_ctrl_c_names_the_newest_saved_state(tmp_path, monkeypatch, cap
     assert main(["train", *TINY]) == 130
     error = capsys.readouterr().err
     assert f"training stopped at once; the newest saved state is {run_dir / 'checkpoints' / 'last.ckpt'}" in error
-    assert f"continue with: xdllm train resume={run_dir}" in error
+    assert f"continue with: xdllm train {' '.join(TINY)} resume={run_dir}" in error
 
 
 def _children(pid: int) -> list[int]:
@@ -167,7 +175,8 @@ def test_a_killed_data_worker_is_one_line_that_says_what_to_do(tmp_path):
     # (killed by a signal, exited unexpectedly) or a reset connection to the worker
     assert "data-loading process died" in line
     assert "fewer data.num_workers (now 2)" in line
-    assert f"continue from the newest checkpoint with xdllm train resume={run_dir}" in line
+    assert f"continue from the newest checkpoint with: xdllm train {' '.join(TRAIN[4:])} run_dir={run_dir} " \
+           f"resume={run_dir}" in line
 
 
 def test_only_a_dead_data_worker_is_reported_as_one():

@@ -111,13 +111,13 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     if print_config:
         print(composed_yaml(config), end="")
         return 0
-    result = train(config, resume=resume)
+    result = train(config, resume=resume, overrides=overrides)
     if not result.is_global_zero:
         return 0
     print(f"run directory: {result.run_dir}")
     if result.stopped_at_step is not None:
         print(f"xdllm: stopped by Ctrl-C after step {result.stopped_at_step}, saved in {result.last_checkpoint}; "
-              f"continue with: xdllm train resume={result.run_dir}", file=sys.stderr)
+              f"continue with: {result.continue_command}", file=sys.stderr)
         return EXIT_INTERRUPTED
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if config.generate_after_train and checkpoint is not None:
@@ -252,8 +252,7 @@ def _interrupted_run_hint(interrupt: KeyboardInterrupt) -> str:
     last = interrupt.run_dir / CHECKPOINT_DIR / LAST_NAME
     if not last.exists():
         return f"; no checkpoint was saved in {interrupt.run_dir} yet"
-    return (f": training stopped at once; the newest saved state is {last}; "
-            f"continue with: xdllm train resume={interrupt.run_dir}")
+    return f": training stopped at once; the newest saved state is {last}; continue with: {interrupt.continue_command}"
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -55,18 +57,32 @@ class TrainResult:
     """The step training stopped after because of Ctrl-C (None: it ran to the end)."""
 
 
+    continue_command: str = ""
+    """The command that continues this run (its overrides and ``resume=<run_dir>``)."""
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """A second Ctrl-C stopped training at once; ``run_dir`` holds what was saved before."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, continue_command: str) -> None:
         super().__init__(str(run_dir))
         self.run_dir = run_dir
+        self.continue_command = continue_command
 
 
-def resolve_run_dir(config: DictConfig) -> Path:
-    """``run_dir`` if set; else one shared by every DDP process (through the environment)."""
+def continue_command(overrides: Sequence[str], run_dir: Path) -> str:
+    """``xdllm train <the run's overrides> resume=<run_dir>``: the same config, continued in place."""
+    kept = [override for override in overrides if not override.startswith("resume=")]
+    return " ".join(["xdllm train", *map(shlex.quote, kept), f"resume={shlex.quote(str(run_dir))}"])
+
+
+def resolve_run_dir(config: DictConfig, resume: ResumePoint | None = None) -> Path:
+    """``run_dir`` if set; else the run being resumed; else a new one shared by every DDP process
+    (through the environment)."""
     if config.run_dir is not None:
         return Path(config.run_dir).expanduser().resolve()
+    if resume is not None:
+        return run_dir_of(resume.checkpoint)
     if RUN_DIR_ENV not in os.environ:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         os.environ[RUN_DIR_ENV] = str(Path("runs", config.name, stamp).resolve())
@@ -201,16 +217,19 @@ def is_dead_worker_error(error: BaseException, num_workers: int) -> bool:
     return isinstance(error, RuntimeError) and str(error).startswith("DataLoader worker (pid")
 
 
-def train(config: DictConfig, resume: str | None = None) -> TrainResult:
-    """Train as configured. ``resume`` is a checkpoint file or run directory to continue from.
+def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str] = ()) -> TrainResult:
+    """Train as configured. ``resume`` is a checkpoint file or run directory to continue from
+    (in that run's directory unless ``run_dir`` is set); ``overrides`` are the command's, for
+    the command that continues the run.
 
     Everything is validated (config, components, the resume checkpoint's integrity, the run
     directory) before anything is written.
     """
     check_run_options(config)
-    run_dir = resolve_run_dir(config)
-    launching = is_launching_process()
     point = resume_point(resume) if resume else None
+    run_dir = resolve_run_dir(config, point)
+    launching = is_launching_process()
+    continuing = continue_command(overrides, run_dir)
     set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
     components = build_components(config)
@@ -278,16 +297,16 @@ def train(config: DictConfig, resume: str | None = None) -> TrainResult:
         stopped_at_step = stop.step
     except SystemExit:  # Lightning exits after a KeyboardInterrupt: the second Ctrl-C
         if stopper.requested:
-            raise TrainingInterrupted(run_dir) from None
+            raise TrainingInterrupted(run_dir, continuing) from None
         raise
     except (RuntimeError, ConnectionError, EOFError) as error:
         if not is_dead_worker_error(error, config.data.num_workers):
             raise
         raise XdllmError(f"{' '.join(str(error).split()).rstrip('. ')}: a data-loading process died (the system "
                          f"kills one when memory runs out): try fewer data.num_workers (now "
-                         f"{config.data.num_workers}); continue from the newest checkpoint with "
-                         f"xdllm train resume={run_dir}") from error
+                         f"{config.data.num_workers}); continue from the newest checkpoint with: "
+                         f"{continuing}") from error
     best_path = Path(best.best_model_path) if best.best_model_path else None
     last = run_dir / CHECKPOINT_DIR / LAST_NAME
     return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero,
-                       is_free_text(components.task), stopped_at_step)
+                       is_free_text(components.task), stopped_at_step, continuing)
