@@ -4,6 +4,7 @@ nothing written: a table of bad values for each class of input."""
 from pathlib import Path
 
 import pytest
+from tiny_run import TINY
 
 from xdllm.cli.main import main
 
@@ -38,6 +39,10 @@ TRAIN = [
     ("tokenizer=experiments/data/stories_tokenizer.json", "cannot encode the symbol"),
     ("tokenizer={broken}", "is not a readable tokenizers JSON file"),
     ("run_dir={file}/run", "Not a directory"),
+    ("model=mlm collator=packed_bd3lm", "collator.train.block_size refers to a key this config does not have "
+                                        "(Interpolation key 'bd3lm.block_size' not found); the model family is mlm"),
+    ("checkpoint.monitor=loss", "checkpoint.monitor='loss' is not a validation metric"),
+    ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps=0 is not allowed"),
 ]
 
 GENERATE = [
@@ -80,7 +85,6 @@ def test_bad_training_input_is_one_line_and_writes_nothing(arguments, expected, 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    from tiny_run import TINY
 
     run_dir = tmp_path_factory.mktemp("bad_inputs") / "run"
     assert main(["train", *TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", f"run_dir={run_dir}"]) == 0
@@ -93,3 +97,15 @@ def test_bad_generation_input_is_one_line_and_writes_nothing(arguments, expected
     code = main(["generate", f"ckpt={trained}", *_fill(arguments, tmp_path).split()])
     assert expected in _one_line_error(code, capsys)
     assert sorted(trained.rglob("*")) == before
+
+
+def test_a_monitored_metric_the_run_does_not_log_is_one_line_at_the_first_validation(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    code = main(["train", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=2", "data.num_val_samples=8",
+                 "checkpoint.monitor=val/nope", f"run_dir={run_dir}"])
+    err = capsys.readouterr().err.strip()  # the progress lines, then one error line
+    assert code == 2 and "Traceback" not in err, err
+    error = err.splitlines()[-1]
+    assert "checkpoint.monitor=val/nope is not a metric this run logs at validation; it logs: val/exact_match, " \
+           "val/loss, val/token_accuracy" in error
+    assert f"'checkpoint.monitor=<one of them>' resume={run_dir}" in error

@@ -23,6 +23,7 @@ from typing import Any
 
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationKeyError
 
 from xdllm.errors import XdllmError
 
@@ -85,10 +86,10 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "generate_after_train": FLAG,
         "text_samples_after_train": COUNT,
         "progress": Rule((str,), choices=("auto", "bar", "lines")),
+        "trainer.log_every_n_steps": POSITIVE,  # before progress_every_n_steps, which defaults to it
         "progress_every_n_steps": POSITIVE,
         "trainer.max_steps": POSITIVE,
         "trainer.val_check_interval": POSITIVE,
-        "trainer.log_every_n_steps": POSITIVE,
         "trainer.devices": Rule((int, str, list)),
         "trainer.accelerator": Rule((str,), choices=("cpu", "gpu", "cuda", "auto")),
         "trainer.precision": Rule((str, int)),
@@ -237,5 +238,14 @@ def check_component(node: Mapping[str, Any], where: str) -> None:
 def check_components(config: DictConfig) -> None:
     for where in COMPONENT_NODES:
         node = OmegaConf.select(config, where, throw_on_missing=False)
-        if node is not None:
-            check_component(OmegaConf.to_container(node, resolve=True), where)
+        if node is None:
+            continue
+        try:
+            resolved = OmegaConf.to_container(node, resolve=True)
+        except InterpolationKeyError as error:
+            family = config.get("model_family", "<unknown>")
+            raise XdllmError(f"{error.full_key} refers to a key this config does not have "
+                             f"({str(error).splitlines()[0]}); the "
+                             f"model family is {family}: do the config groups chosen (collator=, model=, "
+                             f"experiment=) belong to the same family?") from error
+        check_component(resolved, where)

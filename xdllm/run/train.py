@@ -121,6 +121,10 @@ def check_run_options(config: DictConfig) -> None:
                              f"set {replacement} instead")
     if config.checkpoint.mode not in ("max", "min", None):
         raise XdllmError(f"checkpoint.mode must be max, min or null, got {config.checkpoint.mode!r}")
+    monitor = config.checkpoint.monitor
+    if monitor is not None and not str(monitor).startswith("val/"):
+        raise XdllmError(f"checkpoint.monitor={monitor!r} is not a validation metric: they are named val/<name> "
+                         "(val/loss, val/exact_match, ...; see the family's docs)")
     if config.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise XdllmError(f"trainer.accelerator={config.trainer.accelerator} but this machine has no "
                          "CUDA device torch can use; use trainer.accelerator=cpu (or auto)")
@@ -299,6 +303,14 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         if stopper.requested:
             raise TrainingInterrupted(run_dir, continuing) from None
         raise
+    except MisconfigurationException as error:
+        if "could not find the monitored key" not in str(error):
+            raise
+        logged = ", ".join(sorted(key for key in trainer.callback_metrics if key.startswith("val/")))
+        fixed = [o for o in overrides if not o.startswith("checkpoint.monitor=")] + ["checkpoint.monitor=<one of them>"]
+        raise XdllmError(f"checkpoint.monitor={config.checkpoint.monitor} is not a metric this run logs at "
+                         f"validation; it logs: {logged}. Continue from the newest checkpoint with: "
+                         f"{continue_command(fixed, run_dir)}") from error
     except (RuntimeError, ConnectionError, EOFError) as error:
         if not is_dead_worker_error(error, config.data.num_workers):
             raise
