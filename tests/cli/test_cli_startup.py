@@ -1,5 +1,5 @@
-"""The CLI's parser and the history views start without loading Lightning or dynamo (each takes
-a second or more to import), so `xdllm --help` and `xdllm history show` answer quickly."""
+"""The CLI starts quickly (its parser and the history views load neither Lightning nor dynamo,
+each a second or more to import) and stops quietly when the reader of its output goes away."""
 
 import subprocess
 import sys
@@ -19,3 +19,12 @@ def test_the_data_package_still_exports_its_names():
     assert data.DiffusionDataModule.__name__ == "DiffusionDataModule"
     assert data.load_tokenizer("builtin").vocab_size == data.builtin_tokenizer().vocab_size
     assert "SortTask" in dir(data) and set(data.__all__) <= set(dir(data))
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly():
+    process = subprocess.Popen([sys.executable, "-m", "xdllm.cli.main", "train", "--cfg"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # as `xdllm train --cfg | head -0` does
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 141, stderr
+    assert stderr == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from xdllm.registry import ModelRegistryError, discover_families
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as for any program whose reader went away
 
 
 def _help_epilog() -> str:
@@ -232,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (XdllmError, ModelRegistryError) as error:
         print(f"xdllm: error: {' '.join(str(error).split())}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader of stdout closed it (`xdllm ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return EXIT_BROKEN_PIPE
     except OSError as error:  # a folder that cannot be written, a disk that is full, ...
         where = f": {error.filename}" if error.filename else ""
         print(f"xdllm: error: {error.strerror or error}{where}", file=sys.stderr)
