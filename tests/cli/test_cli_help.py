@@ -72,3 +72,8 @@ def test_generate_cfg_shows_predictor_overrides(capsys):
 def test_cfg_still_checks_the_overrides(capsys):
     assert main(["train", "--cfg", "experiment=no_such"]) == 2
     assert "unknown experiment 'no_such'" in capsys.readouterr().err
+
+
+def test_cfg_works_anywhere_among_the_overrides(capsys):
+    assert main(["train", "experiment=sort_mdlm", "--cfg", "trainer.max_steps=5"]) == 0
+    assert "  max_steps: 5\n" in capsys.readouterr().out

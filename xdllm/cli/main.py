@@ -208,8 +208,21 @@ def _configure_output() -> None:
             logger.propagate = False
 
 
+OVERRIDE_COMMANDS = ("train", "generate", "eval")
+
+
+def flags_first(argv: Sequence[str]) -> list[str]:
+    """``train`` / ``generate`` / ``eval`` take their flags (``--cfg``, ``-m``, ``--help``) anywhere
+    among the overrides: argparse stops reading a ``nargs="*"`` positional at the first flag, so
+    the flags are moved before the overrides (an override never starts with ``-``)."""
+    if not argv or argv[0] not in OVERRIDE_COMMANDS:
+        return list(argv)
+    command, *rest = argv
+    return [command, *(a for a in rest if a.startswith("-")), *(a for a in rest if not a.startswith("-"))]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = _parser().parse_args(argv)
+    arguments = _parser().parse_args(flags_first(sys.argv[1:] if argv is None else argv))
     _configure_output()
     try:
         if arguments.command == "train":
