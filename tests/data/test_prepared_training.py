@@ -179,3 +179,12 @@ def test_more_held_out_samples_than_the_split_holds_is_refused(prepared, tmp_pat
                  f"run_dir={tmp_path / 'run'}"])
     error = capsys.readouterr().err
     assert code == 2 and "holds 5 samples, fewer than data.num_val_samples=6" in error
+
+
+def test_prepared_data_without_a_validation_split_says_to_prepare_it_again(tmp_path, capsys):
+    folder = tmp_path / "no_validation"
+    prepare_documents(folder, 20, val_fraction=0.0, test_fraction=0.0)
+    code = main(["train", "task=prepared", f"task.params.path={folder}", f"run_dir={tmp_path / 'run'}"])
+    error = capsys.readouterr().err
+    assert code == 2 and f"prepared data {folder} has no validation split (prepared with --val-fraction 0): " \
+                         "prepare it again with --val-fraction above 0" in error

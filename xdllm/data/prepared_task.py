@@ -56,11 +56,14 @@ class PreparedTask:
     def check_held_out(self, split: str, count: int, option: str) -> None:
         """A run may evaluate on at most the samples a held-out split holds."""
         available = self.split_size(split)
+        fraction = f"--{'val' if split == 'validation' else 'test'}-fraction"
+        if count > 0 and available == 0:
+            raise ValueError(f"prepared data {self.data.folder} has no {split} split (prepared with {fraction} 0): "
+                             f"prepare it again with {fraction} above 0")
         if count > available:
             raise ValueError(f"the {split} split of prepared data {self.data.folder} holds {available} samples, "
                              f"fewer than {option}={count}: set {option} (num_samples= for xdllm generate and "
-                             f"eval) to at most {available}, or prepare the data with a larger "
-                             f"--{'val' if split == 'validation' else 'test'}-fraction")
+                             f"eval) to at most {available}, or prepare the data with a larger {fraction}")
 
     def sample_of(self, split: str, index: int, seed: int) -> int:
         """The stored sample read at ``index``: the training position's place in its epoch's
