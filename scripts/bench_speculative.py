@@ -90,8 +90,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--prompt-tokens", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
+    for name in ("num_samples", "batch_size", "repeats", "prompt_tokens", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     torch.set_num_threads(args.threads)
     run = load_trained(args.drafter)
+    family = run.config.get("model_family")
+    if family != "dflash":
+        parser.error(f"--drafter {args.drafter} is a run of the {family} family, not a dflash drafter "
+                     "(train one with experiment=sort_dflash, docs/dflash.md)")
     if args.text_file is not None:
         batches = text_file_batches(run, args.text_file, args.prompt_tokens, args.num_samples, args.batch_size)
     else:

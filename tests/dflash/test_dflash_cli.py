@@ -55,3 +55,13 @@ def test_the_benchmark_prints_acceptance_and_speedup(drafter_run, capsys):
     assert result["identical"] and result["num_samples"] == 4 and result["block_size"] == 4
     assert result["acceptance_length"] >= 1.0 and 0 < result["target_passes_per_token"] <= 1.0
     assert result["speedup"] > 0
+
+
+def test_the_speculative_benchmark_refuses_a_run_that_is_not_a_drafter_and_bad_counts(target_run, drafter_run,
+                                                                                     capsys):
+    with pytest.raises(SystemExit):
+        bench_speculative.main(["--drafter", str(target_run)])
+    assert "is a run of the arlm family, not a dflash drafter" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench_speculative.main(["--drafter", str(drafter_run), "--num-samples", "0"])
+    assert "--num-samples must be >= 1, got 0" in capsys.readouterr().err
