@@ -41,6 +41,8 @@ TRAIN = [
     ("run_dir={file}/run", "Not a directory"),
     ("model=mlm collator=packed_bd3lm", "collator.train.block_size refers to a key this config does not have "
                                         "(Interpolation key 'bd3lm.block_size' not found); the model family is mlm"),
+    ("model=arlm collator=packed_mlm", "the loss ARLMLoss looks for 'loss_mask' in the batches of collator.train "
+                                       "(PackedMLMCollator)"),
     ("checkpoint.monitor=loss", "checkpoint.monitor='loss' is not a validation metric"),
     ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps=0 is not allowed"),
 ]

@@ -9,10 +9,11 @@ way wherever it sits. Which tokens see which is decided once per forward by
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -100,6 +101,7 @@ class RotaryTransformer(nn.Module):
         self.final_norm = make_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self._logged_backend: Optional[AttentionBackend] = None
+        self._quiet = False  # set by backend_log_deferred
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -115,7 +117,7 @@ class RotaryTransformer(nn.Module):
     def attention_backend(self, device: torch.device) -> AttentionBackend:
         """The backend this model uses on ``device`` (logged once when first chosen)."""
         backend = resolve_attention_backend(self.config.attn_backend, device)
-        if backend != self._logged_backend:
+        if backend != self._logged_backend and not self._quiet:
             logger.info("RotaryTransformer attention backend: %s (requested %r, device %s)",
                         backend, self.config.attn_backend, device.type)
             self._logged_backend = backend
@@ -331,3 +333,17 @@ def _compiled_blocks():
     the model, so a copied model never runs another's weights."""
     allow_shape_buckets()
     return torch.compile(_blocks, dynamic=False)
+
+
+@contextlib.contextmanager
+def backend_log_deferred(model: nn.Module) -> Iterator[None]:
+    """Forwards of ``model``'s rotary transformers inside do not log their attention backend; the
+    first forward after does (a check before a run starts stays out of its log)."""
+    transformers = [module for module in model.modules() if isinstance(module, RotaryTransformer)]
+    for transformer in transformers:
+        transformer._quiet = True
+    try:
+        yield
+    finally:
+        for transformer in transformers:
+            transformer._quiet = False

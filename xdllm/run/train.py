@@ -33,7 +33,9 @@ from xdllm.errors import XdllmError
 from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import CHECKPOINT_DIR, ResumePoint, load_frozen_models, resume_point, run_dir_of
 from xdllm.run.free_text import apply_task_defaults, is_free_text
+from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.temporary_files import remove_stale_temporaries, temporary_path
+from xdllm.train.best_checkpoint import NewestOnTieCheckpoint
 from xdllm.train.checkpoint_io import AtomicCheckpointIO
 from xdllm.train.history_hook import ValidationHistory
 from xdllm.train.latest_checkpoint import LAST_NAME, LatestCheckpoint
@@ -195,7 +197,7 @@ def _shape(shape: torch.Size | None) -> str:
 
 
 def checkpoint_callbacks(config: DictConfig, run_dir: Path) -> tuple[ModelCheckpoint, LatestCheckpoint]:
-    """``best.ckpt`` by the monitored metric; ``last.ckpt`` every ``checkpoint.last_every_n_steps``
+    """``best.ckpt`` by the monitored metric (the newer on a tie); ``last.ckpt`` every ``checkpoint.last_every_n_steps``
     steps and at the end; ``step<N>.ckpt`` every ``checkpoint.save_every_n_steps`` when set."""
     every = config.checkpoint.last_every_n_steps
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
@@ -203,7 +205,7 @@ def checkpoint_callbacks(config: DictConfig, run_dir: Path) -> tuple[ModelCheckp
     keep = config.checkpoint.save_every_n_steps
     if keep is not None and (not isinstance(keep, int) or keep < 1):
         raise XdllmError(f"checkpoint.save_every_n_steps must be null or a whole number >= 1, got {keep!r}")
-    best = ModelCheckpoint(
+    best = NewestOnTieCheckpoint(
         dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor=config.checkpoint.monitor,
         mode=config.checkpoint.mode, save_top_k=1, save_last=False, auto_insert_metric_name=False,
         enable_version_counter=False)
@@ -266,6 +268,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         frozen=frozen,
         frozen_sources=frozen_sources,
     )
+    check_loss_reads_collated_batches(module, components.collators, datamodule.held_out_examples("validation")[:2],
+                                      config.get("model_family", "<unknown>"))
     best, latest = checkpoint_callbacks(config, run_dir)
     stopper = StopOnInterrupt(save=latest.save)
     callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history, stopper]
