@@ -1,6 +1,9 @@
 """What `xdllm generate` / `xdllm eval` refuse, each with one line, before anything is written."""
 
+import json
+
 import pytest
+from test_tokenizer_train import corpus_lines
 from tiny_run import TINY
 
 from xdllm.cli.main import main
@@ -84,3 +87,22 @@ def test_an_output_dir_that_is_a_file_is_refused(trained_run, tmp_path, capsys):
     assert _error(capsys) == (f"xdllm: error: {a_file}, a parent of output_dir {a_file / 'sub'}, is a file, "
                               "not a folder; choose another output_dir")
     assert a_file.read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_free_text_samples_may_outnumber_the_held_out_documents_but_their_loss_may_not(tmp_path, capsys):
+    # free-text prompts are empty and nothing is scored against their documents; a loss is
+    # computed on them
+    (tmp_path / "corpus.txt").write_text("\n".join(corpus_lines()) + "\n")
+    tokenizer = tmp_path / "tokenizer.json"
+    assert main(["tokenizer", "train", str(tmp_path / "corpus.txt"), "-o", str(tokenizer), "--vocab-size", "300"]) == 0
+    run_dir = tmp_path / "run"
+    assert main(["train", "task=text_file", f"task.params.path={tmp_path / 'corpus.txt'}", f"tokenizer={tokenizer}",
+                 "model=mdlm", "task.params.max_tokens=16", "model.d_model=32", "model.n_layers=1",
+                 "model.n_heads=2", "trainer.max_steps=2", "trainer.val_check_interval=2", "data.batch_size=4",
+                 "data.num_val_samples=4", "data.num_test_samples=4", "history.num_samples=0", "torch_threads=1",
+                 "optim.warmup_steps=1", "text_samples_after_train=6", f"run_dir={run_dir}"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["num_samples"] == 6
+    assert main(["eval", f"ckpt={run_dir}", "num_samples=6"]) == 2
+    assert "num_samples=6 is more than the run's 4 held-out test samples" in _error(capsys)

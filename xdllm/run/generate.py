@@ -99,14 +99,17 @@ def check_canvas_fits(run: TrainedRun, predictor: Any, longest_prompt: int) -> N
 SPLIT_SIZES = {"test": "num_test_samples", "validation": "num_val_samples"}
 
 
-def _check_held_out(run: TrainedRun, options: DictConfig) -> None:
+def _check_held_out(run: TrainedRun, options: DictConfig, role: str) -> None:
     """Refuse ``num_samples`` past the run's held-out samples of a generated task: only its first
-    ``data.num_test_samples`` / ``data.num_val_samples`` were kept out of training (a prepared
-    dataset's splits are disjoint whole, and checked against their sizes when loaded)."""
+    ``data.num_test_samples`` / ``data.num_val_samples`` were kept out of training. Not refused:
+    a prepared dataset (its splits are disjoint whole, and checked against their sizes when
+    loaded), and free-text prompts (empty; nothing is scored against their documents)."""
     count_key = SPLIT_SIZES[options.split]
     held_out = run.config.data[count_key]
+    task = run.components.task
+    scored = role == "loss" or not is_free_text(task)
     if (options.num_samples is not None and options.num_samples > held_out
-            and not isinstance(run.components.task, PreparedTask)):
+            and scored and not isinstance(task, PreparedTask)):
         raise XdllmError(f"num_samples={options.num_samples} is more than the run's {held_out} held-out "
                          f"{options.split} samples (data.{count_key}={held_out}); later samples were not kept "
                          f"out of training: set num_samples to at most {held_out}")
@@ -116,7 +119,7 @@ def _held_out_loader(run: TrainedRun, options: DictConfig, role: str) -> DataLoa
     """The run's ``options.split`` (its first ``num_samples``) collated for ``role``."""
     if options.split not in SPLIT_SIZES:
         raise XdllmError(f"unknown split '{options.split}'; use test or validation (or prompts_file=...)")
-    _check_held_out(run, options)
+    _check_held_out(run, options, role)
     config = copy.deepcopy(run.config)  # the run's own config keeps its held-out counts
     config.data.eval_batch_size = options.batch_size
     if options.num_samples is not None:
