@@ -160,3 +160,9 @@ def test_cfg_of_a_sweep_prints_each_combination(capsys):
     assert main(["generate", "-m", "--cfg", "ckpt=r", "predictor.threshold=0.5,0.9"]) == 0
     documents = capsys.readouterr().out.split("---\n")
     assert [OmegaConf.create(d).predictor.threshold for d in documents] == [0.5, 0.9]
+
+
+def test_a_sweep_over_num_samples_checks_each_against_the_runs_held_out_count(trained_run, tmp_path, capsys):
+    # the loaded run is shared: a count taken before must not lower the limit (16) for the next
+    assert main(["generate", "-m", f"ckpt={trained_run}", "num_samples=2,16", f"output_dir={tmp_path / 'sweep'}"]) == 0
+    assert [run["num_samples"] for run in _summary(capsys)["runs"]] == [2, 16]

@@ -119,6 +119,8 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "history.k": POSITIVE,
     },
     "generate": {
+        "ckpt": Rule((str,), nullable=True),  # null: not given (required, checked when it runs)
+        "device": Rule((str,)),  # its choices are checked when it runs
         "split": Rule((str,), choices=("test", "validation")),
         "prompts_file": Rule((str,), nullable=True),
         "num_samples": Rule((int,), low=1, nullable=True),
@@ -149,8 +151,9 @@ def check_new_keys(overrides: Sequence[str], config_name: str) -> None:
         if key.split(".")[0] in open_nodes:
             continue
         node = key.rpartition(".")[0]
-        known = sorted(k.rpartition(".")[2] for k in SCHEMAS.get(config_name, {})
-                       if k.rpartition(".")[0] == node)
+        prefix = f"{node}." if node else ""
+        known = sorted({k[len(prefix):].split(".")[0] for k in SCHEMAS.get(config_name, {}) if k.startswith(prefix)}
+                       | set(() if node else open_nodes))
         where = f"{node} has" if node else "the config has"
         hint = f"; known keys there: {', '.join(known)}" if known else ""
         raise XdllmError(f"unknown key {key!r} in {override!r}: {where} no such key and takes no new "

@@ -7,33 +7,43 @@ Outputs go to one folder: ``predictions.jsonl`` (written atomically), and with
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from torch.utils.data import DataLoader
 
+from xdllm.config.compose import ROOT_CONFIG_DIR
+from xdllm.config.schema import check_component
+from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.interfaces import Example
-from xdllm.run.build import position_limit, positions_needed
-from xdllm.run.checkpoint import TrainedRun, load_trained
+from xdllm.run.build import _instantiate as instantiate_component
+from xdllm.run.build import build_datamodule, position_limit, positions_needed
+from xdllm.run.checkpoint import TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import is_free_text, without_targets
 from xdllm.run.generation_record import (
     GENERATE_CONFIG,
     generation_settings,
+    predictor_config,
+    resolved_options,
     settings_name,
+    show_value,
     write_generation_config,
     write_generation_scalars,
 )
@@ -89,15 +99,32 @@ def check_canvas_fits(run: TrainedRun, predictor: Any, longest_prompt: int) -> N
 SPLIT_SIZES = {"test": "num_test_samples", "validation": "num_val_samples"}
 
 
+def _check_held_out(run: TrainedRun, options: DictConfig, role: str) -> None:
+    """Refuse ``num_samples`` past the run's held-out samples of a generated task: only its first
+    ``data.num_test_samples`` / ``data.num_val_samples`` were kept out of training. Not refused:
+    a prepared dataset (its splits are disjoint whole, and checked against their sizes when
+    loaded), and free-text prompts (empty; nothing is scored against their documents)."""
+    count_key = SPLIT_SIZES[options.split]
+    held_out = run.config.data[count_key]
+    task = run.components.task
+    scored = role == "loss" or not is_free_text(task)
+    if (options.num_samples is not None and options.num_samples > held_out
+            and scored and not isinstance(task, PreparedTask)):
+        raise XdllmError(f"num_samples={options.num_samples} is more than the run's {held_out} held-out "
+                         f"{options.split} samples (data.{count_key}={held_out}); later samples were not kept "
+                         f"out of training: set num_samples to at most {held_out}")
+
+
 def _held_out_loader(run: TrainedRun, options: DictConfig, role: str) -> DataLoader:
     """The run's ``options.split`` (its first ``num_samples``) collated for ``role``."""
     if options.split not in SPLIT_SIZES:
         raise XdllmError(f"unknown split '{options.split}'; use test or validation (or prompts_file=...)")
-    data = run.config.data
-    data.eval_batch_size = options.batch_size
+    _check_held_out(run, options, role)
+    config = copy.deepcopy(run.config)  # the run's own config keeps its held-out counts
+    config.data.eval_batch_size = options.batch_size
     if options.num_samples is not None:
-        data[SPLIT_SIZES[options.split]] = options.num_samples
-    return run.datamodule().held_out_dataloader(options.split, role)
+        config.data[SPLIT_SIZES[options.split]] = options.num_samples
+    return build_datamodule(replace(run.components, config=config)).held_out_dataloader(options.split, role)
 
 
 def _write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
@@ -122,14 +149,15 @@ def _options(config: DictConfig) -> DictConfig:
 
 
 def _build_predictor(run: TrainedRun, options: DictConfig):
-    predictor_config = OmegaConf.merge(run.config.predictor, options.predictor)
-    try:
-        return instantiate(predictor_config, tokenizer=run.tokenizer)
-    except Exception as error:
-        raise XdllmError(f"could not build the predictor from {dict(options.predictor)}: {error}") from error
+    """The run's predictor with ``options.predictor`` merged over it, each key checked against the
+    predictor's signature as at training time."""
+    merged = predictor_config(run.config, options.predictor)
+    check_component(merged, "predictor")
+    return instantiate_component(OmegaConf.create(merged), "predictor", tokenizer=run.tokenizer)
 
 
 PREDICTIONS = "predictions.jsonl"
+RUN_CONFIG = "config.yaml"
 
 
 def _claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "") -> tuple[Path, Path | None]:
@@ -146,9 +174,7 @@ def _claim_output_dir(run: TrainedRun, requested: str | None, settings: str = ""
         folder = Path(requested).expanduser()
         if (folder / PREDICTIONS).exists():
             raise XdllmError(f"output_dir {folder} already holds {PREDICTIONS}; choose another folder")
-        made = outermost_missing(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder, made
+        return folder, make_output_dir(folder)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"_{settings}" if settings else "")
     generated.mkdir(parents=True, exist_ok=True)
     for attempt in range(1000):
@@ -161,13 +187,18 @@ def _claim_output_dir(run: TrainedRun, requested: str | None, settings: str = ""
     raise XdllmError(f"could not make a new generation folder in {generated}")
 
 
-def outermost_missing(folder: Path) -> Path | None:
-    """The outermost of ``folder`` and its parents that does not exist yet (None if it exists)."""
+def make_output_dir(folder: Path) -> Path | None:
+    """Make ``output_dir`` and its parents; return the outermost folder made (None if it
+    existed). A file in its place, or in a parent's, is refused."""
     missing = None
     for candidate in (folder, *folder.parents):
-        if candidate.exists():
+        if candidate.is_dir():
             break
+        if candidate.exists():
+            what = f"output_dir {folder}" if candidate == folder else f"{candidate}, a parent of output_dir {folder},"
+            raise XdllmError(f"{what} is a file, not a folder; choose another output_dir")
         missing = candidate
+    folder.mkdir(parents=True, exist_ok=True)
     return missing
 
 
@@ -200,22 +231,32 @@ def place_run(run: TrainedRun, options: DictConfig) -> tuple[torch.device, torch
     return device, autocast_dtype(run.config.trainer.get("precision"), device)
 
 
+def _predictor_and_batches(run: TrainedRun, options: DictConfig) -> tuple[Any, Any]:
+    """The predictor and the prompt batches a generation runs, checked (predictor options,
+    canvas length, held-out samples) before anything is written."""
+    predictor = _build_predictor(run, options)
+    if options.prompts_file:
+        examples = _prompt_file_examples(run, Path(options.prompts_file))
+        check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in examples))
+        return predictor, _prompt_batches(run, examples, options.batch_size)
+    check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
+    batches = _held_out_loader(run, options, "prediction")
+    return predictor, without_targets(batches) if is_free_text(run.components.task) else batches
+
+
+def check_generation(run: TrainedRun, config: DictConfig) -> None:
+    """Refuse a composed ``configs/generate.yaml`` that ``generate`` would refuse, writing and
+    generating nothing (a sweep checks every combination this way first)."""
+    _predictor_and_batches(run, _options(config))
+
+
 def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True,
              swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Generate for every prompt; write predictions (and history) unless ``write_outputs`` is
     False; return the summary. ``swept``: a sweep's values of options outside ``predictor``
     (``batch_size``, ``split``, ...), recorded with the predictor overrides as the settings."""
     device, dtype = place_run(run, options)
-    predictor = _build_predictor(run, options)
-    if options.prompts_file:
-        examples = _prompt_file_examples(run, Path(options.prompts_file))
-        check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in examples))
-        batches = _prompt_batches(run, examples, options.batch_size)
-    else:
-        check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
-        batches = _held_out_loader(run, options, "prediction")
-        if is_free_text(run.components.task):
-            batches = without_targets(batches)
+    predictor, batches = _predictor_and_batches(run, options)
     settings = {**generation_settings(options), **(swept or {})}
     if not write_outputs:
         return _generate_into(None, run, options, predictor, batches, device, dtype, settings)
@@ -290,15 +331,41 @@ def generate_from_config(config: DictConfig, run: TrainedRun | None = None,
     return generate(run or load_trained(options.ckpt), options, swept=swept)
 
 
+def config_to_print(config: DictConfig) -> DictConfig:
+    """What ``--cfg`` prints: the composed options with ``predictor`` resolved as ``generate.yaml``
+    records it, from the run's ``config.yaml`` (no weights are loaded); the composed options as
+    they are when ``ckpt`` is not given or its run has no readable ``config.yaml``."""
+    if OmegaConf.is_missing(config, "ckpt") or not config.ckpt:
+        return config
+    try:
+        run_config = OmegaConf.load(run_dir_of(resolve_checkpoint(config.ckpt)) / RUN_CONFIG)
+        return OmegaConf.create(resolved_options(config, run_config))
+    except (XdllmError, OSError, yaml.YAMLError, OmegaConfBaseException):
+        return config
+
+
 def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
     """Loss (deterministic corruption) and generation metrics on a split; writes nothing."""
     options = _options(config)
+    _refuse_output_options(options)
     run = load_trained(options.ckpt)
     if options.prompts_file:
         raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
     losses = held_out_loss(run, options)
     generation = generate(run, OmegaConf.merge(options, {"history": None}), write_outputs=False)
     return {"split": options.split, **losses, **generation}
+
+
+OUTPUT_OPTIONS = ("output_dir", "history", "history_k", "history_tensorboard_samples", "live")
+"""Options of what ``generate`` writes or draws; ``eval`` refuses them set to other than their default."""
+
+
+def _refuse_output_options(options: DictConfig) -> None:
+    defaults = OmegaConf.load(ROOT_CONFIG_DIR / "generate.yaml")
+    for key in OUTPUT_OPTIONS:
+        if options[key] != defaults[key]:
+            raise XdllmError(f"eval writes nothing, so {key}={show_value(options[key])} does not apply to it; use "
+                             f"xdllm generate ckpt={options.ckpt} ... for predictions, history or the live view")
 
 
 def held_out_loss(run: TrainedRun, options: DictConfig) -> dict[str, float]:

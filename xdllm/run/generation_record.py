@@ -36,7 +36,7 @@ def flat_settings(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, A
     return flat
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -52,7 +52,7 @@ def generation_settings(options: DictConfig) -> dict[str, Any]:
 def settings_name(settings: Mapping[str, Any]) -> str:
     """``threshold=0.5,temperature=0``: a folder name that says what was set (a path separator
     in a value becomes ``_``; the exact values are in generate.yaml)."""
-    parts = [f"{key}={_show(value)}" for key, value in settings.items()]
+    parts = [f"{key}={show_value(value)}" for key, value in settings.items()]
     return ",".join(parts).replace(os.sep, "_")
 
 
@@ -61,13 +61,20 @@ def predictor_config(run_config: DictConfig, overrides: DictConfig) -> dict[str,
     return OmegaConf.to_container(OmegaConf.merge(run_config.predictor, overrides), resolve=True)
 
 
+def resolved_options(options: DictConfig, run_config: DictConfig) -> dict[str, Any]:
+    """The options with ``predictor`` resolved over the run's and the overrides as
+    ``predictor_overrides``."""
+    record = OmegaConf.to_container(options, resolve=True)
+    record["predictor_overrides"] = record["predictor"]
+    record["predictor"] = predictor_config(run_config, options.predictor)
+    return record
+
+
 def write_generation_config(folder: Path, options: DictConfig, run_config: DictConfig,
                             checkpoint: Path, global_step: int) -> Path:
     """``generate.yaml``: the options as given (``predictor_overrides``), the predictor they
     resolve to, and the checkpoint (file and training step)."""
-    record = OmegaConf.to_container(options, resolve=True)
-    record["predictor_overrides"] = record["predictor"]
-    record["predictor"] = predictor_config(run_config, options.predictor)
+    record = resolved_options(options, run_config)
     record.update(checkpoint=str(checkpoint), global_step=global_step)
     path = folder / GENERATE_CONFIG
     temporary = temporary_path(path)
@@ -101,7 +108,7 @@ def write_generation_scalars(tensorboard_dir: Path, summary: Mapping[str, Any], 
 
     scalars = scalar_results(summary)
     passes = round(summary["mean_steps"])
-    hparam_values = {key: value if isinstance(value, (int, float, str, bool)) else _show(value)
+    hparam_values = {key: value if isinstance(value, (int, float, str, bool)) else show_value(value)
                      for key, value in settings.items()}
     with SummaryWriter(log_dir=str(tensorboard_dir)) as writer:
         for tag, value in scalars.items():

@@ -26,7 +26,13 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.config.compose import compose_config
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import load_trained
-from xdllm.run.generate import PREDICTIONS, discard_unfinished, generate_from_config, outermost_missing
+from xdllm.run.generate import (
+    PREDICTIONS,
+    check_generation,
+    discard_unfinished,
+    generate_from_config,
+    make_output_dir,
+)
 from xdllm.run.generation_record import settings_name
 from xdllm.temporary_files import temporary_path
 
@@ -72,9 +78,7 @@ def _sweep_dir(requested: str | None, run_dir: Path) -> tuple[Path, Path | None]
     """The sweep's folder, and the outermost folder made for it (None if it existed)."""
     if requested:
         folder = Path(requested).expanduser()
-        made = outermost_missing(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder, made
+        return folder, make_output_dir(folder)
     folder = run_dir / "generate" / f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=False)
     return folder, folder
@@ -93,6 +97,8 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     if OmegaConf.is_missing(configs[0], "ckpt"):
         raise XdllmError("ckpt=<checkpoint file or run directory> is required")
     run = load_trained(configs[0].ckpt)
+    for config in configs:  # a bad value is refused before the first generation runs
+        check_generation(run, config)
     sweep_dir, made = _sweep_dir(configs[0].output_dir, run.run_dir)
     names = [settings_name({_display_key(k): v for k, v in combination.items()})
              for combination in combinations]
