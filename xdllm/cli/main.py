@@ -136,11 +136,11 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
 def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
-    from xdllm.run.generate import generate_from_config
+    from xdllm.run.generate import config_to_print, generate_from_config
     from xdllm.run.sweep import refuse_sweep_without_multirun, run_sweep, sweep_configs
 
     if sweep and print_config:  # one YAML document per combination
-        print("---\n".join(composed_yaml(config) for config in sweep_configs(overrides)[1]), end="")
+        print("---\n".join(composed_yaml(config_to_print(config)) for config in sweep_configs(overrides)[1]), end="")
         return 0
     if sweep:
         print(json.dumps(run_sweep(overrides), indent=2))
@@ -148,7 +148,7 @@ def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: b
     refuse_sweep_without_multirun(overrides)
     config = compose_config("generate", overrides)
     if print_config:
-        print(composed_yaml(config), end="")
+        print(composed_yaml(config_to_print(config)), end="")
         return 0
     print(json.dumps(generate_from_config(config), indent=2))
     return 0

@@ -64,7 +64,7 @@ def fill_derived(config: DictConfig, tokenizer: Tokenizer, task: Any) -> None:
         }
 
 
-def _instantiate(node: DictConfig, where: str, **kwargs: Any) -> Any:
+def instantiate_component(node: DictConfig, where: str, **kwargs: Any) -> Any:
     """Build one component; a failure names the node and the constructor's own message."""
     try:
         return instantiate(node, **kwargs)
@@ -124,21 +124,21 @@ def build_components(config: DictConfig) -> RunComponents:
     fill_derived(config, tokenizer, task)
     check_components(config)
     collators = {
-        role: _instantiate(node, f"collator.{role}", tokenizer=tokenizer)
+        role: instantiate_component(node, f"collator.{role}", tokenizer=tokenizer)
         for role, node in config.collator.items()
     }
     for role in ("train", "val", "prediction"):
         if role not in collators:
             raise XdllmError(f"config collator.{role} is missing")
-    model = _instantiate(config.model, "model")
+    model = instantiate_component(config.model, "model")
     check_vocabulary(model, tokenizer)
     return RunComponents(
         config=config,
         tokenizer=tokenizer,
         task=task,
         model=model,
-        loss=_instantiate(config.loss, "loss"),
-        predictor=_instantiate(config.predictor, "predictor", tokenizer=tokenizer),
+        loss=instantiate_component(config.loss, "loss"),
+        predictor=instantiate_component(config.predictor, "predictor", tokenizer=tokenizer),
         evaluator=_build_evaluator(config, tokenizer, task),
         collators=collators,
     )
@@ -151,7 +151,7 @@ def _build_evaluator(config: DictConfig, tokenizer: Tokenizer, task: object) -> 
     if node is None:
         evaluator = AnswerEvaluator(tokenizer)
     else:
-        evaluator = _instantiate(node, "evaluator", tokenizer=tokenizer)
+        evaluator = instantiate_component(node, "evaluator", tokenizer=tokenizer)
         if not isinstance(evaluator, Evaluator):
             raise XdllmError(f"evaluator {node.get('_target_')} lacks the Evaluator methods "
                              "(loss_metrics, prediction_metrics, finalize, records)")

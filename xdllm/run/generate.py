@@ -32,8 +32,7 @@ from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.interfaces import Example
-from xdllm.run.build import _instantiate as instantiate_component
-from xdllm.run.build import build_datamodule, position_limit, positions_needed
+from xdllm.run.build import build_datamodule, instantiate_component, position_limit, positions_needed
 from xdllm.run.checkpoint import TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import is_free_text, without_targets
