@@ -130,8 +130,10 @@ class SampleHistory:
 
     @property
     def wrong(self) -> Bool[Tensor, "steps region"] | None:
-        """Unmasked scored positions whose token differs from the target, after each step
-        (``None`` without a target). Masked and unscored positions are never wrong."""
+        """Scored positions whose token differs from the target, after each step (``None``
+        without a target). Unscored positions are never wrong, nor are masked ones while the
+        sample still runs; after its last step a position still masked (never generated, e.g.
+        after an early EOS) is wrong, as exact match scores the output."""
         length = self.reference_length
         if length is None:
             return None
@@ -139,7 +141,20 @@ class SampleHistory:
         target = torch.full_like(self.canvas[0], -1)
         target[:scored] = self.target_ids[:scored]
         in_reference = torch.arange(self.canvas.shape[1]) < scored
-        return ~self.masked & in_reference & (self.canvas != target)
+        running = torch.zeros_like(self.masked)
+        running[:-1] = self.masked[:-1]
+        return ~running & in_reference & (self.canvas != target)
+
+    @property
+    def correct_tokens(self) -> int | None:
+        """Target tokens the final canvas gets right, counted as the evaluator counts them
+        (``correct_tokens`` in ``predictions.jsonl``, :mod:`xdllm.predict.metrics`): target
+        positions past the end of the output region are wrong. ``None`` without a target or
+        without steps."""
+        if self.target_ids is None or not self.num_steps:
+            return None
+        scored = min(self.reference_length, self.canvas.shape[1])
+        return scored - int(self.wrong[-1].sum())
 
     def token(self, token_id: int) -> str:
         """The stored string of a token id, or the id itself when no tokenizer was given."""

@@ -48,13 +48,14 @@ from xdllm.history.grid import GridFigure
 from xdllm.history.reader import SampleHistory, load_history
 from xdllm.history.render import (
     DEFAULT_MASKED_POSITIONS,
+    WRONG_MARK,
     Cell,
     PositionView,
     StepView,
+    result_summary,
     step_views,
     visible_token,
 )
-from xdllm.history.show import WRONG_MARK
 from xdllm.history.statistics import DenoisingStatistics
 from xdllm.history.storage import find_history_files
 from xdllm.interfaces import Tokenizer
@@ -225,8 +226,8 @@ def escape_markdown(text: str) -> str:
 def cell_markdown(cell: Cell) -> str:
     """A canvas cell: ``\\_`` when masked, bold when committed at the step, italic when changed
     without a commit, ``✗`` when wrong."""
-    if cell.state == "masked":
-        return "\\_"
+    if cell.state == "masked":  # wrong only after the last step: never generated
+        return "\\_" + (WRONG_MARK if cell.wrong else "")
     text = escape_markdown(cell.text) + (WRONG_MARK if cell.wrong else "")
     return f"**{text}**" if cell.state == "committed" else f"*{text}*" if cell.state == "changed" else text
 
@@ -304,10 +305,9 @@ def overview_markdown(sample: SampleHistory, name: Callable[[int], str],
     if sample.num_steps:
         wrong = sample.wrong[-1].tolist() if length is not None else None
         lines.append(f"| **output** | {tokens(sample.canvas[-1], wrong)} |")
-    if length is not None and sample.num_steps:
-        wrong_count = int(sample.wrong[-1].sum())
-        verdict = "exact match" if wrong_count == 0 else f"{wrong_count} wrong, marked {WRONG_MARK}"
-        lines += ["", f"**result:** {length - wrong_count} of {length} target tokens right ({verdict})"]
+    result = result_summary(sample)
+    if result is not None:
+        lines += ["", f"**result:** {result}"]
     if sample.text is not None:
         lines += ["", f"**decoded output:** {escape_markdown(sample.text)}"]
     cap = "every" if masked_positions is None else f"the first {masked_positions}"

@@ -1,0 +1,32 @@
+"""The final score of a sample agrees with the evaluator's (``correct_tokens`` in
+predictions.jsonl), positions never generated included."""
+
+from __future__ import annotations
+
+from xdllm.data.tokenizer import SymbolTokenizer
+from xdllm.history import HistoryTopKPlugin, format_replay, load_history
+from xdllm.history.tensorboard import overview_markdown
+from xdllm.predict.metrics import match_output_regions
+
+TOKENIZER = SymbolTokenizer(list("abcdefgh"))
+
+
+def test_positions_still_masked_at_the_end_are_wrong_as_the_evaluator_scores_them(tmp_path, generate):
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "history", tokenizer=TOKENIZER)
+    run = generate(recorder, prompt_lens=[2], gen_len=5, commits_per_step=[1], max_steps=2, seed=3)
+    sample = load_history(recorder.files_written[0]).sample(0)
+    assert sample.masks_remaining.tolist() == [4, 3]  # 3 positions never generated
+    evaluator = match_output_regions(run.prediction["ids"], run.output_start, run.batch["target_ids"],
+                                     TOKENIZER.eos_token_id, TOKENIZER.pad_token_id)
+    correct = int(evaluator.correct[0])
+    assert sample.correct_tokens == correct and correct <= 2
+    assert not (sample.wrong[0] & sample.masked[0]).any()  # masked while running: not wrong
+    assert (sample.wrong[-1] | ~sample.masked[-1]).all()  # masked at the end: wrong
+
+    result = f"{correct} of 5 target tokens right ({5 - correct} wrong, marked ✗; 3 of them never generated, _✗)"
+    text = format_replay(sample, color=False).splitlines()
+    assert f"result: {result}" in text
+    first, last = (text[text.index(line) + 1] for line in text if line.startswith("step "))
+    assert first.split().count("_") == 4 and "_✗" not in first
+    assert last.split().count("_✗") == 3
+    assert f"**result:** {result}" in overview_markdown(sample, sample.token)
