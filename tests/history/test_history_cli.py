@@ -159,6 +159,21 @@ def test_a_run_directory_stands_for_its_newest_generation(two_generations, capsy
     assert out[2].startswith("sample 1: 1 steps")
 
 
+def test_play_resolves_a_folder_as_show_does(two_generations, capsys):
+    run, validation, test = two_generations
+    assert _run("history", "play", str(run), "--sample", "1", "--delay", "0") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"using {test} (newest of 2 history folders under {run}; --all for every one)"
+    assert out[-1] == "output: row 1"  # the newest generation's second sample
+    assert _run("history", "play", str(run), "--sample", "2") == 1
+    assert "sample 2 out of range (2 samples recorded in 1 file)" in capsys.readouterr().err
+    assert _run("history", "play", str(run), "--all", "--sample", "1", "--delay", "0") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [f"using {validation} (2 history folders under {run})",
+                       f"using {test} (2 history folders under {run})"]
+    assert out[-1] == "output: row 0"  # counted over both folders: the newest one's first sample
+
+
 def test_several_files_are_read_in_order(two_generations, capsys):
     _, validation, test = two_generations
     files = [str(test / "history-00000.pt"), str(validation / "history-00000.pt")]

@@ -12,8 +12,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 
 from xdllm.cli.history_play import add_play_parser, run_play
@@ -21,8 +19,9 @@ from xdllm.history.format import HistoryError
 from xdllm.history.reader import iter_samples
 from xdllm.history.render import DEFAULT_MASKED_POSITIONS
 from xdllm.history.revisions import count_revisions
+from xdllm.history.selection import Selection, select, select_sample
 from xdllm.history.show import format_replay
-from xdllm.history.storage import HISTORY_SUBDIR, find_history_files, history_folders
+from xdllm.history.storage import HISTORY_SUBDIR
 from xdllm.history.tensorboard import (
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_SAMPLES,
@@ -53,21 +52,6 @@ or a history folder). A folder stands for its newest generation, the history
 folder written last, unless --all is given; the command says which folder it
 used. Errors print one line and exit with status 1.
 """
-
-
-@dataclass(frozen=True)
-class Selection:
-    """History files picked for one command-line path, and how they were picked."""
-
-    path: Path
-    folder: Path
-    files: list[Path]
-    note: str
-
-    def describe(self) -> str:
-        if self.note == "file":
-            return f"using {self.path}"
-        return f"using {self.folder} ({self.note})"
 
 
 def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -149,26 +133,6 @@ def run_history_command(args: argparse.Namespace) -> int:
         return 1
 
 
-def select(paths: list[Path], every_folder: bool = False) -> list[Selection]:
-    """The history folders (or single files) the paths stand for: a file itself; a folder's
-    newest generation, or with ``every_folder`` each of its history folders, oldest first."""
-    selections = []
-    for path in paths:
-        if path.is_file():
-            selections.append(Selection(path, path.parent, find_history_files(path), "file"))
-            continue
-        folders = history_folders(path)
-        if every_folder:
-            chosen = folders
-            note = f"{len(folders)} history folder{'s' if len(folders) > 1 else ''} under {path}"
-        else:
-            chosen = folders[-1:]
-            note = (f"newest of {len(folders)} history folders under {path}; --all for every one"
-                    if len(folders) > 1 else f"the only history folder under {path}")
-        selections += [Selection(path, folder, find_history_files(folder), note) for folder in chosen]
-    return selections
-
-
 def _grid_shape(value: str) -> tuple[int, int]:
     rows, sep, cols = value.lower().partition("x")
     if not sep or not rows.isdigit() or not cols.isdigit() or int(rows) < 1 or int(cols) < 1:
@@ -195,16 +159,7 @@ def _tensorboard(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    selections = select(args.paths, args.all)
-    for selection in selections:
-        print(selection.describe())
-    files = [file for selection in selections for file in selection.files]
-    samples = (sample for file in files for sample in iter_samples(file))
-    sample = next(islice(samples, args.sample, None), None)
-    if sample is None:
-        total = sum(1 for file in files for _ in iter_samples(file))
-        raise HistoryError(f"sample {args.sample} out of range ({total} samples recorded in "
-                           f"{len(files)} file{'s' if len(files) > 1 else ''})")
+    sample = select_sample(args.paths, args.all, args.sample, say=print)
     print(format_replay(sample, step=args.step, k=args.k, color=_use_color(args.color),
                         masked_positions=args.positions))
     return 0
