@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 import pytest
 
@@ -212,3 +213,21 @@ def test_history_help_is_plain_text(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["history", "--help"])
     assert "newest generation" in capsys.readouterr().out
+
+
+def test_history_help_summary_matches_each_subcommand():
+    """Each command line of ``xdllm history --help`` names exactly the subcommand's options,
+    and one PATH or several as the subcommand takes."""
+    from xdllm.cli.history import DESCRIPTION
+
+    parser = argparse.ArgumentParser(prog="xdllm")
+    history = add_history_parser(parser.add_subparsers(dest="command"))
+    (commands,) = [a for a in history._actions if isinstance(a, argparse._SubParsersAction)]
+    summary = re.findall(r"^  xdllm history (\w+) (.*(?:\n {10}.*)*)", DESCRIPTION, re.MULTILINE)
+    assert [name for name, _ in summary] == list(commands.choices)
+    for name, usage in summary:
+        sub = commands.choices[name]
+        options = {o for a in sub._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+        assert set(re.findall(r"--[\w-]+", usage)) == options, name
+        (paths,) = [a for a in sub._actions if not a.option_strings]
+        assert ("PATH..." in usage) == (paths.nargs == "+"), name

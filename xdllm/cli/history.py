@@ -36,13 +36,15 @@ TENSORBOARD_SUBDIR = Path("tensorboard") / "history"
 DESCRIPTION = """\
 View recorded denoising histories.
 
-  xdllm history tensorboard PATH... [--logdir DIR] [--all]
+  xdllm history tensorboard PATH... [--logdir DIR] [--all] [--max-samples N]
+          [--max-frames N] [--steps-per-card N] [--positions N] [--grid ROWSxCOLS]
       write TensorBoard views (default: <run_dir>/tensorboard/history, or
       <generation folder>/tensorboard/history)
-  xdllm history show PATH... [--sample N] [--step S] [--k K] [--all]
+  xdllm history show PATH... [--sample N] [--step S] [--k K] [--positions N]
+          [--color {auto,always,never}] [--all]
       print one sample's denoising, step by step
-  xdllm history play PATH... [--sample N] [--port P]
-      replay one sample's denoising in the browser
+  xdllm history play PATH [--sample N] [--delay S] [--all]
+      play one sample's denoising in the terminal, coloured by confidence
   xdllm history revisions PATH... [--all]
       count tokens revised after they were written, and how many revisions
       fixed or broke a token against the target (JSON)
