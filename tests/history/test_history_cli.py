@@ -109,6 +109,21 @@ def test_tensorboard_default_logdir(run_dir, capsys):
     assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
 
 
+def test_tensorboard_rerun_replaces_its_event_files_and_nothing_else(run_dir, capsys):
+    logdir = run_dir / "tensorboard" / "history"
+    (logdir / "other").mkdir(parents=True)
+    kept = [logdir / "notes.txt", logdir / "other" / "events.out.tfevents.1.host"]
+    for path in kept:
+        path.write_text("keep")
+    argv = ("history", "tensorboard", str(run_dir), "--max-samples", "1", "--max-frames", "1")
+    assert _run(*argv) == 0
+    assert "removed" not in capsys.readouterr().out
+    assert _run(*argv) == 0
+    assert f"replacing the views written before: removed 1 event file in {logdir}" in capsys.readouterr().out
+    assert len(list(logdir.glob("events.out.tfevents.*"))) == 1
+    assert all(path.read_text() == "keep" for path in kept)
+
+
 def test_tensorboard_outside_a_run_needs_logdir(tmp_path, generate, capsys):
     recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "loose")
     generate(recorder, prompt_lens=[1], gen_len=2, commits_per_step=[1])

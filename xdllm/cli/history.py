@@ -28,6 +28,7 @@ from xdllm.history.tensorboard import (
     DEFAULT_STEPS_PER_CARD,
     VIEW_COMMAND,
     TextOptions,
+    remove_event_files,
     write_tensorboard,
 )
 
@@ -39,7 +40,7 @@ View recorded denoising histories.
   xdllm history tensorboard PATH... [--logdir DIR] [--all] [--max-samples N]
           [--max-frames N] [--steps-per-card N] [--positions N] [--grid ROWSxCOLS]
       write TensorBoard views (default: <run_dir>/tensorboard/history, or
-      <generation folder>/tensorboard/history)
+      <generation folder>/tensorboard/history); a rerun replaces the views it wrote
   xdllm history show PATH... [--sample N] [--step S] [--k K] [--positions N]
           [--color {auto,always,never}] [--all]
       print one sample's denoising, step by step
@@ -68,7 +69,9 @@ def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 
     board = commands.add_parser("tensorboard", help="write TensorBoard views of histories",
                                 description="Write TensorBoard views (text, pictures, scalars) of "
-                                            "recorded denoising histories.")
+                                            "recorded denoising histories. A rerun replaces them: "
+                                            "the event files directly in each folder it writes "
+                                            "are deleted first (it says how many); nothing else.")
     _add_paths(board)
     board.add_argument(
         "--logdir", type=Path, default=None,
@@ -149,6 +152,10 @@ def _tensorboard(args: argparse.Namespace) -> int:
     failed = False
     for selection, logdir in zip(selections, logdirs):
         print(selection.describe())
+        removed = remove_event_files(logdir)
+        if removed:
+            print(f"replacing the views written before: removed {removed} event "
+                  f"file{'s' if removed > 1 else ''} in {logdir}")
         report = write_tensorboard(selection.files, logdir, max_samples=args.max_samples,
                                    max_frames=args.max_frames, text=text, grid=args.grid)
         print(f"wrote {report.written} samples to {logdir}")

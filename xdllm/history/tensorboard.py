@@ -66,6 +66,7 @@ DEFAULT_STEPS_PER_CARD = 2
 MAX_STEP_CARDS = 16
 UNKNOWN_SPLIT = "generation"
 VIEW_COMMAND = "tensorboard --logdir {logdir} --samples_per_plugin=images=1000"
+EVENT_FILE_PREFIX = "events.out.tfevents."
 NBSP = "\u00a0"  # keeps a token and its probability on one line
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 _HTML_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -93,6 +94,18 @@ class TextOptions:
 
     steps_per_card: int = DEFAULT_STEPS_PER_CARD
     masked_positions: int | None = DEFAULT_MASKED_POSITIONS
+
+
+def remove_event_files(logdir: Path) -> int:
+    """Delete the TensorBoard event files directly in ``logdir`` (not in its subfolders, nothing
+    else), so that writing the views again replaces them instead of adding a second copy that
+    TensorBoard would merge with the first; returns how many were deleted."""
+    if not logdir.is_dir():
+        return 0
+    files = [path for path in logdir.glob(f"{EVENT_FILE_PREFIX}*") if path.is_file()]
+    for path in files:
+        path.unlink()
+    return len(files)
 
 
 def write_tensorboard(
