@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -98,6 +100,22 @@ def test_errors_are_one_line(run_dir, capsys, argv, message):
     assert _run("history", *argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("xdllm history: error: ") and message in err
+
+
+@pytest.mark.parametrize("command", [["show"], ["play", "--delay", "0"], ["revisions"]])
+def test_a_closed_stdout_ends_quietly_with_141(run_dir, command):
+    """``xdllm history ... | head -1``: the reader is gone before the command writes."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-c", "import sys; from xdllm.cli.main import main; "
+                               "sys.exit(main(sys.argv[1:]))", "history", *command[:1], str(run_dir),
+                               *command[1:]], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == 141
+    assert "error" not in done.stderr.lower()  # revisions names its folder on stderr, nothing more
 
 
 def test_tensorboard_default_logdir(run_dir, capsys):

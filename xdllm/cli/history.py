@@ -3,7 +3,8 @@
 Each PATH is a history file, or a folder: a run directory, a generation folder or a history
 folder. A folder stands for its newest generation (the history folder whose files were written
 last) unless ``--all`` is given; the command says which folder it used. Failures (missing or
-corrupt file, index out of range) print one line on stderr and return 1.
+corrupt file, index out of range) print one line on stderr and return 1; a closed stdout
+(``| head``) returns 141 quietly.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from xdllm.history.tensorboard import (
 )
 
 TENSORBOARD_SUBDIR = Path("tensorboard") / "history"
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 DESCRIPTION = """\
 View recorded denoising histories.
@@ -53,7 +55,8 @@ View recorded denoising histories.
 Each PATH is a history file, or a folder (a run directory, a generation folder
 or a history folder). A folder stands for its newest generation, the history
 folder written last, unless --all is given; the command says which folder it
-used. Errors print one line and exit with status 1.
+used. Errors print one line and exit with status 1; output cut short by a closed
+pipe (| head) ends quietly with status 141, as for other command-line tools.
 """
 
 
@@ -125,14 +128,17 @@ def _add_paths(parser: argparse.ArgumentParser) -> None:
 
 def run_history_command(args: argparse.Namespace) -> int:
     """Run a parsed ``history`` command; return the process exit status."""
+    commands = {"tensorboard": _tensorboard, "show": _show, "play": run_play, "revisions": _revisions}
     try:
-        if args.history_command == "tensorboard":
-            return _tensorboard(args)
-        if args.history_command == "play":
-            return run_play(args)
-        if args.history_command == "revisions":
-            return _revisions(args)
-        return _show(args)
+        status = commands[args.history_command](args)
+        sys.stdout.flush()  # a reader that went away is found here, not in the flush at exit
+        return status
+    except BrokenPipeError:
+        # The reader of stdout closed it (`xdllm history show ... | head -1`): stop quietly, as
+        # coreutils do (killed by SIGPIPE, which a shell reports as 141 = 128 + 13); stdout
+        # goes to /dev/null so that Python's flush at exit raises no second error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (HistoryError, OSError) as error:
         print(f"xdllm history: error: {error}", file=sys.stderr)
         return 1

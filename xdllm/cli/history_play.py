@@ -16,6 +16,11 @@ from xdllm.history.live import play
 from xdllm.history.selection import select_sample
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:  # rich exits with 1; end as every history command does
+        raise BrokenPipeError
+
+
 def _non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -42,7 +47,7 @@ def add_play_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentPa
 def run_play(args: argparse.Namespace, console: Console | None = None) -> int:
     if args.sample < 0:
         raise HistoryError(f"--sample must be >= 0, got {args.sample}")
-    console = console or Console()
+    console = console or _Console()
     sample = select_sample([args.path], args.all, args.sample,
                            say=lambda line: console.print(Text(line), soft_wrap=True))
     play(sample, console, delay=args.delay)
