@@ -3,12 +3,17 @@ predictions.jsonl), positions never generated included."""
 
 from __future__ import annotations
 
+import torch
+
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.history import HistoryTopKPlugin, format_replay, load_history
+from xdllm.history.reader import SampleHistory
+from xdllm.history.render import result_summary
 from xdllm.history.tensorboard import overview_markdown
 from xdllm.predict.metrics import match_output_regions
 
 TOKENIZER = SymbolTokenizer(list("abcdefgh"))
+MASK = TOKENIZER.mask_token_id
 
 
 def test_positions_still_masked_at_the_end_are_wrong_as_the_evaluator_scores_them(tmp_path, generate):
@@ -30,3 +35,18 @@ def test_positions_still_masked_at_the_end_are_wrong_as_the_evaluator_scores_the
     assert first.split().count("_") == 4 and "_✗" not in first
     assert last.split().count("_✗") == 3
     assert f"**result:** {result}" in overview_markdown(sample, sample.token)
+
+
+def test_target_positions_past_the_output_region_are_wrong():
+    """As the evaluator: a reference longer than the region the predictor wrote scores its
+    remaining tokens as wrong."""
+    sample = SampleHistory(
+        sample_id=0, output_start=1, steps=torch.tensor([0]), topk_ids=torch.zeros(1, 2, 1, dtype=torch.long),
+        topk_probs=torch.ones(1, 2, 1), canvas=torch.tensor([[5, 6]]), committed=torch.tensor([[True, True]]),
+        initial_canvas=torch.tensor([MASK, MASK]), commit_step=torch.tensor([0, 0]),
+        confidence_at_commit=torch.ones(2), prompt_ids=torch.tensor([4]), target_ids=torch.tensor([5, 6, 7]),
+        text=None, mask_token_id=MASK, vocab={}, eos_token_id=None, pad_token_id=None)
+    evaluator = match_output_regions(torch.tensor([[4, 5, 6]]), torch.tensor([1]), torch.tensor([[5, 6, 7]]),
+                                     TOKENIZER.eos_token_id, TOKENIZER.pad_token_id)
+    assert sample.correct_tokens == int(evaluator.correct[0]) == 2
+    assert result_summary(sample) == "2 of 3 target tokens right (1 wrong, marked ✗)"
