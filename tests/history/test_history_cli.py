@@ -130,15 +130,16 @@ def test_tensorboard_default_logdir(run_dir, capsys):
 def test_tensorboard_rerun_replaces_its_event_files_and_nothing_else(run_dir, capsys):
     logdir = run_dir / "tensorboard" / "history"
     (logdir / "other").mkdir(parents=True)
-    kept = [logdir / "notes.txt", logdir / "other" / "events.out.tfevents.1.host"]
+    kept = [logdir / "notes.txt", logdir / "events.out.tfevents.1.host",  # e.g. training's metrics
+            logdir / "other" / "events.out.tfevents.1.host.history"]
     for path in kept:
         path.write_text("keep")
     argv = ("history", "tensorboard", str(run_dir), "--max-samples", "1", "--max-frames", "1")
     assert _run(*argv) == 0
     assert "removed" not in capsys.readouterr().out
     assert _run(*argv) == 0
-    assert f"replacing the views written before: removed 1 event file in {logdir}" in capsys.readouterr().out
-    assert len(list(logdir.glob("events.out.tfevents.*"))) == 1
+    assert f"replacing the views written before: removed 1 history event file in {logdir}" in capsys.readouterr().out
+    assert len(list(logdir.glob("events.out.tfevents.*.history"))) == 1
     assert all(path.read_text() == "keep" for path in kept)
 
 

@@ -73,8 +73,9 @@ def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     board = commands.add_parser("tensorboard", help="write TensorBoard views of histories",
                                 description="Write TensorBoard views (text, pictures, scalars) of "
                                             "recorded denoising histories. A rerun replaces them: "
-                                            "the event files directly in each folder it writes "
-                                            "are deleted first (it says how many); nothing else.")
+                                            "the history event files (*.history) directly in each "
+                                            "folder it writes are deleted first (it says how "
+                                            "many); nothing else.")
     _add_paths(board)
     board.add_argument(
         "--logdir", type=Path, default=None,
@@ -160,7 +161,7 @@ def _tensorboard(args: argparse.Namespace) -> int:
         print(selection.describe())
         removed = remove_event_files(logdir)
         if removed:
-            print(f"replacing the views written before: removed {removed} event "
+            print(f"replacing the views written before: removed {removed} history event "
                   f"file{'s' if removed > 1 else ''} in {logdir}")
         report = write_tensorboard(selection.files, logdir, max_samples=args.max_samples,
                                    max_frames=args.max_frames, text=text, grid=args.grid)

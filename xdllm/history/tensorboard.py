@@ -66,7 +66,7 @@ DEFAULT_STEPS_PER_CARD = 2
 MAX_STEP_CARDS = 16
 UNKNOWN_SPLIT = "generation"
 VIEW_COMMAND = "tensorboard --logdir {logdir} --samples_per_plugin=images=1000"
-EVENT_FILE_PREFIX = "events.out.tfevents."
+EVENT_FILE_SUFFIX = ".history"  # marks the event files of these views among a folder's others
 NBSP = "\u00a0"  # keeps a token and its probability on one line
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 _HTML_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -97,12 +97,13 @@ class TextOptions:
 
 
 def remove_event_files(logdir: Path) -> int:
-    """Delete the TensorBoard event files directly in ``logdir`` (not in its subfolders, nothing
-    else), so that writing the views again replaces them instead of adding a second copy that
-    TensorBoard would merge with the first; returns how many were deleted."""
+    """Delete the event files that :func:`write_tensorboard` wrote directly in ``logdir`` (named
+    ``*`` :data:`EVENT_FILE_SUFFIX`; not in subfolders, not another writer's, such as the
+    training run's metrics), so that writing the views again replaces them instead of adding a
+    second copy that TensorBoard would merge with the first; returns how many were deleted."""
     if not logdir.is_dir():
         return 0
-    files = [path for path in logdir.glob(f"{EVENT_FILE_PREFIX}*") if path.is_file()]
+    files = [path for path in logdir.glob(f"events.out.tfevents.*{EVENT_FILE_SUFFIX}") if path.is_file()]
     for path in files:
         path.unlink()
     return len(files)
@@ -137,7 +138,7 @@ def write_tensorboard(
     token_text = token_display(tokenizer) if tokenizer is not None else None
     written, bad = 0, []
     statistics = DenoisingStatistics()
-    with SummaryWriter(log_dir=str(logdir)) as writer:
+    with SummaryWriter(log_dir=str(logdir), filename_suffix=EVENT_FILE_SUFFIX) as writer:
         for file_path in (f for path in paths for f in find_history_files(path)):
             try:
                 history = load_history(file_path)
