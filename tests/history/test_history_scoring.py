@@ -50,3 +50,29 @@ def test_target_positions_past_the_output_region_are_wrong():
                                      TOKENIZER.eos_token_id, TOKENIZER.pad_token_id)
     assert sample.correct_tokens == int(evaluator.correct[0]) == 2
     assert result_summary(sample) == "2 of 3 target tokens right (1 wrong, marked ✗)"
+
+
+def test_the_recorded_output_is_scored_where_the_predictor_changed_it_after_its_last_step(tmp_path, generate):
+    """A predictor may pad what follows its first EOS once its steps are done (udlm): the
+    result scores that output, as the evaluator does, not the last canvas."""
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "history", tokenizer=TOKENIZER)
+    run = generate(recorder, prompt_lens=[2, 3], gen_len=4, commits_per_step=[1, 2], seed=1)
+    history = load_history(recorder.files_written[0])
+    for b, start in enumerate(run.output_start.tolist()):
+        assert history.sample(b).output_ids.tolist() == run.prediction["ids"][b, start:].tolist()
+
+    eos, pad = TOKENIZER.eos_token_id, TOKENIZER.pad_token_id
+    last, output, target = [5, eos, 6, eos], [5, eos, pad, pad], [5, 7, 6, eos]
+    sample = SampleHistory(
+        sample_id=0, output_start=1, steps=torch.tensor([0]), topk_ids=torch.zeros(1, 4, 1, dtype=torch.long),
+        topk_probs=torch.ones(1, 4, 1), canvas=torch.tensor([last]), committed=torch.ones(1, 4, dtype=torch.bool),
+        initial_canvas=torch.full((4,), MASK), commit_step=torch.zeros(4, dtype=torch.long),
+        confidence_at_commit=torch.ones(4), prompt_ids=torch.tensor([4]), target_ids=torch.tensor(target),
+        text=None, mask_token_id=MASK, vocab={}, eos_token_id=eos, pad_token_id=pad,
+        output_ids=torch.tensor(output))
+    evaluator = match_output_regions(torch.tensor([[4, *output]]), torch.tensor([1]), torch.tensor([target]),
+                                     eos, pad)
+    assert sample.correct_tokens == int(evaluator.correct[0]) == 1
+    assert sample.wrong[-1].tolist() == [False, True, True, True]
+    assert result_summary(sample) == ("1 of 4 target tokens right (3 wrong, marked ✗; 2 of them replaced in "
+                                      "the output after the last step (e.g. padding after its first EOS))")

@@ -85,10 +85,16 @@ def result_summary(sample: SampleHistory) -> str | None:
     if correct is None:
         return None
     length = sample.reference_length
-    never = int((sample.masked[-1] & sample.wrong[-1]).sum())
+    wrong = sample.wrong[-1]
+    never = int((sample.masked[-1] & wrong).sum())
     verdict = "exact match" if correct == length else f"{length - correct} wrong, marked {WRONG_MARK}"
     if never:
         verdict += f"; {never} of them never generated, _{WRONG_MARK}"
+    if sample.output_ids is not None:
+        replaced = int((wrong & ~sample.masked[-1] & (sample.output_ids != sample.canvas[-1])).sum())
+        if replaced:
+            verdict += (f"; {replaced} of them replaced in the output after the last step "
+                        "(e.g. padding after its first EOS)")
     return f"{correct} of {length} target tokens right ({verdict})"
 
 
