@@ -50,8 +50,10 @@ def fake_generate(
     seed: int = 0,
     sample_index: list[int] | None = None,
     k: int = 3,
+    max_steps: int | None = None,
 ) -> FakeRun:
-    """Run the fake engine; the top-k it hands over uses ``recorder.k`` (``k`` without one)."""
+    """Run the fake engine; the top-k it hands over uses ``recorder.k`` (``k`` without one).
+    ``max_steps`` stops it early, leaving positions masked (never generated)."""
     generator = torch.Generator().manual_seed(seed)
     rows = len(prompt_lens)
     canvas_len = max(prompt_lens) + gen_len
@@ -79,7 +81,7 @@ def fake_generate(
     steps: list[DenoisingStep] = []
     step_probs: list[torch.Tensor] = []
     step = 0
-    while bool((canvas == MASK_ID).any()):
+    while bool((canvas == MASK_ID).any()) and (max_steps is None or step < max_steps):
         masked = canvas == MASK_ID
         active = masked.any(dim=1)
         logits = 3 * torch.randn(rows, canvas_len, vocab_size, generator=generator)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -99,6 +102,22 @@ def test_errors_are_one_line(run_dir, capsys, argv, message):
     assert err.count("\n") == 1 and err.startswith("xdllm history: error: ") and message in err
 
 
+@pytest.mark.parametrize("command", [["show"], ["play", "--delay", "0"], ["revisions"]])
+def test_a_closed_stdout_ends_quietly_with_141(run_dir, command):
+    """``xdllm history ... | head -1``: the reader is gone before the command writes."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-c", "import sys; from xdllm.cli.main import main; "
+                               "sys.exit(main(sys.argv[1:]))", "history", *command[:1], str(run_dir),
+                               *command[1:]], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == 141
+    assert "error" not in done.stderr.lower()  # revisions names its folder on stderr, nothing more
+
+
 def test_tensorboard_default_logdir(run_dir, capsys):
     assert _run("history", "tensorboard", str(run_dir), "--max-samples", "2", "--max-frames", "1") == 0
     logdir = run_dir / "tensorboard" / "history"
@@ -106,6 +125,22 @@ def test_tensorboard_default_logdir(run_dir, capsys):
     assert f"wrote 2 samples to {logdir}" in out
     assert f"view: tensorboard --logdir {logdir} --samples_per_plugin=images=1000" in out
     assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
+
+
+def test_tensorboard_rerun_replaces_its_event_files_and_nothing_else(run_dir, capsys):
+    logdir = run_dir / "tensorboard" / "history"
+    (logdir / "other").mkdir(parents=True)
+    kept = [logdir / "notes.txt", logdir / "events.out.tfevents.1.host",  # e.g. training's metrics
+            logdir / "other" / "events.out.tfevents.1.host.history"]
+    for path in kept:
+        path.write_text("keep")
+    argv = ("history", "tensorboard", str(run_dir), "--max-samples", "1", "--max-frames", "1")
+    assert _run(*argv) == 0
+    assert "removed" not in capsys.readouterr().out
+    assert _run(*argv) == 0
+    assert f"replacing the views written before: removed 1 history event file in {logdir}" in capsys.readouterr().out
+    assert len(list(logdir.glob("events.out.tfevents.*.history"))) == 1
+    assert all(path.read_text() == "keep" for path in kept)
 
 
 def test_tensorboard_outside_a_run_needs_logdir(tmp_path, generate, capsys):
@@ -159,6 +194,21 @@ def test_a_run_directory_stands_for_its_newest_generation(two_generations, capsy
     assert out[2].startswith("sample 1: 1 steps")
 
 
+def test_play_resolves_a_folder_as_show_does(two_generations, capsys):
+    run, validation, test = two_generations
+    assert _run("history", "play", str(run), "--sample", "1", "--delay", "0") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"using {test} (newest of 2 history folders under {run}; --all for every one)"
+    assert out[-1] == "output: row 1"  # the newest generation's second sample
+    assert _run("history", "play", str(run), "--sample", "2") == 1
+    assert "sample 2 out of range (2 samples recorded in 1 file)" in capsys.readouterr().err
+    assert _run("history", "play", str(run), "--all", "--sample", "1", "--delay", "0") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [f"using {validation} (2 history folders under {run})",
+                       f"using {test} (2 history folders under {run})"]
+    assert out[-1] == "output: row 0"  # counted over both folders: the newest one's first sample
+
+
 def test_several_files_are_read_in_order(two_generations, capsys):
     _, validation, test = two_generations
     files = [str(test / "history-00000.pt"), str(validation / "history-00000.pt")]
@@ -197,3 +247,21 @@ def test_history_help_is_plain_text(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["history", "--help"])
     assert "newest generation" in capsys.readouterr().out
+
+
+def test_history_help_summary_matches_each_subcommand():
+    """Each command line of ``xdllm history --help`` names exactly the subcommand's options,
+    and one PATH or several as the subcommand takes."""
+    from xdllm.cli.history import DESCRIPTION
+
+    parser = argparse.ArgumentParser(prog="xdllm")
+    history = add_history_parser(parser.add_subparsers(dest="command"))
+    (commands,) = [a for a in history._actions if isinstance(a, argparse._SubParsersAction)]
+    summary = re.findall(r"^  xdllm history (\w+) (.*(?:\n {10}.*)*)", DESCRIPTION, re.MULTILINE)
+    assert [name for name, _ in summary] == list(commands.choices)
+    for name, usage in summary:
+        sub = commands.choices[name]
+        options = {o for a in sub._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+        assert set(re.findall(r"--[\w-]+", usage)) == options, name
+        (paths,) = [a for a in sub._actions if not a.option_strings]
+        assert ("PATH..." in usage) == (paths.nargs == "+"), name

@@ -3,7 +3,8 @@
 Each PATH is a history file, or a folder: a run directory, a generation folder or a history
 folder. A folder stands for its newest generation (the history folder whose files were written
 last) unless ``--all`` is given; the command says which folder it used. Failures (missing or
-corrupt file, index out of range) print one line on stderr and return 1.
+corrupt file, index out of range) print one line on stderr and return 1; a closed stdout
+(``| head``) returns 141 quietly.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 
 from xdllm.cli.history_play import add_play_parser, run_play
@@ -21,29 +20,34 @@ from xdllm.history.format import HistoryError
 from xdllm.history.reader import iter_samples
 from xdllm.history.render import DEFAULT_MASKED_POSITIONS
 from xdllm.history.revisions import count_revisions
+from xdllm.history.selection import Selection, select, select_sample
 from xdllm.history.show import format_replay
-from xdllm.history.storage import HISTORY_SUBDIR, find_history_files, history_folders
+from xdllm.history.storage import HISTORY_SUBDIR
 from xdllm.history.tensorboard import (
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_SAMPLES,
     DEFAULT_STEPS_PER_CARD,
     VIEW_COMMAND,
     TextOptions,
+    remove_event_files,
     write_tensorboard,
 )
 
 TENSORBOARD_SUBDIR = Path("tensorboard") / "history"
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 DESCRIPTION = """\
 View recorded denoising histories.
 
-  xdllm history tensorboard PATH... [--logdir DIR] [--all]
+  xdllm history tensorboard PATH... [--logdir DIR] [--all] [--max-samples N]
+          [--max-frames N] [--steps-per-card N] [--positions N] [--grid ROWSxCOLS]
       write TensorBoard views (default: <run_dir>/tensorboard/history, or
-      <generation folder>/tensorboard/history)
-  xdllm history show PATH... [--sample N] [--step S] [--k K] [--all]
+      <generation folder>/tensorboard/history); a rerun replaces the views it wrote
+  xdllm history show PATH... [--sample N] [--step S] [--k K] [--positions N]
+          [--color {auto,always,never}] [--all]
       print one sample's denoising, step by step
-  xdllm history play PATH... [--sample N] [--port P]
-      replay one sample's denoising in the browser
+  xdllm history play PATH [--sample N] [--delay S] [--all]
+      play one sample's denoising in the terminal, coloured by confidence
   xdllm history revisions PATH... [--all]
       count tokens revised after they were written, and how many revisions
       fixed or broke a token against the target (JSON)
@@ -51,23 +55,9 @@ View recorded denoising histories.
 Each PATH is a history file, or a folder (a run directory, a generation folder
 or a history folder). A folder stands for its newest generation, the history
 folder written last, unless --all is given; the command says which folder it
-used. Errors print one line and exit with status 1.
+used. Errors print one line and exit with status 1; output cut short by a closed
+pipe (| head) ends quietly with status 141, as for other command-line tools.
 """
-
-
-@dataclass(frozen=True)
-class Selection:
-    """History files picked for one command-line path, and how they were picked."""
-
-    path: Path
-    folder: Path
-    files: list[Path]
-    note: str
-
-    def describe(self) -> str:
-        if self.note == "file":
-            return f"using {self.path}"
-        return f"using {self.folder} ({self.note})"
 
 
 def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -82,7 +72,10 @@ def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 
     board = commands.add_parser("tensorboard", help="write TensorBoard views of histories",
                                 description="Write TensorBoard views (text, pictures, scalars) of "
-                                            "recorded denoising histories.")
+                                            "recorded denoising histories. A rerun replaces them: "
+                                            "the history event files (*.history) directly in each "
+                                            "folder it writes are deleted first (it says how "
+                                            "many); nothing else.")
     _add_paths(board)
     board.add_argument(
         "--logdir", type=Path, default=None,
@@ -136,37 +129,20 @@ def _add_paths(parser: argparse.ArgumentParser) -> None:
 
 def run_history_command(args: argparse.Namespace) -> int:
     """Run a parsed ``history`` command; return the process exit status."""
+    commands = {"tensorboard": _tensorboard, "show": _show, "play": run_play, "revisions": _revisions}
     try:
-        if args.history_command == "tensorboard":
-            return _tensorboard(args)
-        if args.history_command == "play":
-            return run_play(args)
-        if args.history_command == "revisions":
-            return _revisions(args)
-        return _show(args)
+        status = commands[args.history_command](args)
+        sys.stdout.flush()  # a reader that went away is found here, not in the flush at exit
+        return status
+    except BrokenPipeError:
+        # The reader of stdout closed it (`xdllm history show ... | head -1`): stop quietly, as
+        # coreutils do (killed by SIGPIPE, which a shell reports as 141 = 128 + 13); stdout
+        # goes to /dev/null so that Python's flush at exit raises no second error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (HistoryError, OSError) as error:
         print(f"xdllm history: error: {error}", file=sys.stderr)
         return 1
-
-
-def select(paths: list[Path], every_folder: bool = False) -> list[Selection]:
-    """The history folders (or single files) the paths stand for: a file itself; a folder's
-    newest generation, or with ``every_folder`` each of its history folders, oldest first."""
-    selections = []
-    for path in paths:
-        if path.is_file():
-            selections.append(Selection(path, path.parent, find_history_files(path), "file"))
-            continue
-        folders = history_folders(path)
-        if every_folder:
-            chosen = folders
-            note = f"{len(folders)} history folder{'s' if len(folders) > 1 else ''} under {path}"
-        else:
-            chosen = folders[-1:]
-            note = (f"newest of {len(folders)} history folders under {path}; --all for every one"
-                    if len(folders) > 1 else f"the only history folder under {path}")
-        selections += [Selection(path, folder, find_history_files(folder), note) for folder in chosen]
-    return selections
 
 
 def _grid_shape(value: str) -> tuple[int, int]:
@@ -183,6 +159,10 @@ def _tensorboard(args: argparse.Namespace) -> int:
     failed = False
     for selection, logdir in zip(selections, logdirs):
         print(selection.describe())
+        removed = remove_event_files(logdir)
+        if removed:
+            print(f"replacing the views written before: removed {removed} history event "
+                  f"file{'s' if removed > 1 else ''} in {logdir}")
         report = write_tensorboard(selection.files, logdir, max_samples=args.max_samples,
                                    max_frames=args.max_frames, text=text, grid=args.grid)
         print(f"wrote {report.written} samples to {logdir}")
@@ -195,16 +175,7 @@ def _tensorboard(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    selections = select(args.paths, args.all)
-    for selection in selections:
-        print(selection.describe())
-    files = [file for selection in selections for file in selection.files]
-    samples = (sample for file in files for sample in iter_samples(file))
-    sample = next(islice(samples, args.sample, None), None)
-    if sample is None:
-        total = sum(1 for file in files for _ in iter_samples(file))
-        raise HistoryError(f"sample {args.sample} out of range ({total} samples recorded in "
-                           f"{len(files)} file{'s' if len(files) > 1 else ''})")
+    sample = select_sample(args.paths, args.all, args.sample, say=print)
     print(format_replay(sample, step=args.step, k=args.k, color=_use_color(args.color),
                         masked_positions=args.positions))
     return 0

@@ -59,6 +59,11 @@ TENSOR_FIELDS: dict[str, TensorField] = {
     "vocab_ids": TensorField(torch.int64, ("U",)),
 }
 
+# Added after version 1 was first written: files without them read as None.
+OPTIONAL_TENSOR_FIELDS: dict[str, TensorField] = {
+    "output_ids": TensorField(torch.int32, ("B", "R")),
+}
+
 METADATA_FIELDS: dict[str, type | tuple[type, ...]] = {
     "format": str,
     "version": int,
@@ -90,7 +95,7 @@ def payload_checksums(payload: Mapping[str, Any]) -> dict[str, int]:
     """Checksums of every tensor field present (``None`` optional fields are skipped)."""
     return {
         name: tensor_checksum(payload[name])
-        for name in TENSOR_FIELDS
+        for name in (*TENSOR_FIELDS, *OPTIONAL_TENSOR_FIELDS)
         if isinstance(payload.get(name), torch.Tensor)
     }
 
@@ -131,7 +136,8 @@ def validate_payload(payload: Any, path: Path | str) -> dict[str, int]:
 
 def _bind_dims(payload: Mapping[str, Any], where: str) -> dict[str, int]:
     sizes: dict[str, int] = {}
-    for name, field in TENSOR_FIELDS.items():
+    present = {name: field for name, field in OPTIONAL_TENSOR_FIELDS.items() if name in payload}
+    for name, field in {**TENSOR_FIELDS, **present}.items():
         value = payload[name]
         if value is None and field.optional:
             continue

@@ -46,6 +46,9 @@ class SampleHistory:
         eos_token_id, pad_token_id: the tokenizer's ids, if known (they bound the scored
             part of the target, see :attr:`reference_length`).
         split: what the prompts were (``"validation"``, ``"test"``, ...), if recorded.
+        output_ids: the predictor's output (``ids`` in ``predictions.jsonl``, which the
+            evaluator scores), if recorded: the last canvas, except that a predictor may pad
+            what it never generated or what follows its first EOS after its last step.
     """
 
     sample_id: int
@@ -66,6 +69,7 @@ class SampleHistory:
     eos_token_id: int | None = None
     pad_token_id: int | None = None
     split: str | None = None
+    output_ids: Integer[Tensor, " region"] | None = None
 
     @property
     def num_steps(self) -> int:
@@ -130,8 +134,11 @@ class SampleHistory:
 
     @property
     def wrong(self) -> Bool[Tensor, "steps region"] | None:
-        """Unmasked scored positions whose token differs from the target, after each step
-        (``None`` without a target). Masked and unscored positions are never wrong."""
+        """Scored positions whose token differs from the target, after each step (``None``
+        without a target). Unscored positions are never wrong, nor are masked ones while the
+        sample still runs. The last row scores the output as the evaluator does
+        (:attr:`output_ids` when recorded, else the last canvas): a position never generated
+        (still masked, e.g. after an early EOS) is wrong."""
         length = self.reference_length
         if length is None:
             return None
@@ -139,7 +146,22 @@ class SampleHistory:
         target = torch.full_like(self.canvas[0], -1)
         target[:scored] = self.target_ids[:scored]
         in_reference = torch.arange(self.canvas.shape[1]) < scored
-        return ~self.masked & in_reference & (self.canvas != target)
+        wrong = ~self.masked & in_reference & (self.canvas != target)
+        if self.num_steps:
+            final = self.canvas[-1] if self.output_ids is None else self.output_ids
+            wrong[-1] = in_reference & (final != target)
+        return wrong
+
+    @property
+    def correct_tokens(self) -> int | None:
+        """Target tokens the output gets right, counted as the evaluator counts them
+        (``correct_tokens`` in ``predictions.jsonl``, :mod:`xdllm.predict.metrics`): target
+        positions past the end of the output region are wrong. ``None`` without a target or
+        without steps."""
+        if self.target_ids is None or not self.num_steps:
+            return None
+        scored = min(self.reference_length, self.canvas.shape[1])
+        return scored - int(self.wrong[-1].sum())
 
     def token(self, token_id: int) -> str:
         """The stored string of a token id, or the id itself when no tokenizer was given."""
@@ -213,6 +235,7 @@ class HistoryFile:
             eos_token_id=data.get("eos_token_id"),
             pad_token_id=data.get("pad_token_id"),
             split=self.split,
+            output_ids=None if data.get("output_ids") is None else data["output_ids"][index, column:].long(),
         )
 
 

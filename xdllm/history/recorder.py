@@ -242,7 +242,11 @@ class _BatchRecording:
         }
 
     def finish(self, prediction: PredictionDict, k: int) -> dict[str, Any]:
-        placed = _to_host({**self._placed_steps(k), "initial_canvas": self.initial_canvas})
+        recorded = {**self._placed_steps(k), "initial_canvas": self.initial_canvas}
+        ids = prediction["ids"]
+        if ids.shape[1] == self.canvas_len:  # the output the evaluator scores, on the same columns
+            recorded["output_ids"] = ids[: self.rows, self.region_start:].to(torch.int32)
+        placed = _to_host(recorded)
         texts = list(prediction["text"][: self.rows])
         return {
             "format": FORMAT_NAME,

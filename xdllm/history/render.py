@@ -20,6 +20,7 @@ from xdllm.history.reader import SampleHistory
 
 CellState = Literal["masked", "committed", "changed", "fixed"]
 DEFAULT_MASKED_POSITIONS = 8
+WRONG_MARK = "✗"
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,26 @@ def visible_token(text: str) -> str:
     if text == "":
         return "∅"
     return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥")
+
+
+def result_summary(sample: SampleHistory) -> str | None:
+    """How many target tokens the final canvas gets right, as the evaluator counts them
+    (``None`` without a target or without steps)."""
+    correct = sample.correct_tokens
+    if correct is None:
+        return None
+    length = sample.reference_length
+    wrong = sample.wrong[-1]
+    never = int((sample.masked[-1] & wrong).sum())
+    verdict = "exact match" if correct == length else f"{length - correct} wrong, marked {WRONG_MARK}"
+    if never:
+        verdict += f"; {never} of them never generated, _{WRONG_MARK}"
+    if sample.output_ids is not None:
+        replaced = int((wrong & ~sample.masked[-1] & (sample.output_ids != sample.canvas[-1])).sum())
+        if replaced:
+            verdict += (f"; {replaced} of them replaced in the output after the last step "
+                        "(e.g. padding after its first EOS)")
+    return f"{correct} of {length} target tokens right ({verdict})"
 
 
 def step_views(

@@ -15,7 +15,15 @@ from collections.abc import Callable
 
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
-from xdllm.history.render import DEFAULT_MASKED_POSITIONS, Cell, StepView, step_views, visible_token
+from xdllm.history.render import (
+    DEFAULT_MASKED_POSITIONS,
+    WRONG_MARK,
+    Cell,
+    StepView,
+    result_summary,
+    step_views,
+    visible_token,
+)
 
 _BOLD_GREEN = "\033[1;32m"
 _BOLD_RED = "\033[1;31m"
@@ -23,7 +31,6 @@ _YELLOW = "\033[33m"
 _RED = "\033[31m"
 _DIM = "\033[2m"
 _RESET = "\033[0m"
-WRONG_MARK = "✗"
 
 
 def format_replay(
@@ -64,10 +71,9 @@ def _header(sample: SampleHistory, name: Callable[[int], str]) -> list[str]:
         lines.append(f"target: {tokens(sample.target_ids[:length])}")
     if sample.text is not None:
         lines.append(f"output: {sample.text}")
-    if length is not None and sample.num_steps:
-        wrong = int(sample.wrong[-1].sum())
-        lines.append(f"result: {length - wrong} of {length} target tokens right "
-                     f"({'exact match' if wrong == 0 else f'{wrong} wrong, marked {WRONG_MARK}'})")
+    result = result_summary(sample)
+    if result is not None:
+        lines.append(f"result: {result}")
     return lines
 
 
@@ -100,8 +106,9 @@ def _step_lines(view: StepView, color: bool) -> list[str]:
 
 
 def _cell(cell: Cell, color: bool) -> str:
-    if cell.state == "masked":
-        return f"{_DIM}_{_RESET}" if color else "_"
+    if cell.state == "masked":  # wrong only after the last step: never generated
+        mark = WRONG_MARK if cell.wrong else ""
+        return f"{_DIM}_{_RESET}{mark}" if color else f"_{mark}"
     text = cell.text + (WRONG_MARK if cell.wrong else "")
     if not color:
         return f"*{text}*" if cell.state == "committed" else f"~{text}~" if cell.state == "changed" else text

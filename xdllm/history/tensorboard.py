@@ -48,13 +48,14 @@ from xdllm.history.grid import GridFigure
 from xdllm.history.reader import SampleHistory, load_history
 from xdllm.history.render import (
     DEFAULT_MASKED_POSITIONS,
+    WRONG_MARK,
     Cell,
     PositionView,
     StepView,
+    result_summary,
     step_views,
     visible_token,
 )
-from xdllm.history.show import WRONG_MARK
 from xdllm.history.statistics import DenoisingStatistics
 from xdllm.history.storage import find_history_files
 from xdllm.interfaces import Tokenizer
@@ -65,6 +66,7 @@ DEFAULT_STEPS_PER_CARD = 2
 MAX_STEP_CARDS = 16
 UNKNOWN_SPLIT = "generation"
 VIEW_COMMAND = "tensorboard --logdir {logdir} --samples_per_plugin=images=1000"
+EVENT_FILE_SUFFIX = ".history"  # marks the event files of these views among a folder's others
 NBSP = "\u00a0"  # keeps a token and its probability on one line
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 _HTML_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -92,6 +94,19 @@ class TextOptions:
 
     steps_per_card: int = DEFAULT_STEPS_PER_CARD
     masked_positions: int | None = DEFAULT_MASKED_POSITIONS
+
+
+def remove_event_files(logdir: Path) -> int:
+    """Delete the event files that :func:`write_tensorboard` wrote directly in ``logdir`` (named
+    ``*`` :data:`EVENT_FILE_SUFFIX`; not in subfolders, not another writer's, such as the
+    training run's metrics), so that writing the views again replaces them instead of adding a
+    second copy that TensorBoard would merge with the first; returns how many were deleted."""
+    if not logdir.is_dir():
+        return 0
+    files = [path for path in logdir.glob(f"events.out.tfevents.*{EVENT_FILE_SUFFIX}") if path.is_file()]
+    for path in files:
+        path.unlink()
+    return len(files)
 
 
 def write_tensorboard(
@@ -123,7 +138,7 @@ def write_tensorboard(
     token_text = token_display(tokenizer) if tokenizer is not None else None
     written, bad = 0, []
     statistics = DenoisingStatistics()
-    with SummaryWriter(log_dir=str(logdir)) as writer:
+    with SummaryWriter(log_dir=str(logdir), filename_suffix=EVENT_FILE_SUFFIX) as writer:
         for file_path in (f for path in paths for f in find_history_files(path)):
             try:
                 history = load_history(file_path)
@@ -225,8 +240,8 @@ def escape_markdown(text: str) -> str:
 def cell_markdown(cell: Cell) -> str:
     """A canvas cell: ``\\_`` when masked, bold when committed at the step, italic when changed
     without a commit, ``✗`` when wrong."""
-    if cell.state == "masked":
-        return "\\_"
+    if cell.state == "masked":  # wrong only after the last step: never generated
+        return "\\_" + (WRONG_MARK if cell.wrong else "")
     text = escape_markdown(cell.text) + (WRONG_MARK if cell.wrong else "")
     return f"**{text}**" if cell.state == "committed" else f"*{text}*" if cell.state == "changed" else text
 
@@ -304,10 +319,9 @@ def overview_markdown(sample: SampleHistory, name: Callable[[int], str],
     if sample.num_steps:
         wrong = sample.wrong[-1].tolist() if length is not None else None
         lines.append(f"| **output** | {tokens(sample.canvas[-1], wrong)} |")
-    if length is not None and sample.num_steps:
-        wrong_count = int(sample.wrong[-1].sum())
-        verdict = "exact match" if wrong_count == 0 else f"{wrong_count} wrong, marked {WRONG_MARK}"
-        lines += ["", f"**result:** {length - wrong_count} of {length} target tokens right ({verdict})"]
+    result = result_summary(sample)
+    if result is not None:
+        lines += ["", f"**result:** {result}"]
     if sample.text is not None:
         lines += ["", f"**decoded output:** {escape_markdown(sample.text)}"]
     cap = "every" if masked_positions is None else f"the first {masked_positions}"
