@@ -106,9 +106,11 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
     from xdllm.run.after_training import generate_after_training
+    from xdllm.run.run_overrides import with_stored_overrides
     from xdllm.run.train import train
 
     overrides, resume = _split_resume(overrides)
+    overrides = with_stored_overrides(resume, overrides)  # resume=<run> alone continues it as it was
     config = compose_config("train", overrides)
     if print_config:
         print(composed_yaml(config), end="")

@@ -3,6 +3,7 @@
 Run directory layout::
 
     <run_dir>/config.yaml              resolved config
+    <run_dir>/overrides.yaml           the overrides it was composed from (resume=<run_dir> reuses them)
     <run_dir>/checkpoints/best.ckpt    best by checkpoint.monitor / checkpoint.mode (atomic writes)
     <run_dir>/checkpoints/last.ckpt    the newest state: every checkpoint.last_every_n_steps
                                        steps, at the end and after Ctrl-C (resume from it)
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +34,7 @@ from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import CHECKPOINT_DIR, ResumePoint, load_frozen_models, resume_point, run_dir_of
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.preflight import check_loss_reads_collated_batches
+from xdllm.run.run_overrides import continue_command, save_overrides
 from xdllm.temporary_files import remove_stale_temporaries, temporary_path
 from xdllm.train.best_checkpoint import NewestOnTieCheckpoint
 from xdllm.train.checkpoint_io import AtomicCheckpointIO
@@ -70,12 +71,6 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(str(run_dir))
         self.run_dir = run_dir
         self.continue_command = continue_command
-
-
-def continue_command(overrides: Sequence[str], run_dir: Path) -> str:
-    """``xdllm train <the run's overrides> resume=<run_dir>``: the same config, continued in place."""
-    kept = [override for override in overrides if not override.startswith("resume=")]
-    return " ".join(["xdllm train", *map(shlex.quote, kept), f"resume={shlex.quote(str(run_dir))}"])
 
 
 def resolve_run_dir(config: DictConfig, resume: ResumePoint | None = None) -> Path:
@@ -225,8 +220,8 @@ def is_dead_worker_error(error: BaseException, num_workers: int) -> bool:
 
 def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str] = ()) -> TrainResult:
     """Train as configured. ``resume`` is a checkpoint file or run directory to continue from
-    (in that run's directory unless ``run_dir`` is set); ``overrides`` are the command's, for
-    the command that continues the run.
+    (in that run's directory unless ``run_dir`` is set); ``overrides`` are those ``config`` was
+    composed from, stored in the run (``overrides.yaml``) so that ``resume=`` alone continues it.
 
     Everything is validated (config, components, the resume checkpoint's integrity, the run
     directory) before anything is written.
@@ -235,7 +230,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     point = resume_point(resume) if resume else None
     run_dir = resolve_run_dir(config, point)
     launching = is_launching_process()
-    continuing = continue_command(overrides, run_dir)
+    continuing = continue_command(run_dir)
     set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
     components = build_components(config)
@@ -298,6 +293,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
             for stale in remove_stale_temporaries(folder):
                 log.info("removed %s, left by an interrupted write", stale)
         _save_config(OmegaConf.create(resolved), run_dir)
+        # without resume= and run_dir=: resuming this run continues it here, from any folder
+        save_overrides(run_dir, [o for o in overrides if not o.startswith(("resume=", "run_dir="))])
     stopped_at_step = None
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
@@ -311,10 +308,9 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         if "could not find the monitored key" not in str(error):
             raise
         logged = ", ".join(sorted(key for key in trainer.callback_metrics if key.startswith("val/")))
-        fixed = [o for o in overrides if not o.startswith("checkpoint.monitor=")] + ["checkpoint.monitor=<one of them>"]
         raise XdllmError(f"checkpoint.monitor={config.checkpoint.monitor} is not a metric this run logs at "
                          f"validation; it logs: {logged}. Continue from the newest checkpoint with: "
-                         f"{continue_command(fixed, run_dir)}") from error
+                         f"{continue_command(run_dir, ['checkpoint.monitor=<one of them>'])}") from error
     except (RuntimeError, ConnectionError, EOFError) as error:
         if not is_dead_worker_error(error, config.data.num_workers):
             raise

@@ -1,0 +1,60 @@
+"""A run remembers the overrides it was composed from, so ``xdllm train resume=<run>`` alone
+continues it with the same config.
+
+``<run_dir>/overrides.yaml`` lists the command's overrides (those of every resume before it
+included, ``resume=`` left out). Resuming composes the stored ones first and the command's own
+after them: Hydra takes the last value given for a key (or a config group), so
+``xdllm train resume=runs/x trainer.max_steps=3000`` extends the run and changes nothing else.
+A run made before this file existed has none: its overrides must be given again.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from xdllm.errors import XdllmError
+from xdllm.run.checkpoint import run_dir_of
+from xdllm.temporary_files import temporary_path
+
+OVERRIDES_FILE = "overrides.yaml"
+
+
+def save_overrides(run_dir: Path, overrides: Sequence[str]) -> None:
+    """Write ``<run_dir>/overrides.yaml`` (atomically)."""
+    path = run_dir / OVERRIDES_FILE
+    temporary = temporary_path(path)
+    temporary.write_text(yaml.safe_dump([str(override) for override in overrides]))
+    os.replace(temporary, path)
+
+
+def resumed_run_dir(resume: str) -> Path:
+    """The run directory ``resume=`` names: the folder given, or the run of the checkpoint given."""
+    path = Path(resume).expanduser()
+    return path.resolve() if path.is_dir() else run_dir_of(path)
+
+
+def with_stored_overrides(resume: str | None, overrides: Sequence[str]) -> list[str]:
+    """``overrides`` after those the resumed run stored (none when not resuming, or when the run
+    stored none)."""
+    if not resume:
+        return list(overrides)
+    path = resumed_run_dir(resume) / OVERRIDES_FILE
+    if not path.is_file():
+        return list(overrides)
+    try:
+        stored = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise XdllmError(f"resume: {path} is not readable: {' '.join(str(error).split())}") from error
+    if not isinstance(stored, list) or not all(isinstance(override, str) for override in stored):
+        raise XdllmError(f"resume: {path} must hold a list of overrides (KEY=VALUE strings)")
+    return [*stored, *overrides]
+
+
+def continue_command(run_dir: Path, extra: Sequence[str] = ()) -> str:
+    """``xdllm train [extra] resume=<run_dir>``: the run's stored config, continued in place."""
+    return " ".join(["xdllm train", *map(shlex.quote, extra), f"resume={shlex.quote(str(run_dir))}"])
