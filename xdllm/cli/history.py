@@ -34,7 +34,6 @@ from xdllm.history.tensorboard import (
 )
 
 TENSORBOARD_SUBDIR = Path("tensorboard") / "history"
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 DESCRIPTION = """\
 View recorded denoising histories.
@@ -131,15 +130,9 @@ def run_history_command(args: argparse.Namespace) -> int:
     """Run a parsed ``history`` command; return the process exit status."""
     commands = {"tensorboard": _tensorboard, "show": _show, "play": run_play, "revisions": _revisions}
     try:
-        status = commands[args.history_command](args)
-        sys.stdout.flush()  # a reader that went away is found here, not in the flush at exit
-        return status
+        return commands[args.history_command](args)
     except BrokenPipeError:
-        # The reader of stdout closed it (`xdllm history show ... | head -1`): stop quietly, as
-        # coreutils do (killed by SIGPIPE, which a shell reports as 141 = 128 + 13); stdout
-        # goes to /dev/null so that Python's flush at exit raises no second error.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
+        raise  # `xdllm` ends quietly on it (xdllm.cli.main)
     except (HistoryError, OSError) as error:
         print(f"xdllm history: error: {error}", file=sys.stderr)
         return 1

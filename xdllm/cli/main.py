@@ -223,34 +223,43 @@ def flags_first(argv: Sequence[str]) -> list[str]:
     return [command, *(a for a in rest if a.startswith("-")), *(a for a in rest if not a.startswith("-"))]
 
 
+def _run_command(arguments: argparse.Namespace) -> int:
+    if arguments.command == "train":
+        return _cmd_train(arguments.overrides, arguments.cfg)
+    if arguments.command == "generate":
+        return _cmd_generate(arguments.overrides, arguments.cfg, arguments.multirun)
+    if arguments.command == "eval":
+        return _cmd_eval(arguments.overrides, arguments.cfg)
+    if arguments.command == "models":
+        return _cmd_models()
+    if arguments.command == "data":
+        from xdllm.cli.data import run_data_command
+
+        return run_data_command(arguments)
+    if arguments.command == "tokenizer":
+        from xdllm.cli.tokenizer import run_tokenizer_command
+
+        return run_tokenizer_command(arguments)
+    from xdllm.cli.history import run_history_command
+
+    return run_history_command(arguments)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(flags_first(sys.argv[1:] if argv is None else argv))
     _configure_output()
     try:
-        if arguments.command == "train":
-            return _cmd_train(arguments.overrides, arguments.cfg)
-        if arguments.command == "generate":
-            return _cmd_generate(arguments.overrides, arguments.cfg, arguments.multirun)
-        if arguments.command == "eval":
-            return _cmd_eval(arguments.overrides, arguments.cfg)
-        if arguments.command == "models":
-            return _cmd_models()
-        if arguments.command == "data":
-            from xdllm.cli.data import run_data_command
-
-            return run_data_command(arguments)
-        if arguments.command == "tokenizer":
-            from xdllm.cli.tokenizer import run_tokenizer_command
-
-            return run_tokenizer_command(arguments)
-        from xdllm.cli.history import run_history_command
-
-        return run_history_command(arguments)
+        status = _run_command(arguments)
+        sys.stdout.flush()  # a reader that went away is found here, not in the flush at exit
+        return status
     except (XdllmError, ModelRegistryError) as error:
         print(f"xdllm: error: {' '.join(str(error).split())}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # the reader of stdout closed it (`xdllm ... | head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+    except BrokenPipeError:
+        # The reader of stdout closed it (`xdllm history show ... | head -1`): stop quietly, as
+        # coreutils do (killed by SIGPIPE, which a shell reports as 141 = 128 + 13); stdout goes
+        # to /dev/null so that Python's flush at exit raises no second error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     except OSError as error:  # a folder that cannot be written, a disk that is full, ...
         where = f": {error.filename}" if error.filename else ""

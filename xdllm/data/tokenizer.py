@@ -83,10 +83,6 @@ class SymbolTokenizer:
             raise ValueError(f"SymbolTokenizer.id_to_token: id {token_id} outside [0, {len(self._tokens)})")
         return self._tokens[token_id]
 
-    def display_token(self, token_id: int) -> str:
-        """The token as shown in views: a symbol is its own text."""
-        return self.id_to_token(token_id)
-
 
 def builtin_tokenizer() -> SymbolTokenizer:
     """The tokenizer of the built-in tasks (see :data:`BUILTIN_SYMBOLS`)."""
