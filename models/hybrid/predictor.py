@@ -30,7 +30,6 @@ within it, so a sample's output does not depend on its batch.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,7 +40,7 @@ from torch import Tensor, nn
 from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
-from xdllm.predict.block_steps import PassTally, block_step_state
+from xdllm.predict.block_steps import block_step_state
 from xdllm.predict.confidence import check_confidence_options, token_confidence
 from xdllm.predict.inputs import (
     check_decoding_options,
@@ -49,7 +48,6 @@ from xdllm.predict.inputs import (
 )
 from xdllm.predict.sampling import choose_tokens, final_distribution
 from xdllm.predict.stopping import fill_after_eos
-from xdllm.predict.text import decode_regions
 from xdllm.predict.unmask_count import scheduled_count, select_positions
 from xdllm_models.hybrid.decoding import block_decoding_positions, start_block_decoding
 
@@ -139,12 +137,11 @@ class HybridPredictor:
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
                 history: HistoryRecorder | None = None) -> PredictionDict:
-        start_time = time.perf_counter()
         start = start_block_decoding("HybridPredictor", batch, model, self.model, self.tokenizer,
                                      self.max_new_tokens, self.block_size, self.seed, history)
-        model, tok, canvas, positions, keys, cache = (start.model, start.tokenizer, start.canvas, start.positions,
-                                                      start.keys, start.cache)
-        logits, n_blocks, size = start.prompt_logits, start.n_blocks, self.block_size
+        model, tok, canvas, keys, cache, tally = (start.model, start.tokenizer, start.canvas, start.keys, start.cache,
+                                                  start.tally)
+        logits, size = start.prompt_logits, self.block_size
         n_rows, device = canvas.ids.shape[0], canvas.ids.device
         k = history.k if history is not None else 0
         last_column = (canvas.output_start - 1)[:, None, None].expand(-1, 1, logits.shape[-1])
@@ -152,7 +149,6 @@ class HybridPredictor:
         in_block = torch.arange(size, device=device)
         ids = canvas.ids
         finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
-        tally = PassTally(n_rows, device, start_time)
 
         def record(block: int, canvas_ids: Tensor, probs: Tensor, committed: Tensor, scores: Tensor,
                    active: Tensor) -> None:
@@ -161,9 +157,8 @@ class HybridPredictor:
                                                  scores, active, k))
             tally.count(active)
 
-        for block in range(n_blocks):
-            columns = canvas.output_start[:, None] + block * size + in_block
-            block_positions = positions.gather(1, columns)
+        for block in range(start.n_blocks):
+            columns, block_positions = start.block_columns(block)
             running = ~finished
             # 1. seed: the causal branch's next token
             probs = self._distribution(seed_logits)
@@ -191,7 +186,7 @@ class HybridPredictor:
                 record(block, ids, probs, committed | (padded & masked), scores, active)
             if self.stop_at_eos:
                 finished = finished | (block_ids == tok.eos_token_id).any(1)
-            if block + 1 == n_blocks or (self.stop_at_eos and bool(finished.all())):
+            if block + 1 == start.n_blocks or (self.stop_at_eos and bool(finished.all())):
                 break
             # 3. append: the finished block into the cache, causally; its last logit seeds the next
             logits = model(block_ids, positions=block_positions, mask_rule=CausalMask(), kv_cache=cache)
@@ -199,17 +194,7 @@ class HybridPredictor:
 
         in_region = canvas.window_valid.new_zeros(ids.shape).scatter(1, canvas.window_index, canvas.window_valid)
         ids = torch.where(in_region & (ids == tok.mask_token_id), tok.pad_token_id, ids)  # never generated
-        prediction: PredictionDict = {
-            "loss": None,
-            "text": decode_regions(tok, ids, canvas.output_start, canvas.region_len, self.skip_special_tokens),
-            "ids": ids,
-            "time_taken": tally.time_taken(),
-            "output_start_idx": canvas.output_start,
-            "steps_taken": tally.steps_taken.tolist(),
-        }
-        if history is not None:
-            history.end(prediction)
-        return prediction
+        return start.finish(ids, tally.steps_taken, self.skip_special_tokens, history)
 
     def _fill(self, logits: Float[Tensor, "batch block vocab"], block_ids: Integer[Tensor, "batch block"],
               masked: Bool[Tensor, "batch block"], keys: Integer[Tensor, " batch"], block: int, fill_pass: int

@@ -30,7 +30,6 @@ sample_index)``, the block and the step, so a sample's output does not depend on
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,12 +40,11 @@ from torch import Tensor, nn
 from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
-from xdllm.predict.block_steps import PassTally, block_step_state
+from xdllm.predict.block_steps import block_step_state
 from xdllm.predict.canvas import Canvas
 from xdllm.predict.inputs import check_decoding_options
 from xdllm.predict.sampling import choose_tokens, final_distribution
 from xdllm.predict.stopping import fill_after_eos
-from xdllm.predict.text import decode_regions
 from xdllm_models.hybrid.decoding import block_decoding_positions, start_block_decoding
 
 
@@ -133,22 +131,18 @@ class UDLMPredictor:
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
                 history: HistoryRecorder | None = None) -> PredictionDict:
-        start_time = time.perf_counter()
         start = start_block_decoding("UDLMPredictor", batch, model, self.model, self.tokenizer,
                                      self.max_new_tokens, self.block_size, self.seed, history)
-        model, tok, canvas, positions, keys, cache = (start.model, start.tokenizer, start.canvas, start.positions,
-                                                      start.keys, start.cache)
-        n_blocks, size = start.n_blocks, self.block_size
+        model, tok, canvas, keys, cache, tally = (start.model, start.tokenizer, start.canvas, start.keys, start.cache,
+                                                  start.tally)
+        size = self.block_size
         n_rows, device = canvas.ids.shape[0], canvas.ids.device
         k = history.k if history is not None else 0
         encoder_passes = torch.ones(n_rows, dtype=torch.long, device=device)
         ids = canvas.ids
         finished = torch.zeros(n_rows, dtype=torch.bool, device=device)
-        tally = PassTally(n_rows, device, start_time)
-        in_block = torch.arange(size, device=device)
-        for block in range(n_blocks):
-            columns = canvas.output_start[:, None] + block * size + in_block
-            block_positions = positions.gather(1, columns)
+        for block in range(start.n_blocks):
+            columns, block_positions = start.block_columns(block)
             block_ids = self.initial_block(keys, block, tok.vocab_size)
             stopped = finished.clone()
             for step in range(self.steps_per_block):
@@ -170,23 +164,13 @@ class UDLMPredictor:
                 stopped = stopped | stops
             if self.stop_at_eos:
                 finished = finished | (block_ids == tok.eos_token_id).any(1)
-            if block + 1 == n_blocks or bool(finished.all()):
+            if block + 1 == start.n_blocks or bool(finished.all()):
                 break
             model(block_ids, positions=block_positions, mask_rule=CausalMask(), kv_cache=cache)  # append
             encoder_passes = encoder_passes + (~finished).long()
 
         ids = self._settle(ids, canvas)
-        prediction: PredictionDict = {
-            "loss": None,
-            "text": decode_regions(tok, ids, canvas.output_start, canvas.region_len, self.skip_special_tokens),
-            "ids": ids,
-            "time_taken": tally.time_taken(),
-            "output_start_idx": canvas.output_start,
-            "steps_taken": (tally.steps_taken + encoder_passes).tolist(),
-        }
-        if history is not None:
-            history.end(prediction)
-        return prediction
+        return start.finish(ids, tally.steps_taken + encoder_passes, self.skip_special_tokens, history)
 
     def _settle(self, ids: Integer[Tensor, "batch seq_len"], canvas: Canvas) -> Integer[Tensor, "batch seq_len"]:
         """Blocks never generated become padding, and with ``stop_at_eos`` so does everything after
