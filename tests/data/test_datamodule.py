@@ -121,6 +121,32 @@ def test_training_stream_never_yields_a_held_out_sample():
     assert len(drawn) + len(held_out) >= 95  # the rest of the space is still used
 
 
+class CountingSortTask(SortTask):
+    """A sort task that counts its draws."""
+
+    def __init__(self, length):
+        super().__init__(length=length)
+        self.draws = 0
+
+    def generate(self, rng):
+        self.draws += 1
+        return super().generate(rng)
+
+
+def test_each_held_out_sample_is_drawn_once_and_a_split_only_when_needed():
+    task = CountingSortTask(length=4)  # a sudoku draw costs ~7 ms: 3,072 held-out puzzles drew twice
+    datamodule = _datamodule(task=task, num_val_samples=5, num_predict_samples=7)
+    validation = datamodule.held_out_examples("validation")
+    assert task.draws == 5  # the test split is not drawn for validation
+    assert validation == [example(SortTask(length=4), TOKENIZER, "validation", i, seed=0) for i in range(5)]
+    excluded = datamodule.excluded_from_training
+    test = datamodule.held_out_examples("test")
+    assert task.draws == 12
+    symbols = [tuple(TOKENIZER.decode(e[key]).split())
+               for e in validation + test for key in ("prompt_ids", "target_ids")]
+    assert excluded == set(zip(symbols[::2], symbols[1::2]))
+
+
 def test_validation_roles_test_split_and_max_new_tokens():
     datamodule = _datamodule(task=SortTask(length=5), num_val_samples=10, num_predict_samples=6, eval_batch_size=4)
     datamodule.setup("fit")

@@ -21,7 +21,7 @@ from xdllm.data.samplers import (
     TrainStreamBatchSampler,
     even_shard_batches,
 )
-from xdllm.data.tasks import SampleKey, Task, TokenizedTask, example, held_out_keys
+from xdllm.data.tasks import SampleKey, Task, TokenizedTask, drawn_example, example, held_out_draws, sample_keys
 from xdllm.interfaces import Collator, Example, Tokenizer
 
 
@@ -94,8 +94,8 @@ class DiffusionDataModule(L.LightningDataModule):
         self.num_workers = num_workers
         self.max_steps = max_steps
         self.accumulate_grad_batches = accumulate_grad_batches
-        self._held_out: dict[str, list[Example]] | None = None
-        self._exclude: frozenset[SampleKey] | None = None
+        self._draws: dict[str, list[tuple[list, list]]] = {}
+        self._held_out: dict[str, list[Example]] = {}
 
     @property
     def max_new_tokens(self) -> int:
@@ -107,24 +107,34 @@ class DiffusionDataModule(L.LightningDataModule):
 
     @property
     def excluded_from_training(self) -> frozenset[SampleKey]:
-        """Every held-out sample this run evaluates on; the training stream never yields one."""
-        if self._exclude is None:
-            self._exclude = (held_out_keys(self.task, "validation", self.seed, self.num_val_samples)
-                             | held_out_keys(self.task, "test", self.seed, self.num_predict_samples))
-        return self._exclude
+        """Every held-out sample this run evaluates on; the training stream never yields one
+        (none for prepared data: its splits were separated when it was prepared)."""
+        if isinstance(self.task, PreparedTask):
+            return frozenset()
+        return sample_keys(self._held_out_draws("validation")) | sample_keys(self._held_out_draws("test"))
 
     def held_out_examples(self, split: str) -> list[Example]:
-        """The first ``num_val_samples`` validation or ``num_predict_samples`` test examples."""
-        if self._held_out is None:
-            self._held_out = {
-                "validation": [example(self.task, self.tokenizer, "validation", i, self.seed)
-                               for i in range(self.num_val_samples)],
-                "test": [example(self.task, self.tokenizer, "test", i, self.seed)
-                         for i in range(self.num_predict_samples)],
-            }
+        """The first ``num_val_samples`` validation or ``num_predict_samples`` test examples
+        (each split drawn once, when first needed)."""
         if split not in self._held_out:
-            raise ValueError(f"DiffusionDataModule: held-out split must be 'validation' or 'test', got {split!r}")
+            if isinstance(self.task, PreparedTask):
+                self._held_out[split] = [self.task.example(split, index, self.seed)
+                                         for index in range(self._held_out_count(split))]
+            else:
+                self._held_out[split] = [drawn_example(self.task, self.tokenizer, split, index, prompt, target)
+                                         for index, (prompt, target) in enumerate(self._held_out_draws(split))]
         return self._held_out[split]
+
+    def _held_out_count(self, split: str) -> int:
+        counts = {"validation": self.num_val_samples, "test": self.num_predict_samples}
+        if split not in counts:
+            raise ValueError(f"DiffusionDataModule: held-out split must be 'validation' or 'test', got {split!r}")
+        return counts[split]
+
+    def _held_out_draws(self, split: str) -> list[tuple[list, list]]:
+        if split not in self._draws:
+            self._draws[split] = held_out_draws(self.task, split, self.seed, self._held_out_count(split))
+        return self._draws[split]
 
     def _rank_and_world_size(self) -> tuple[int, int]:
         if self.trainer is None:

@@ -14,7 +14,7 @@ import hashlib
 import math
 import random
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
@@ -309,17 +309,23 @@ def draw_sample(task: Task | TokenizedTask, split: str, index: int, seed: int,
                        "nearly the whole task space; use fewer held-out samples or a larger task")
 
 
+def held_out_draws(task: Task | TokenizedTask, split: str, seed: int, count: int) -> list[tuple[list, list]]:
+    """The first ``count`` samples of ``split`` as drawn (see :func:`draw_sample`)."""
+    return [draw_sample(task, split, index, seed) for index in range(count)]
+
+
+def sample_keys(draws: Sequence[tuple[list, list]]) -> frozenset[SampleKey]:
+    """``draws`` as the set the training stream must avoid."""
+    return frozenset((tuple(prompt), tuple(target)) for prompt, target in draws)
+
+
 def held_out_keys(task: Task | TokenizedTask | PreparedTask, split: str, seed: int,
                   count: int) -> frozenset[SampleKey]:
     """The first ``count`` samples of ``split``, as the set the training stream must avoid
     (none for prepared data: its splits were separated when it was prepared)."""
     if isinstance(task, PreparedTask):
         return frozenset()
-    keys = set()
-    for index in range(count):
-        prompt, target = draw_sample(task, split, index, seed)
-        keys.add((tuple(prompt), tuple(target)))
-    return frozenset(keys)
+    return sample_keys(held_out_draws(task, split, seed, count))
 
 
 def encode_symbols(tokenizer: Tokenizer, symbols: list[str], where: str) -> list[int]:
@@ -347,6 +353,12 @@ def example(task: Task | TokenizedTask | PreparedTask, tokenizer: Tokenizer, spl
     if isinstance(task, PreparedTask):
         return task.example(split, index, seed, step=step)
     prompt, target = draw_sample(task, split, index, seed, exclude)
+    return drawn_example(task, tokenizer, split, index, prompt, target, step)
+
+
+def drawn_example(task: Task | TokenizedTask, tokenizer: Tokenizer, split: str, index: int, prompt: list,
+                  target: list, step: int = 0) -> Example:
+    """Sample ``index`` of ``split``, drawn as ``prompt`` and ``target``, as an :class:`~xdllm.interfaces.Example`."""
     if isinstance(task, TokenizedTask):
         return Example(prompt_ids=prompt, target_ids=target, sample_index=index, step=step)
     where = f"task {task.name!r}, split {split!r}, sample {index}"
