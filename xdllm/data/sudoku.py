@@ -20,6 +20,11 @@ UNITS = ([[r * 9 + c for c in range(9)] for r in range(9)]
          + [[r * 9 + c for r in range(9)] for c in range(9)]
          + [[(b // 3) * 27 + (b % 3) * 3 + r * 9 + c for r in range(3) for c in range(3)] for b in range(9)])
 """The 27 rows, columns and boxes, each as its 9 cell indices."""
+CELL_UNITS = [[UNITS[ROW[cell]], UNITS[9 + COL[cell]], UNITS[18 + BOX[cell]]] for cell in range(CELLS)]
+"""The row, column and box of each cell, as cell indices."""
+POPCOUNT = [bin(mask).count("1") for mask in range(ALL_DIGITS + 1)]
+DIGITS = [[digit for digit in range(1, 10) if mask >> digit & 1] for mask in range(ALL_DIGITS + 1)]
+"""The digits in each 9-bit mask, ascending."""
 
 
 def _check_grid(grid: Sequence[int], where: str) -> None:
@@ -55,7 +60,7 @@ def count_solutions(grid: Sequence[int], limit: int = 2, rng: random.Random | No
             if cells[cell]:
                 continue
             options = ALL_DIGITS & ~(rows[ROW[cell]] | cols[COL[cell]] | boxes[BOX[cell]])
-            count = bin(options).count("1")
+            count = POPCOUNT[options]
             if count < best_count:
                 best, best_options, best_count = cell, options, count
                 if count <= 1:
@@ -65,8 +70,9 @@ def count_solutions(grid: Sequence[int], limit: int = 2, rng: random.Random | No
             if solution is not None and found == 1:
                 solution[:] = cells
             return found >= limit
-        digits = [digit for digit in range(1, 10) if best_options >> digit & 1]
+        digits = DIGITS[best_options]
         if rng is not None:
+            digits = list(digits)
             rng.shuffle(digits)
         r, c, b = ROW[best], COL[best], BOX[best]
         for digit in digits:
@@ -95,32 +101,71 @@ def random_solution(rng: random.Random) -> list[int]:
     return solution
 
 
+class _Givens:
+    """The digits used in each row, column and box of a puzzle, as 9-bit masks."""
+
+    def __init__(self, grid: Sequence[int]) -> None:
+        self.grid = list(grid)
+        self.used = [0] * 27  # rows, then columns, then boxes
+        for cell, value in enumerate(self.grid):
+            if value:
+                self.flip(cell, value)
+
+    def flip(self, cell: int, value: int) -> None:
+        """Mark ``value`` used (or no longer used) in ``cell``'s row, column and box."""
+        bit = 1 << value
+        for unit in (ROW[cell], 9 + COL[cell], 18 + BOX[cell]):
+            self.used[unit] ^= bit
+
+    def candidates(self, cell: int) -> int:
+        return ALL_DIGITS & ~(self.used[ROW[cell]] | self.used[9 + COL[cell]] | self.used[18 + BOX[cell]])
+
+    def blank(self, cell: int) -> None:
+        self.flip(cell, self.grid[cell])
+        self.grid[cell] = 0
+
+    def fill(self, cell: int, value: int) -> None:
+        self.grid[cell] = value
+        self.flip(cell, value)
+
+    def forced(self, cell: int, digit: int) -> bool:
+        """Whether blank ``cell`` can only hold ``digit``: its only candidate, or the only blank
+        of one of its units that can take it (so blanking it kept a unique solution unique)."""
+        bit = 1 << digit
+        if self.candidates(cell) == bit:
+            return True
+        return any(all(other == cell or self.grid[other] or not self.candidates(other) & bit for other in unit)
+                   for unit in CELL_UNITS[cell])
+
+
 def make_puzzle(rng: random.Random, num_givens: int) -> tuple[list[int], list[int]]:
     """``(puzzle, solution)``: ``num_givens`` cells of a random solution kept, the rest blank,
     with exactly one solution.
 
     Cells are blanked in a random order, each only if the solution stays unique; when a grid
-    cannot get down to ``num_givens`` that way, a new grid is drawn.
+    cannot get down to ``num_givens`` that way, a new grid is drawn. A blanked cell that the
+    givens force (a single candidate, or a unit's only place for its digit) keeps the solution
+    unique without a search.
     """
     if not 17 <= num_givens <= CELLS:
         raise ValueError(f"num_givens must be in [17, 81] (no sudoku with fewer than 17 givens has a "
                          f"unique solution), got {num_givens}")
     for _ in range(100):
         solution = random_solution(rng)
-        puzzle = list(solution)
+        puzzle = _Givens(solution)
         givens = CELLS
         order = list(range(CELLS))
         rng.shuffle(order)
         for cell in order:
             if givens == num_givens:
-                return puzzle, solution
-            puzzle[cell] = 0
-            if count_solutions(puzzle, limit=2) == 1:
+                return puzzle.grid, solution
+            puzzle.blank(cell)
+            if puzzle.forced(cell, solution[cell]) or count_solutions(puzzle.grid, limit=2) == 1:
                 givens -= 1
             else:
-                puzzle[cell] = solution[cell]
+                puzzle.fill(cell, solution[cell])
         if givens == num_givens:
-            return puzzle, solution
+            return puzzle.grid, solution
     raise ValueError(f"could not reach {num_givens} givens with a unique solution in 100 grids; "
                      "ask for more givens")
 
