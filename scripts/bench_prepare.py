@@ -1,8 +1,10 @@
 """Throughput of ``xdllm data prepare`` alone, on a corpus and tokenizer you already have.
 
 Prepares ``CORPUS`` with ``TOKENIZER`` into a temporary folder ``--repeat`` times, with
-``--workers`` processes, and prints one JSON line: source MB, each run's MB/s, the best, the
-SHA-256 of the prepared arrays (equal for equal output) and the load average before the runs.
+``--workers`` processes, and prints one JSON line: source MB, each run's MB/s of wall time and
+MB per CPU second (this process and its workers, user + system: what other jobs on shared cores
+disturb least), the best of each, the SHA-256 of the prepared arrays (equal for equal output) and
+the load average before the runs.
 
     OMP_NUM_THREADS=1 python scripts/bench_prepare.py corpus.txt tokenizer.json --workers 1
 
@@ -16,6 +18,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import shutil
 import tempfile
 from pathlib import Path
@@ -43,24 +46,33 @@ def arrays_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def cpu_seconds() -> float:
+    """User + system seconds of this process and its finished children."""
+    return sum(usage.ru_utime + usage.ru_stime
+               for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def main() -> None:
     args = parse_args()
     load = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="xdllm-bench-prepare-", dir="/tmp"))
-    runs, digests, summary = [], set(), {}
+    runs, cpu_runs, digests, summary = [], [], set(), {}
     try:
         for repeat in range(args.repeat):
             output = work / f"prepared-{repeat}"
+            cpu_before = cpu_seconds()
             summary = prepare(PrepareOptions(inputs=[args.corpus], output=output, tokenizer=args.tokenizer,
                                              workers=args.workers, val_fraction=0.01, test_fraction=0.0,
                                              max_tokens=args.max_tokens))
             runs.append(summary["mb_per_second"])
+            cpu_runs.append(round(summary["source_bytes"] / 1e6 / (cpu_seconds() - cpu_before), 3))
             digests.add(arrays_digest(output))
             shutil.rmtree(output)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({"source_mb": round(summary["source_bytes"] / 1e6, 1), "workers": args.workers,
-                      "mb_per_s": runs, "best_mb_per_s": max(runs), "tokens": sum(summary["tokens"].values()),
+                      "mb_per_s": runs, "best_mb_per_s": max(runs),
+                      "mb_per_cpu_s": cpu_runs, "best_mb_per_cpu_s": max(cpu_runs), "tokens": sum(summary["tokens"].values()),
                       "digest": sorted(digests), "load_before": round(load, 2)}))
 
 

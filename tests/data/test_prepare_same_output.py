@@ -14,6 +14,7 @@ from xdllm.data.prepare import PrepareOptions, choose_held_out, held_out_counts,
 from xdllm.data.prepared_store import SPLITS, token_dtype
 from xdllm.data.source_records import RecordFormat
 from xdllm.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
+from xdllm.errors import XdllmError
 
 STORIES = Path(__file__).parents[2] / "experiments" / "data" / "stories.txt"
 STORIES_TOKENIZER = STORIES.with_name("stories_tokenizer.json")
@@ -154,3 +155,25 @@ def test_prepared_arrays_keep_their_digest(tmp_path, tokenizer, source_lines, di
         for array in ("tokens", "offsets"):
             hashed.update((output / f"{split}.{array}.npy").read_bytes())
     assert hashed.hexdigest() == digest
+
+
+def test_encode_batch_gives_the_ids_of_encode(tmp_path):
+    texts = ["the dog runs .", "", "zebra the cat", "mia went to the park"]
+    for tokenizer in (load_tokenizer(STORIES_TOKENIZER), load_tokenizer(_bpe_tokenizer(tmp_path / "b.json", texts))):
+        assert tokenizer.encode_batch(texts) == [tokenizer.encode(text) for text in texts]
+    builtin = load_tokenizer("builtin")
+    assert builtin.encode_batch(["1 + 2", " ", "a b"]) == [builtin.encode(t) for t in ["1 + 2", " ", "a b"]]
+    with pytest.raises(ValueError, match="unknown symbol 'Q' at position 1"):
+        builtin.encode_batch(["1 2", "a Q"])
+
+
+def test_an_error_names_the_first_failing_line_of_a_batch(tmp_path, monkeypatch):
+    """A batch fails as a whole; the error still names the first line, prompt before response."""
+    monkeypatch.setattr(prepare_worker, "BATCH_RECORDS", 64)
+    good, bad_prompt, bad_response = ("1 +", "2"), ("1 X", "2"), ("1", "Y")
+    for pairs, line, symbol in (([bad_response, good, bad_prompt], 1, "Y"), ([good, bad_prompt, bad_response], 2, "X")):
+        source = tmp_path / "pairs.jsonl"
+        source.write_text("".join(json.dumps({"prompt": p, "response": r}) + "\n" for p, r in pairs))
+        with pytest.raises(XdllmError, match=rf"{source}:{line}: SymbolTokenizer.encode: unknown symbol '{symbol}'"):
+            prepare(PrepareOptions(inputs=[source], output=tmp_path / "out", tokenizer="builtin",
+                                   record_format=RecordFormat("prompt_response")))

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from itertools import chain
+from dataclasses import dataclass
+from itertools import chain, islice
 from pathlib import Path
 
 import numpy as np
@@ -56,32 +56,29 @@ def part_path(parts: Path, index: int, array: str) -> Path:
     return parts / f"{index:06d}.{array}.npy"
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Records:
-    """Up to :data:`BATCH_RECORDS` records of a chunk, and the blank lines read before and among them."""
+    """Records of a chunk's next :data:`BATCH_RECORDS` lines (their line numbers, prompt and target
+    texts), and how many of those lines were blank."""
 
-    numbers: list[int] = field(default_factory=list)
-    prompts: list[str] = field(default_factory=list)
-    targets: list[str] = field(default_factory=list)
-    blank_lines: int = 0
+    numbers: list[int]
+    prompts: list[str]
+    targets: list[str]
+    blank_lines: int
 
 
 def _record_batches(chunk: Chunk, record_format: RecordFormat) -> Iterator[_Records]:
-    """The chunk's records in batches, in line order; the last batch may hold only blank lines."""
+    """The chunk's records, a batch per :data:`BATCH_RECORDS` lines, in line order."""
     path = str(chunk.path)
-    batch = _Records()
-    for number, line in chunk_lines(chunk):
-        record = record_format.record(line, f"{path}:{number}")
-        if record is None:
-            batch.blank_lines += 1
-            continue
-        batch.numbers.append(number)
-        batch.prompts.append(record[0])
-        batch.targets.append(record[1])
-        if len(batch.numbers) == BATCH_RECORDS:
-            yield batch
-            batch = _Records()
-    yield batch
+    lines = chunk_lines(chunk)
+    while block := list(islice(lines, BATCH_RECORDS)):
+        if record_format.format == "text":  # a record is its line: no call per line
+            records = [(number, "", line) for number, line in block if line.strip()]
+        else:
+            parsed = ((number, record_format.record(line, f"{path}:{number}")) for number, line in block)
+            records = [(number, *record) for number, record in parsed if record is not None]
+        numbers, prompts, targets = ([list(column) for column in zip(*records)] if records else ([], [], []))
+        yield _Records(numbers=numbers, prompts=prompts, targets=targets, blank_lines=len(block) - len(records))
 
 
 def _encode_records(tokenizer: HFTokenizerFile | SymbolTokenizer, batch: _Records, pairs: bool, path: Path
