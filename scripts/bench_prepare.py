@@ -3,7 +3,7 @@
 Prepares ``CORPUS`` with ``TOKENIZER`` into a temporary folder ``--repeat`` times, with
 ``--workers`` processes, and prints one JSON line: source MB, each run's MB/s of wall time and
 MB per CPU second (this process and its workers, user + system: what other jobs on shared cores
-disturb least), the best of each, the SHA-256 of the prepared arrays (equal for equal output) and
+disturb least), the best of each, the largest peak resident memory of a worker process, the SHA-256 of the prepared arrays (equal for equal output) and
 the load average before the runs.
 
     OMP_NUM_THREADS=1 python scripts/bench_prepare.py corpus.txt tokenizer.json --workers 1
@@ -71,8 +71,9 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({"source_mb": round(summary["source_bytes"] / 1e6, 1), "workers": args.workers,
-                      "mb_per_s": runs, "best_mb_per_s": max(runs),
-                      "mb_per_cpu_s": cpu_runs, "best_mb_per_cpu_s": max(cpu_runs), "tokens": sum(summary["tokens"].values()),
+                      "mb_per_s": runs, "best_mb_per_s": max(runs), "mb_per_cpu_s": cpu_runs,
+                      "best_mb_per_cpu_s": max(cpu_runs), "tokens": sum(summary["tokens"].values()),
+                      "worker_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
                       "digest": sorted(digests), "load_before": round(load, 2)}))
 
 

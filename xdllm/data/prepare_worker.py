@@ -23,8 +23,8 @@ from xdllm.data.tokenizer import HFTokenizerFile, SymbolTokenizer, load_tokenize
 from xdllm.errors import XdllmError
 
 BATCH_RECORDS = 1024
-"""Records encoded per tokenizer call: enough that the per-call overhead vanishes, few enough
-that a batch's ids (Python lists) stay small."""
+"""Lines whose records are encoded in one tokenizer call: enough that the per-call overhead
+vanishes; a batch holds at most a chunk's text, so its encodings stay small."""
 
 _tokenizer: HFTokenizerFile | SymbolTokenizer | None = None
 
