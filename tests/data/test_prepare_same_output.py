@@ -99,18 +99,18 @@ def _assert_same(prepared: dict[str, np.ndarray], expected: dict[str, np.ndarray
         np.testing.assert_array_equal(prepared[name], array, err_msg=name)
 
 
-@pytest.mark.parametrize("tokenizer_kind, workers, chunk_bytes, batch_records", [
+@pytest.mark.parametrize("tokenizer_kind, workers, chunk_bytes, batch_lines", [
     ("stories", 1, 1 << 20, 1024), ("stories", 2, 701, 3), ("bpe", 2, 1500, 7), ("hash_dropping", 1, 997, 5),
 ])
 def test_text_documents_equal_the_plain_algorithm(tmp_path, monkeypatch, tokenizer_kind, workers, chunk_bytes,
-                                                  batch_records):
+                                                  batch_lines):
     lines = _text_lines()
     source = tmp_path / "corpus.txt"
     source.write_bytes("".join(line + ("\r\n" if i % 5 == 0 else "\n") for i, line in enumerate(lines)).encode())
     tokenizer = {"stories": lambda: STORIES_TOKENIZER,
                  "bpe": lambda: _bpe_tokenizer(tmp_path / "bpe.json", lines),
                  "hash_dropping": lambda: _hash_dropping_tokenizer(tmp_path / "hash.json")}[tokenizer_kind]()
-    monkeypatch.setattr(prepare_worker, "BATCH_RECORDS", batch_records)  # inherited by forked workers
+    monkeypatch.setattr(prepare_worker, "BATCH_LINES", batch_lines)  # inherited by forked workers
     output = tmp_path / "prepared"
     summary = prepare(PrepareOptions(inputs=[source], output=output, tokenizer=str(tokenizer), workers=workers,
                                      val_fraction=0.1, test_fraction=0.05, seed=3, max_tokens=12,
@@ -126,7 +126,7 @@ def test_prompt_response_pairs_equal_the_plain_algorithm(tmp_path, monkeypatch):
     lines[10:10] = ["", "  "]
     source = tmp_path / "pairs.jsonl"
     source.write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(prepare_worker, "BATCH_RECORDS", 4)
+    monkeypatch.setattr(prepare_worker, "BATCH_LINES", 4)
     output = tmp_path / "prepared"
     record_format = RecordFormat("prompt_response")
     prepare(PrepareOptions(inputs=[source], output=output, tokenizer=str(STORIES_TOKENIZER),
@@ -169,7 +169,7 @@ def test_encode_batch_gives_the_ids_of_encode(tmp_path):
 
 def test_an_error_names_the_first_failing_line_of_a_batch(tmp_path, monkeypatch):
     """A batch fails as a whole; the error still names the first line, prompt before response."""
-    monkeypatch.setattr(prepare_worker, "BATCH_RECORDS", 64)
+    monkeypatch.setattr(prepare_worker, "BATCH_LINES", 64)
     good, bad_prompt, bad_response = ("1 +", "2"), ("1 X", "2"), ("1", "Y")
     for pairs, line, symbol in (([bad_response, good, bad_prompt], 1, "Y"), ([good, bad_prompt, bad_response], 2, "X")):
         source = tmp_path / "pairs.jsonl"

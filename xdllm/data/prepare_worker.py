@@ -22,7 +22,7 @@ from xdllm.data.source_records import Chunk, RecordFormat, chunk_lines
 from xdllm.data.tokenizer import HFTokenizerFile, SymbolTokenizer, load_tokenizer
 from xdllm.errors import XdllmError
 
-BATCH_RECORDS = 1024
+BATCH_LINES = 1024
 """Lines whose records are encoded in one tokenizer call: enough that the per-call overhead
 vanishes; a batch holds at most a chunk's text, so its encodings stay small."""
 
@@ -58,8 +58,8 @@ def part_path(parts: Path, index: int, array: str) -> Path:
 
 @dataclass(frozen=True)
 class _Records:
-    """Records of a chunk's next :data:`BATCH_RECORDS` lines (their line numbers, prompt and target
-    texts), and how many of those lines were blank."""
+    """The records of a chunk's next :data:`BATCH_LINES` lines (their line numbers, prompt and
+    target texts), and how many of those lines were blank."""
 
     numbers: list[int]
     prompts: list[str]
@@ -68,10 +68,10 @@ class _Records:
 
 
 def _record_batches(chunk: Chunk, record_format: RecordFormat) -> Iterator[_Records]:
-    """The chunk's records, a batch per :data:`BATCH_RECORDS` lines, in line order."""
+    """The chunk's records, a batch per :data:`BATCH_LINES` lines, in line order."""
     path = str(chunk.path)
     lines = chunk_lines(chunk)
-    while block := list(islice(lines, BATCH_RECORDS)):
+    while block := list(islice(lines, BATCH_LINES)):
         if record_format.format == "text":  # a record is its line: no call per line
             records = [(number, "", line) for number, line in block if line.strip()]
         else:
@@ -128,8 +128,8 @@ def tokenize_chunk(chunk: Chunk, record_format: RecordFormat, max_tokens: int | 
                    parts: Path) -> ChunkStats:
     """Tokenize every record of ``chunk`` and save its part arrays; errors name file and line.
 
-    Records are encoded :data:`BATCH_RECORDS` at a time, each on its own (the ids are those of
-    ``encode`` record by record). A text document longer than ``max_tokens`` becomes consecutive
+    The records of :data:`BATCH_LINES` lines are encoded in one call, each on its own (the ids
+    are those of ``encode`` record by record). A text document longer than ``max_tokens`` becomes consecutive
     samples of at most ``max_tokens`` tokens (counted in ``cut_documents``); a text line that
     encodes to no tokens counts as an empty line.
     """
