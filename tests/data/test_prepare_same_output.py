@@ -177,3 +177,15 @@ def test_an_error_names_the_first_failing_line_of_a_batch(tmp_path, monkeypatch)
         with pytest.raises(XdllmError, match=rf"{source}:{line}: SymbolTokenizer.encode: unknown symbol '{symbol}'"):
             prepare(PrepareOptions(inputs=[source], output=tmp_path / "out", tokenizer="builtin",
                                    record_format=RecordFormat("prompt_response")))
+
+
+@pytest.mark.parametrize("record_format", [RecordFormat("text"), RecordFormat("jsonl"), RecordFormat("prompt_response")])
+def test_records_of_a_batch_are_those_of_record(record_format):
+    texts = ["a b", "", " \t", "\u3000", "\x1c", "x\u00a0", "\u2028"]
+    lines = [line if record_format.format == "text" else
+             json.dumps({"text": line, "prompt": line, "response": line}) if line.strip() else line for line in texts]
+    numbered = list(enumerate(lines, start=7))
+    expected = [(number, *record) for number, line in numbered
+                if (record := record_format.record(line, f"f:{number}")) is not None]
+    assert record_format.records(numbered, "f") == expected
+    assert [number for number, *_ in expected] == [7, 12]

@@ -72,11 +72,7 @@ def _record_batches(chunk: Chunk, record_format: RecordFormat) -> Iterator[_Reco
     path = str(chunk.path)
     lines = chunk_lines(chunk)
     while block := list(islice(lines, BATCH_LINES)):
-        if record_format.format == "text":  # a record is its line: no call per line
-            records = [(number, "", line) for number, line in block if line.strip()]
-        else:
-            parsed = ((number, record_format.record(line, f"{path}:{number}")) for number, line in block)
-            records = [(number, *record) for number, record in parsed if record is not None]
+        records = record_format.records(block, path)
         numbers, prompts, targets = ([list(column) for column in zip(*records)] if records else ([], [], []))
         yield _Records(numbers=numbers, prompts=prompts, targets=targets, blank_lines=len(block) - len(records))
 
