@@ -8,14 +8,17 @@
 3. Trains on each prepared corpus in a fresh process (``xdllm train task=prepared``, the MLM
    family, packed rows, ``--steps`` steps): that process's peak resident memory (``ru_maxrss``),
    and at the end its anonymous and file-backed resident memory.
-4. In this process: the tokenizer alone, encoding the first 4 MB line by line (what one
-   preparation worker cannot beat); the training loader's tokens per second (collated packed
-   batches) against the tokens per second one training step consumes (forward, loss,
-   backward, AdamW on batches collated beforehand).
+4. In this process: the tokenizer alone, encoding the first 4 MB line by line and in batches
+   of 1,024 lines (``encode_batch``, as a preparation worker does: what one worker cannot
+   beat); the training loader's tokens per second (collated packed batches) against the tokens
+   per second one training step consumes (forward, loss, backward, AdamW on batches collated
+   beforehand).
 
-Deletes the temporary folder at the end (``--keep`` keeps it). Prints one JSON line.
+``--prepare-only`` stops after step 2 and the tokenizer alone. Deletes the temporary folder at
+the end (``--keep`` keeps it). Prints one JSON line.
 
     OMP_NUM_THREADS=1 python scripts/bench_data.py              # 300 MB and 30 MB corpora
+    OMP_NUM_THREADS=1 python scripts/bench_data.py --size-mb 30 --workers 1 --prepare-only
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ def parse_args() -> argparse.Namespace:
                              "makes OpenMP spin: measured 12 s per step with 2 threads on a loaded 2-core machine)")
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a new folder under /tmp")
     parser.add_argument("--keep", action="store_true", help="keep the generated corpora and prepared data")
+    parser.add_argument("--prepare-only", action="store_true", help="no training runs: preparation and the "
+                        "tokenizer alone")
     return parser.parse_args()
 
 
@@ -97,17 +102,25 @@ def train_tokenizer(corpus: Path, target: Path, vocab: int) -> None:
     tokenizer.save(str(target))
 
 
-def tokenizer_alone(corpus: Path, tokenizer: Path, size_bytes: int = 4_000_000) -> float:
-    """MB/s of one process encoding the corpus's first lines with the tokenizer, nothing else."""
+def tokenizer_alone(corpus: Path, tokenizer: Path, size_bytes: int = 4_000_000, batch: int = 1024
+                    ) -> dict[str, float]:
+    """MB/s of one process encoding the corpus's first lines with the tokenizer, nothing else:
+    line by line, and ``batch`` lines per ``encode_batch`` call."""
     from xdllm.data.tokenizer import load_tokenizer
 
     with open(corpus, encoding="utf-8") as handle:
         lines = handle.read(size_bytes).splitlines()
+    megabytes = sum(len(line.encode()) + 1 for line in lines) / 1e6
     encoder = load_tokenizer(tokenizer)
     started = time.perf_counter()
     for line in lines:
         encoder.encode(line)
-    return sum(len(line.encode()) + 1 for line in lines) / 1e6 / (time.perf_counter() - started)
+    line_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    for start in range(0, len(lines), batch):
+        encoder.encode_batch(lines[start:start + batch])
+    batch_seconds = time.perf_counter() - started
+    return {"line_by_line": round(megabytes / line_seconds, 3), "batched": round(megabytes / batch_seconds, 3)}
 
 
 def prepare_corpus(source: Path, output: Path, tokenizer: Path, workers: int, max_tokens: int) -> dict:
@@ -190,22 +203,29 @@ def main() -> None:
         generate_seconds = time.perf_counter() - started
         tokenizer = work / "tokenizer.json"
         train_tokenizer(large, tokenizer, args.vocab)
-        single_process_mb_per_s = tokenizer_alone(large, tokenizer)
+        tokenizer_alone_mb_per_s = tokenizer_alone(large, tokenizer)
         prepared = {}
         for name, source in (("small", small), ("large", large)):
             summary = prepare_corpus(source, work / f"prepared-{name}", tokenizer, args.workers, args.max_tokens)
             prepared[name] = summary
-        memory = {name: training_memory(work / f"prepared-{name}", tokenizer, work / f"run-{name}", args.steps,
-                                        args.threads) for name in ("small", "large")}
-        throughput = loader_and_step_throughput(work / "prepared-large", tokenizer, args.loader_steps, args.threads)
-        peak_small, peak_large = memory["small"]["peak_rss_mb"], memory["large"]["peak_rss_mb"]
-        print(json.dumps({
+        preparation = {
             "corpus_mb": {name: round(summary["source_bytes"] / 1e6, 1) for name, summary in prepared.items()},
             "train_tokens": {name: summary["tokens"]["train"] for name, summary in prepared.items()},
             "prepare_workers": args.workers,
             "prepare_mb_per_s": {name: summary["mb_per_second"] for name, summary in prepared.items()},
             "prepare_seconds": {name: summary["seconds"] for name, summary in prepared.items()},
-            "tokenizer_alone_one_process_mb_per_s": round(single_process_mb_per_s, 3),
+            "tokenizer_alone_one_process_mb_per_s": tokenizer_alone_mb_per_s,
+            "load_average": round(os.getloadavg()[0], 2),
+        }
+        if args.prepare_only:
+            print(json.dumps(preparation))
+            return
+        memory = {name: training_memory(work / f"prepared-{name}", tokenizer, work / f"run-{name}", args.steps,
+                                        args.threads) for name in ("small", "large")}
+        throughput = loader_and_step_throughput(work / "prepared-large", tokenizer, args.loader_steps, args.threads)
+        peak_small, peak_large = memory["small"]["peak_rss_mb"], memory["large"]["peak_rss_mb"]
+        print(json.dumps({
+            **preparation,
             "training_peak_rss_mb": {"small": round(peak_small, 1), "large": round(peak_large, 1)},
             "larger_corpus_adds_rss_percent": round(100 * (peak_large - peak_small) / peak_small, 2),
             "training_end_rss_mb": {name: {"anon": round(m["rss_anon_mb"], 1), "file": round(m["rss_file_mb"], 1)}

@@ -48,9 +48,11 @@ from xdllm.data.tokenizer import load_tokenizer
 from xdllm.errors import XdllmError
 from xdllm.temporary_files import TEMPORARY_MARK, temporary_path, writer_alive
 
-CHUNK_BYTES = 4 << 20
-"""Source bytes per chunk: small enough for an even spread over workers and a smooth progress
-bar, large enough that per-chunk overhead is negligible."""
+CHUNK_BYTES = 1 << 20
+"""Source bytes per chunk: small enough for an even spread over workers (the last chunks keep
+one worker busy while the others wait), a smooth progress bar and a small bound on a worker's
+memory (a chunk's ids and one batch of encodings), large enough that per-chunk overhead (a few
+milliseconds) is negligible."""
 
 
 @dataclass(frozen=True)

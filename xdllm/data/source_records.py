@@ -111,6 +111,15 @@ class RecordFormat:
         return (_string_field(value, self.prompt_field, where),
                 _string_field(value, self.response_field, where))
 
+    def records(self, lines: Sequence[tuple[int, str]], path: str) -> list[tuple[int, str, str]]:
+        """``(line number, prompt text, target text)`` of each line of ``lines`` (``(line number,
+        text)`` of file ``path``) that is not blank: :meth:`record` of each, without a call per
+        line for text."""
+        if self.format == "text":
+            return [(number, "", line) for number, line in lines if line.strip()]
+        parsed = ((number, self.record(line, f"{path}:{number}")) for number, line in lines)
+        return [(number, *record) for number, record in parsed if record is not None]
+
 
 def _json_type(value: object) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "true/false", type(None): "null"}

@@ -73,6 +73,14 @@ class SymbolTokenizer:
             ids.append(token_id)
         return ids
 
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """``encode`` of each text; an unknown symbol is the ``ValueError`` of ``encode``."""
+        ids = self._ids
+        try:
+            return [[ids[symbol] for symbol in text.split()] for text in texts]
+        except KeyError:
+            return [self.encode(text) for text in texts]  # raises, naming the symbol and its position
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         special = self.special_token_ids
         return " ".join(self.id_to_token(int(token_id)) for token_id in ids
@@ -142,6 +150,12 @@ class HFTokenizerFile:
 
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """``encode`` of each text, in one call into ``tokenizers``: ``encode_batch_fast``
+        (no character offsets, the same ids) where the installed version has it."""
+        encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
+        return [encoding.ids for encoding in encode(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         ids = [int(token_id) for token_id in ids]
