@@ -3,8 +3,8 @@
 Prepares ``CORPUS`` with ``TOKENIZER`` into a temporary folder ``--repeat`` times, with
 ``--workers`` processes, and prints one JSON line: source MB, each run's MB/s of wall time and
 MB per CPU second (this process and its workers, user + system: what other jobs on shared cores
-disturb least), the best of each, the largest peak resident memory of a worker process, the SHA-256 of the prepared arrays (equal for equal output) and
-the load average before the runs.
+disturb least), the best of each, the largest peak resident memory of a worker process, the
+SHA-256 of the prepared arrays (equal for equal output) and the load average before the runs.
 
     OMP_NUM_THREADS=1 python scripts/bench_prepare.py corpus.txt tokenizer.json --workers 1
 

@@ -179,7 +179,8 @@ def test_an_error_names_the_first_failing_line_of_a_batch(tmp_path, monkeypatch)
                                    record_format=RecordFormat("prompt_response")))
 
 
-@pytest.mark.parametrize("record_format", [RecordFormat("text"), RecordFormat("jsonl"), RecordFormat("prompt_response")])
+@pytest.mark.parametrize("record_format",
+                         [RecordFormat("text"), RecordFormat("jsonl"), RecordFormat("prompt_response")])
 def test_records_of_a_batch_are_those_of_record(record_format):
     texts = ["a b", "", " \t", "\u3000", "\x1c", "x\u00a0", "\u2028"]
     lines = [line if record_format.format == "text" else
