@@ -147,6 +147,13 @@ def test_each_held_out_sample_is_drawn_once_and_a_split_only_when_needed():
     assert excluded == set(zip(symbols[::2], symbols[1::2]))
 
 
+def test_a_task_the_held_out_sets_cover_is_refused_before_training():
+    covered = _datamodule(task=SortTask(length=1), num_val_samples=40, num_predict_samples=40)  # 10 samples
+    with pytest.raises(ValueError, match=r"held-out set \(10 distinct samples\) covers .*data.num_val_samples"):
+        covered.check_training_stream()
+    _datamodule(task=SortTask(length=2), num_val_samples=40, num_predict_samples=40).check_training_stream()
+
+
 def test_validation_roles_test_split_and_max_new_tokens():
     datamodule = _datamodule(task=SortTask(length=5), num_val_samples=10, num_predict_samples=6, eval_batch_size=4)
     datamodule.setup("fit")

@@ -21,7 +21,16 @@ from xdllm.data.samplers import (
     TrainStreamBatchSampler,
     even_shard_batches,
 )
-from xdllm.data.tasks import SampleKey, Task, TokenizedTask, drawn_example, example, held_out_draws, sample_keys
+from xdllm.data.tasks import (
+    SampleKey,
+    Task,
+    TokenizedTask,
+    draw_sample,
+    drawn_example,
+    example,
+    held_out_draws,
+    sample_keys,
+)
 from xdllm.interfaces import Collator, Example, Tokenizer
 
 
@@ -112,6 +121,19 @@ class DiffusionDataModule(L.LightningDataModule):
         if isinstance(self.task, PreparedTask):
             return frozenset()
         return sample_keys(self._held_out_draws("validation")) | sample_keys(self._held_out_draws("test"))
+
+    def check_training_stream(self, samples: int = 8) -> None:
+        """Draw the first ``samples`` training samples away from the held-out sets: a task the
+        held-out sets (nearly) cover is a ``ValueError`` here, before training starts, rather than
+        an error inside a loader process."""
+        if isinstance(self.task, PreparedTask):
+            return
+        exclude = self.excluded_from_training
+        for index in range(samples):
+            try:
+                draw_sample(self.task, "train", index, self.seed, exclude)
+            except RuntimeError as error:
+                raise ValueError(str(error)) from None
 
     def held_out_examples(self, split: str) -> list[Example]:
         """The first ``num_val_samples`` validation or ``num_predict_samples`` test examples

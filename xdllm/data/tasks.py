@@ -305,8 +305,9 @@ def draw_sample(task: Task | TokenizedTask, split: str, index: int, seed: int,
         if (tuple(prompt), tuple(target)) not in exclude:
             return prompt, target
     raise RuntimeError(f"task {task.name!r}: sample {index} of split {split!r} matched the held-out set "
-                       f"{MAX_REDRAWS} times in a row; the held-out set ({len(exclude)} samples) covers "
-                       "nearly the whole task space; use fewer held-out samples or a larger task")
+                       f"{MAX_REDRAWS} times in a row; the held-out set ({len(exclude)} distinct samples) covers "
+                       "nearly the whole task space: use fewer held-out samples (data.num_val_samples, "
+                       "data.num_test_samples) or a larger task")
 
 
 def held_out_draws(task: Task | TokenizedTask, split: str, seed: int, count: int) -> list[tuple[list, list]]:
