@@ -2,7 +2,7 @@
 
     python scripts/screenshot_history.py                  # trains a short sort run first
     python scripts/screenshot_history.py --run runs/sort_mlm/history/val-step0000250 \
-        runs/sort_mlm/generate/threshold-0.9 --out docs
+        runs/sort_mlm/generate/*_threshold=0.9 --out docs   # after a generate with predictor.threshold=0.9
 
 Without ``--run`` it trains the MLM on the built-in sort task for ``--steps`` optimizer steps
 in a temporary folder (validating, with history, halfway and at the end), then generates
