@@ -7,8 +7,9 @@ Families come from two places, treated alike:
    environment variable (``os.pathsep``-separated) and the ``model_search_path`` config key.
    Every sub-folder with an ``__init__.py`` is imported and must define ``FAMILY``.
 
-Errors are never swallowed: a package that fails to import, lacks ``FAMILY``, or claims a name
-another package already claimed raises :class:`ModelRegistryError` naming both sources.
+Errors are never swallowed: a package that fails to import, lacks ``FAMILY``, has no
+``config_dir/model/<name>.yaml`` for its family's name, or claims a name another package already
+claimed raises :class:`ModelRegistryError` naming both sources.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ def _check_family(obj: object, source: str) -> ModelFamily:
             f"{source}: expected an xdllm.interfaces.ModelFamily, got {type(obj).__name__}")
     if not obj.config_dir.is_dir():
         raise ModelRegistryError(f"{source}: config_dir {obj.config_dir} is not a directory")
+    model_config = obj.config_dir / "model" / f"{obj.name}.yaml"
+    if not model_config.is_file():  # model=<name> selects this file: without it the family cannot be chosen
+        found = sorted(path.name for path in model_config.parent.glob("*.yaml"))
+        raise ModelRegistryError(
+            f"{source}: family '{obj.name}' has no model config {model_config} (found there: "
+            f"{', '.join(found) or 'none'}); a family's name must match its config_dir/model/<name>.yaml")
     return obj
 
 
