@@ -147,6 +147,10 @@ def claim_run_dir(run_dir: Path, resume: ResumePoint | None, policy: str) -> Non
     held = [name for name in RUN_CONTENT if (run_dir / name).exists()]
     if not held or (resume is not None and run_dir_of(resume.checkpoint) == run_dir):
         return
+    if policy == "refuse" and not any((run_dir / CHECKPOINT_DIR).glob("*.ckpt")):
+        raise XdllmError(f"run_dir {run_dir} holds a run that never saved a checkpoint ({', '.join(held)}), so "
+                         "it cannot be resumed; start over with existing_run_dir=move_aside (the old files go to "
+                         f"{run_dir.name}.moved-<time>) or choose another run_dir")
     if policy == "refuse":
         raise XdllmError(f"run_dir {run_dir} already holds a run ({', '.join(held)}); resume it with "
                          f"resume={run_dir}, choose another run_dir, or pass existing_run_dir=move_aside")
