@@ -36,6 +36,8 @@ class ModelRegistryError(RuntimeError):
 class RegisteredFamily:
     family: ModelFamily
     source: str
+    folder: Path | None = None
+    """The search-path folder the package was found in (None: an entry point)."""
 
 
 def search_path_from_env() -> list[Path]:
@@ -87,7 +89,7 @@ def _from_search_path(folders: Iterable[Path]) -> Iterable[RegisteredFamily]:
                     "another module of that name shadows it")
             if not hasattr(module, "FAMILY"):
                 raise ModelRegistryError(f"{source} defines no FAMILY (xdllm.interfaces.ModelFamily)")
-            yield RegisteredFamily(_check_family(module.FAMILY, source), source)
+            yield RegisteredFamily(_check_family(module.FAMILY, source), source, folder)
 
 
 def discover_families(search_path: Iterable[str | Path] = ()) -> dict[str, RegisteredFamily]:
