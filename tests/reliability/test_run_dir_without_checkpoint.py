@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from xdllm.errors import XdllmError
+from xdllm.run.checkpoint import resume_point
 from xdllm.run.train import claim_run_dir
 
 
@@ -18,6 +19,8 @@ def test_refusal_of_a_run_dir_without_checkpoint_says_how_to_start_over(tmp_path
     message = str(error.value)
     assert "never saved a checkpoint" in message and "existing_run_dir=move_aside" in message
     assert "resume=" not in message
+    with pytest.raises(XdllmError, match=r"never saved one\); start it over without resume=, with existing_run_dir="):
+        resume_point(run_dir)
 
 
 def test_refusal_of_a_run_dir_with_a_checkpoint_still_suggests_resume(tmp_path: Path):

@@ -71,7 +71,8 @@ def resume_point(path: str | Path) -> ResumePoint:
         except Exception as error:
             problems.append(f"{file.name} (unreadable: {' '.join(str(error).split())[:120]})")
     if not candidates and not problems:
-        raise XdllmError(f"resume: run directory {path} has no checkpoint in {CHECKPOINT_DIR}/")
+        raise XdllmError(f"resume: run directory {path} has no checkpoint in {CHECKPOINT_DIR}/ (its run never "
+                         "saved one); start it over without resume=, with existing_run_dir=move_aside")
     for step, _, file in sorted(candidates, reverse=True):
         try:
             read_checkpoint_file(file)
