@@ -7,8 +7,9 @@ Families come from two places, treated alike:
    environment variable (``os.pathsep``-separated) and the ``model_search_path`` config key.
    Every sub-folder with an ``__init__.py`` is imported and must define ``FAMILY``.
 
-Errors are never swallowed: a package that fails to import, lacks ``FAMILY``, or claims a name
-another package already claimed raises :class:`ModelRegistryError` naming both sources.
+Errors are never swallowed: a package that fails to import, lacks ``FAMILY``, has no
+``config_dir/model/<name>.yaml`` for its family's name, or claims a name another package already
+claimed raises :class:`ModelRegistryError` naming both sources.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class ModelRegistryError(RuntimeError):
 class RegisteredFamily:
     family: ModelFamily
     source: str
+    folder: Path | None = None
+    """The search-path folder the package was found in (None: an entry point)."""
 
 
 def search_path_from_env() -> list[Path]:
@@ -48,6 +51,12 @@ def _check_family(obj: object, source: str) -> ModelFamily:
             f"{source}: expected an xdllm.interfaces.ModelFamily, got {type(obj).__name__}")
     if not obj.config_dir.is_dir():
         raise ModelRegistryError(f"{source}: config_dir {obj.config_dir} is not a directory")
+    model_config = obj.config_dir / "model" / f"{obj.name}.yaml"
+    if not model_config.is_file():  # model=<name> selects this file: without it the family cannot be chosen
+        found = sorted(path.name for path in model_config.parent.glob("*.yaml"))
+        raise ModelRegistryError(
+            f"{source}: family '{obj.name}' has no model config {model_config} (found there: "
+            f"{', '.join(found) or 'none'}); a family's name must match its config_dir/model/<name>.yaml")
     return obj
 
 
@@ -80,7 +89,7 @@ def _from_search_path(folders: Iterable[Path]) -> Iterable[RegisteredFamily]:
                     "another module of that name shadows it")
             if not hasattr(module, "FAMILY"):
                 raise ModelRegistryError(f"{source} defines no FAMILY (xdllm.interfaces.ModelFamily)")
-            yield RegisteredFamily(_check_family(module.FAMILY, source), source)
+            yield RegisteredFamily(_check_family(module.FAMILY, source), source, folder)
 
 
 def discover_families(search_path: Iterable[str | Path] = ()) -> dict[str, RegisteredFamily]:

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.data import DiffusionDataModule
 from xdllm.errors import XdllmError
 from xdllm.interfaces import LossContext, LossDict, Tokenizer
-from xdllm.registry import discover_families
+from xdllm.registry import SEARCH_PATH_ENV, discover_families
 from xdllm.run.build import RunComponents, build_components, build_datamodule
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
 from xdllm.train.latest_checkpoint import LAST_NAME
@@ -71,7 +71,8 @@ def resume_point(path: str | Path) -> ResumePoint:
         except Exception as error:
             problems.append(f"{file.name} (unreadable: {' '.join(str(error).split())[:120]})")
     if not candidates and not problems:
-        raise XdllmError(f"resume: run directory {path} has no checkpoint in {CHECKPOINT_DIR}/")
+        raise XdllmError(f"resume: run directory {path} has no checkpoint in {CHECKPOINT_DIR}/ (its run never "
+                         "saved one); start it over without resume=, with existing_run_dir=move_aside")
     for step, _, file in sorted(candidates, reverse=True):
         try:
             read_checkpoint_file(file)
@@ -133,8 +134,17 @@ def load_trained(path: str | Path, map_location: str = "cpu") -> TrainedRun:
     if CONFIG_KEY not in checkpoint or "state_dict" not in checkpoint:
         raise XdllmError(f"{checkpoint_path} is not an xdllm checkpoint (no {CONFIG_KEY} or state_dict)")
     config = OmegaConf.create(checkpoint[CONFIG_KEY])
-    discover_families(config.get("model_search_path") or [])  # an uninstalled family's modules
-    components = build_components(config)
+    recorded = list(config.get("model_search_path") or [])
+    discover_families([folder for folder in recorded if Path(folder).is_dir()])  # an uninstalled family's modules
+    try:
+        components = build_components(config)
+    except XdllmError as error:
+        if not isinstance(error.__cause__, ImportError):
+            raise
+        raise XdllmError(f"{' '.join(str(error).split())} (the run's model family '{config.get('model_family')}' "
+                         f"is not installed and not in a folder of the run's model_search_path {recorded}: give "
+                         f"the folder holding its package with model_search_path=[<folder>] or "
+                         f"{SEARCH_PATH_ENV}=<folder>)") from error
     prefix = "model."
     state = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
     components.model.load_state_dict(state)

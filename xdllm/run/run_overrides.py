@@ -2,7 +2,8 @@
 continues it with the same config.
 
 ``<run_dir>/overrides.yaml`` lists the command's overrides (those of every resume before it
-included, ``resume=`` left out). Resuming composes the stored ones first and the command's own
+included, ``resume=`` left out), their relative paths made absolute (``xdllm/config/run_paths.py``),
+so a run resumes from any directory. Resuming composes the stored ones first and the command's own
 after them: Hydra takes the last value given for a key (or a config group), so
 ``xdllm train resume=runs/x trainer.max_steps=3000`` extends the run and changes nothing else.
 A run made before this file existed has none: its overrides must be given again.

@@ -29,6 +29,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 
+from xdllm.config.run_paths import record_absolute_paths
 from xdllm.errors import XdllmError
 from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import CHECKPOINT_DIR, ResumePoint, load_frozen_models, resume_point, run_dir_of
@@ -147,6 +148,10 @@ def claim_run_dir(run_dir: Path, resume: ResumePoint | None, policy: str) -> Non
     held = [name for name in RUN_CONTENT if (run_dir / name).exists()]
     if not held or (resume is not None and run_dir_of(resume.checkpoint) == run_dir):
         return
+    if policy == "refuse" and not any((run_dir / CHECKPOINT_DIR).glob("*.ckpt")):
+        raise XdllmError(f"run_dir {run_dir} holds a run that never saved a checkpoint ({', '.join(held)}), so "
+                         "it cannot be resumed; start over with existing_run_dir=move_aside (the old files go to "
+                         f"{run_dir.name}.moved-<time>) or choose another run_dir")
     if policy == "refuse":
         raise XdllmError(f"run_dir {run_dir} already holds a run ({', '.join(held)}); resume it with "
                          f"resume={run_dir}, choose another run_dir, or pass existing_run_dir=move_aside")
@@ -223,9 +228,11 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     (in that run's directory unless ``run_dir`` is set); ``overrides`` are those ``config`` was
     composed from, stored in the run (``overrides.yaml``) so that ``resume=`` alone continues it.
 
-    Everything is validated (config, components, the resume checkpoint's integrity, the run
-    directory) before anything is written.
+    Relative paths in ``config`` (and ``overrides``) are made absolute first, so the run works
+    from any directory. Everything is validated (config, components, the resume checkpoint's
+    integrity, the run directory) before anything is written.
     """
+    overrides = record_absolute_paths(config, overrides)
     check_run_options(config)
     point = resume_point(resume) if resume else None
     run_dir = resolve_run_dir(config, point)

@@ -1,0 +1,91 @@
+"""A run records the paths it was given as absolute, and where its family came from, so
+generate, eval and resume work from any directory and without $XDLLM_MODEL_PATH."""
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from model_package_factory import write_model_package
+
+from xdllm.cli.main import main
+from xdllm.config.compose import compose_config
+from xdllm.config.run_paths import record_absolute_paths
+from xdllm.data.prepare import PrepareOptions, prepare
+
+SMALL = ["trainer.max_steps=2", "trainer.val_check_interval=2", "data.batch_size=4", "data.num_val_samples=4",
+         "data.num_test_samples=4", "data.eval_batch_size=4", "history.num_samples=0", "generate_after_train=false",
+         "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "torch_threads=1"]
+
+
+def test_relative_paths_become_absolute_in_the_config_and_the_stored_overrides(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fams").mkdir()
+    overrides = ["task=prepared", "task.params.path=prep", "tokenizer=tok.json", "+frozen.target=runs/t",
+                 "model_search_path=[fams]"]
+    config = compose_config("train", overrides)
+    stored = record_absolute_paths(config, overrides)
+    assert (config.tokenizer, config.task.params.path, config.frozen.target) == (
+        f"{tmp_path}/tok.json", f"{tmp_path}/prep", f"{tmp_path}/runs/t")
+    assert list(config.model_search_path) == [str((tmp_path / "fams").resolve())]
+    assert stored == ["task=prepared", f"task.params.path={tmp_path}/prep", f"tokenizer={tmp_path}/tok.json",
+                      f"+frozen.target={tmp_path}/runs/t", f"model_search_path=[{(tmp_path / 'fams').resolve()}]"]
+
+
+def test_builtin_tokenizer_stays_a_name_and_an_experiments_paths_are_stored(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = compose_config("train", ["tokenizer=builtin"])
+    assert record_absolute_paths(config, ["tokenizer=builtin"]) == ["tokenizer=builtin"]
+    assert config.tokenizer == "builtin"
+    config = compose_config("train", ["experiment=text_arlm"])
+    assert record_absolute_paths(config, ["experiment=text_arlm"]) == [
+        "experiment=text_arlm", f"tokenizer={tmp_path}/experiments/data/stories_tokenizer.json",
+        f"task.params.path={tmp_path}/experiments/data/stories.txt"]
+
+
+def _subprocess(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key != "XDLLM_MODEL_PATH"}
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run([sys.executable, "-m", "xdllm.cli.main", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch) -> Path:
+    """A folder holding prepared data ``prep`` and a family package under ``fams``; the current
+    directory while the test trains."""
+    (tmp_path / "docs.txt").write_text("".join(f"{' '.join(f'{i:03d}')} {'ab'[i % 2]}\n" for i in range(40)))
+    prepare(PrepareOptions(inputs=[tmp_path / "docs.txt"], output=tmp_path / "prep", tokenizer="builtin",
+                           val_fraction=0.2, test_fraction=0.2, workers=1))
+    write_model_package(tmp_path / "fams", f"xdllm_test_anywhere_{uuid.uuid4().hex[:8]}", "toyfam")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_run_made_with_relative_paths_evaluates_and_resumes_from_elsewhere(workspace, monkeypatch, capsys):
+    monkeypatch.setenv("XDLLM_MODEL_PATH", "fams")
+    assert main(["train", "model=toyfam", "task=prepared", "task.params.path=prep", *SMALL, "run_dir=runs/r"]) == 0
+    run = workspace / "runs" / "r"
+    monkeypatch.delenv("XDLLM_MODEL_PATH")
+    evaluated = _subprocess(["eval", f"ckpt={run}", "num_samples=2"], cwd=workspace / "elsewhere")
+    assert evaluated.returncode == 0, evaluated.stderr
+    monkeypatch.chdir(workspace / "elsewhere")
+    assert main(["train", f"resume={run}", "trainer.max_steps=4"]) == 0, capsys.readouterr().err
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_family_that_moved_is_given_with_model_search_path(workspace, monkeypatch, capsys):
+    assert main(["train", "model=toyfam", "task=prepared", "task.params.path=prep", *SMALL, "run_dir=runs/m",
+                 "model_search_path=[fams]"]) == 0, capsys.readouterr().err
+    shutil.move(workspace / "fams", workspace / "elsewhere" / "fams")
+    run = workspace / "runs" / "m"
+    refused = _subprocess(["generate", f"ckpt={run}", "num_samples=2"], cwd=workspace / "elsewhere")
+    assert refused.returncode != 0
+    assert "model_search_path=[<folder>]" in refused.stderr and "XDLLM_MODEL_PATH" in refused.stderr
+    generated = _subprocess(["generate", f"ckpt={run}", "num_samples=2", "model_search_path=[fams]"],
+                            cwd=workspace / "elsewhere")
+    assert generated.returncode == 0, generated.stderr

@@ -1,0 +1,82 @@
+"""The paths a training run is given, made absolute once, when training starts.
+
+A relative path means the directory of the ``xdllm train`` call. The run records the absolute
+form (``config.yaml``, the checkpoint's config, ``overrides.yaml``), so ``generate``, ``eval`` and
+``resume=`` work from any directory. The path-valued keys: ``tokenizer`` (unless ``builtin``),
+the task's ``params`` named ``path`` or ``*_path``, ``*_file``, ``*_dir``, every ``frozen.*`` model
+and every ``model_search_path`` entry. ``model_search_path`` also gets the folder the run's family
+was found in (through ``$XDLLM_MODEL_PATH``), so the run needs the variable no more.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from xdllm.registry import discover_families
+
+BUILTIN_TOKENIZER = "builtin"
+TASK_PATH_PARAMS = re.compile(r"path|.*_(path|file|dir)")
+PLAIN_VALUE = re.compile(r"[\w./:@+-]+")
+
+
+def _absolute(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _path_values(config: DictConfig) -> dict[str, str]:
+    """The set path-valued keys (dotted) of a composed train config and their values."""
+    values = {"tokenizer": config.tokenizer} if config.tokenizer != BUILTIN_TOKENIZER else {}
+    for node, keys in (("task.params", TASK_PATH_PARAMS), ("frozen", re.compile(".*"))):
+        params = OmegaConf.select(config, node) or {}
+        for name in params:
+            value = None if OmegaConf.is_missing(params, name) else params[name]
+            if isinstance(value, str) and value and keys.fullmatch(str(name)):
+                values[f"{node}.{name}"] = value
+    return values
+
+
+def _search_path(config: DictConfig) -> list[str]:
+    """``model_search_path`` made absolute, with the folder the run's family came from."""
+    given = config.model_search_path
+    folders = [str(Path(folder).expanduser().resolve()) for folder in ([given] if isinstance(given, str) else given)]
+    registered = discover_families(folders).get(config.get("model_family"))
+    if registered is not None and registered.folder is not None:
+        folders.append(str(registered.folder))
+    return list(dict.fromkeys(folders))
+
+
+def _override_value(value: str | list[str]) -> str:
+    """``value`` as a Hydra override writes it (a path of plain characters unquoted)."""
+    if isinstance(value, list):
+        return f"[{','.join(map(_override_value, value))}]"
+    if PLAIN_VALUE.fullmatch(value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def record_absolute_paths(config: DictConfig, overrides: Sequence[str]) -> list[str]:
+    """Make ``config``'s relative paths absolute (in place) and return ``overrides`` saying the
+    same: each path override with its absolute value, and ``KEY=<absolute path>`` added for a
+    relative path a config file gave (an experiment's data, say) and for the family's folder."""
+    changes: dict[str, Any] = {key: _absolute(value) for key, value in _path_values(config).items()
+                               if _absolute(value) != value}
+    search_path = _search_path(config)
+    if search_path != config.model_search_path:
+        changes["model_search_path"] = search_path
+    with open_dict(config):
+        for key, value in changes.items():
+            OmegaConf.update(config, key, value, merge=False)
+    stored, given = [], set()
+    for override in overrides:
+        plus, key = re.match(r"(\+*)([^=]*)", override).groups()
+        if key in changes:
+            given.add(key)
+            override = f"{plus}{key}={_override_value(changes[key])}"
+        stored.append(override)
+    return [*stored, *(f"{key}={_override_value(value)}" for key, value in changes.items() if key not in given)]
