@@ -45,6 +45,8 @@ TRAIN = [
                                        "(PackedMLMCollator)"),
     ("checkpoint.monitor=loss", "checkpoint.monitor='loss' is not a validation metric"),
     ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps=0 is not allowed"),
+    ("task.params.length=1 data.num_val_samples=16", "covers nearly the whole task space: use fewer held-out "
+                                                     "samples (data.num_val_samples, data.num_test_samples)"),
 ]
 
 GENERATE = [

@@ -249,6 +249,10 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     config.run_dir = str(run_dir)
     resolved = OmegaConf.to_container(config, resolve=True)
     datamodule = build_datamodule(components)
+    try:
+        datamodule.check_training_stream()
+    except ValueError as error:
+        raise XdllmError(str(error)) from error
     history = ValidationHistory(
         run_dir=run_dir, tokenizer=components.tokenizer,
         num_samples=config.history.num_samples, k=config.history.k,
