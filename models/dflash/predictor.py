@@ -23,7 +23,8 @@ At ``temperature > 0`` (speculative sampling, Leviathan et al. 2023, Chen et al.
 are drawn ``d_i ~ q_i``, each is accepted with probability ``min(1, p_i(d_i) / q_i(d_i))`` in
 order up to the first rejection, and the target's token is drawn at the first rejected position
 from ``max(0, p_i - q_i)`` renormalised (``p_i`` itself when that is zero everywhere, which
-happens only when ``p_i == q_i``), or from ``p_bs`` when every draft was accepted. Each committed
+happens only when ``p_i == q_i``), or from ``p_bs`` when every draft was accepted
+(:mod:`~xdllm_models.dflash.acceptance`). Each committed
 token is then distributed exactly as the target's sample given the tokens before it: the output
 has the distribution of sampling the target alone with the same options. Every draw is a
 uniform of the sample's own stream (:mod:`xdllm.predict.streams`, keyed by the seed and the
@@ -64,6 +65,7 @@ from xdllm.predict.inputs import check_decoding_options, predictor_inputs, sampl
 from xdllm.predict.sampling import choose_tokens, final_distribution
 from xdllm.predict.text import decode_regions
 from xdllm_models.arlm.predictor import ARPredictor
+from xdllm_models.dflash.acceptance import greedy_acceptance, speculative_sampling
 from xdllm_models.dflash.mask import block_tokens, context_tokens
 from xdllm_models.dflash.model import DFlashDrafter
 from xdllm_models.dflash.target import require_target, verify_pass
@@ -242,23 +244,11 @@ class _SpeculativeRun:
                 probs: Float[Tensor, "batch block vocab"]
                 ) -> tuple[Integer[Tensor, "batch block"], Integer[Tensor, " batch"]]:
         """The round's tokens (the accepted drafts, then the target's token) and how many drafts
-        each row accepts. ``probs[:, i]``: the target's distribution after the ``i``-th verified
-        token (the anchor is the 0-th)."""
+        each row accepts (:mod:`~xdllm_models.dflash.acceptance`)."""
         if not self.sampling:
-            choice = choose_tokens(probs, None)
-            return choice, (drafts == choice[:, :-1]).long().cumprod(dim=1).sum(dim=1)
-        target_of_draft = probs[:, :-1].gather(2, drafts[..., None])[..., 0]
-        draft_of_draft = draft_probs.gather(2, drafts[..., None])[..., 0]
-        # accept with probability min(1, p / q): u < p / q for a uniform u in [0, 1), q > 0
-        kept = self._round_draws(StreamUse.ACCEPT, drafts.shape[1]) * draft_of_draft < target_of_draft
-        accepted = kept.long().cumprod(dim=1).sum(dim=1)
-        residual = (probs[:, :-1] - draft_probs).clamp_min(0.0)
-        residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, probs[:, :-1])  # p == q
-        corrected = torch.cat([residual, probs[:, -1:]], dim=1)  # after all drafts: p itself
-        choice = choose_tokens(corrected, self._round_draws(StreamUse.TARGET_TOKEN, corrected.shape[1]))
-        offsets = torch.arange(choice.shape[1], device=choice.device)
-        drafted = torch.cat([drafts, choice[:, -1:]], dim=1)
-        return torch.where(offsets < accepted[:, None], drafted, choice), accepted
+            return greedy_acceptance(drafts, probs)
+        return speculative_sampling(drafts, draft_probs, probs, self._round_draws(StreamUse.ACCEPT, drafts.shape[1]),
+                                    self._round_draws(StreamUse.TARGET_TOKEN, probs.shape[1]))
 
     def _verify(self, token_ids: Integer[Tensor, "batch new"], positions: Integer[Tensor, "batch new"],
                 attention_mask: Bool[Tensor, "batch new"] | None) -> Float[Tensor, "batch new vocab"]:
