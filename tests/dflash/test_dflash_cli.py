@@ -65,3 +65,21 @@ def test_the_speculative_benchmark_refuses_a_run_that_is_not_a_drafter_and_bad_c
     with pytest.raises(SystemExit):
         bench_speculative.main(["--drafter", str(drafter_run), "--num-samples", "0"])
     assert "--num-samples must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_generate_samples_with_the_predictor_options(drafter_run, tmp_path):
+    greedy = generated(drafter_run, tmp_path / "greedy")
+    sampled = generated(drafter_run, tmp_path / "sampled", "predictor.temperature=1.0", "predictor.top_k=20")
+    again = generated(drafter_run, tmp_path / "again", "predictor.temperature=1.0", "predictor.top_k=20")
+    assert [r["ids"] for r in sampled] == [r["ids"] for r in again]  # seeded
+    assert [r["ids"] for r in sampled] != [r["ids"] for r in greedy]
+
+
+def test_the_benchmark_samples_with_a_temperature(drafter_run, capsys):
+    result = bench_speculative.main(["--drafter", str(drafter_run), "--num-samples", "4", "--repeats", "1",
+                                     "--temperature", "1", "--top-p", "0.9"])
+    assert result["temperature"] == 1.0 and result["top_p"] == 0.9 and result["identical"] is None
+    assert result["acceptance_length"] >= 1.0 and result["speedup"] > 0
+    with pytest.raises(SystemExit):
+        bench_speculative.main(["--drafter", str(drafter_run), "--temperature", "-1"])
+    assert "SpeculativePredictor: temperature must be >= 0" in capsys.readouterr().err
