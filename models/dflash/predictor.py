@@ -34,8 +34,10 @@ tokens), so a sample's output does not depend on its batch.
 The cache holds one slot per verified token for every row: after a round the anchor and the
 accepted drafts of a row stay, its rejected drafts become padding slots (never attended), and
 the cache's fill length rolls back to the row that kept most. The target's features at the kept
-slots are the drafter's context, slot for slot. Rows finish independently; the loop ends when
-every row is finished (one host synchronisation per round).
+slots are the drafter's context, slot for slot; the drafter keeps its keys and values of them
+across rounds and projects only the slots verified since its last draft (``drafter_cache``).
+Rows finish independently; the loop ends when every row is finished (one host synchronisation
+per round).
 
 History: the prompt pass is step 0 (the first token committed); then each round records two
 steps, the draft (the drafted tokens committed, with the drafter's top-k) and the verification
@@ -66,6 +68,7 @@ from xdllm.predict.sampling import choose_tokens, final_distribution
 from xdllm.predict.text import decode_regions
 from xdllm_models.arlm.predictor import ARPredictor
 from xdllm_models.dflash.acceptance import greedy_acceptance, speculative_sampling
+from xdllm_models.dflash.context_cache import DrafterContextCache
 from xdllm_models.dflash.mask import block_tokens, context_tokens
 from xdllm_models.dflash.model import DFlashDrafter
 from xdllm_models.dflash.target import require_target, verify_pass
@@ -97,16 +100,18 @@ class SpeculativePredictor:
         stop_at_eos: a row stops at its first EOS.
         skip_special_tokens: passed to ``tokenizer.decode`` for ``text``.
         seed: base of the per-sample random streams (used when ``temperature > 0``).
+        drafter_cache: keep the drafter's context keys and values across rounds
+            (:mod:`~xdllm_models.dflash.context_cache`; False recomputes them every draft).
     """
 
     def __init__(self, max_new_tokens: int, tokenizer: Tokenizer | None = None, model: nn.Module | None = None,
                  block_size: int | None = None, speculative: bool = True, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, stop_at_eos: bool = True,
-                 skip_special_tokens: bool = True, seed: int = 0) -> None:
+                 skip_special_tokens: bool = True, seed: int = 0, drafter_cache: bool = True) -> None:
         check_decoding_options("SpeculativePredictor", max_new_tokens=max_new_tokens, seed=seed,
                                temperature=temperature, top_k=top_k, top_p=top_p,
                                flags={"speculative": speculative, "stop_at_eos": stop_at_eos,
-                                      "skip_special_tokens": skip_special_tokens})
+                                      "skip_special_tokens": skip_special_tokens, "drafter_cache": drafter_cache})
         if block_size is not None and block_size < 2:
             raise ValueError(f"SpeculativePredictor: block_size must be >= 2 or None, got {block_size}")
         self.max_new_tokens = max_new_tokens
@@ -120,6 +125,7 @@ class SpeculativePredictor:
         self.stop_at_eos = stop_at_eos
         self.skip_special_tokens = skip_special_tokens
         self.seed = seed
+        self.drafter_cache = drafter_cache
 
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
@@ -170,6 +176,8 @@ class _SpeculativeRun:
                              f"max_positions={limit}")
         rows, prompt_len = self.prompt_ids.shape
         self.cache = target.new_kv_cache(rows, prompt_len + self.new_tokens * self.block_size)
+        self.context_cache = (DrafterContextCache(prompt_len + self.new_tokens * self.block_size)
+                              if options.drafter_cache else None)
         self.features: Tensor | None = None  # the target's features, slot for slot with the cache
         self.k = history.k if history is not None else 0
         self.step = 0
@@ -254,6 +262,8 @@ class _SpeculativeRun:
                 attention_mask: Bool[Tensor, "batch new"] | None) -> Float[Tensor, "batch new vocab"]:
         """A cached target pass; its features are stored beside the cache slots it wrote."""
         start = self.cache.length
+        if self.context_cache is not None:
+            self.context_cache.rewind(start)  # the slots this pass writes
         logits, features = verify_pass(self.target, self.drafter.target_layers, token_ids, positions, self.cache,
                                        attention_mask)
         if self.features is None:
@@ -272,7 +282,8 @@ class _SpeculativeRun:
         block_ids[:, 0] = anchor
         context = context_tokens(self.cache.document[:, :length], self.cache.position[:, :length])
         assert self.features is not None
-        hidden = self.drafter(self.target.token_embedding(block_ids), queries, self.features[:, :length], context)
+        hidden = self.drafter(self.target.token_embedding(block_ids), queries, self.features[:, :length], context,
+                              self.context_cache)
         probs = self._distribution(self.drafter.logits(hidden[:, 1:], self.target))
         return choose_tokens(probs, self._round_draws(StreamUse.DRAFT, bs - 1)), probs
 
