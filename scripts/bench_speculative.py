@@ -21,9 +21,15 @@ machine the minimum is the least disturbed). Prints one JSON line:
 - ``identical``: whether both modes generated the same tokens for every prompt (greedy only:
   sampled, the two modes draw differently and only their distributions agree; null).
 
+With ``--compare-drafter-cache`` a third mode decodes speculatively with the drafter's context
+cache off (``drafter_cache=False``: every draft recomputes the context's keys and values), and
+the line adds ``ms_per_round`` / ``ms_per_round_uncached`` (wall time per speculative round, a
+draft and a verification), ``drafter_cache_speedup`` (their ratio; ``_cpu``: with CPU time) and
+``identical_with_drafter_cache`` (the cache must not change a token).
+
 Usage: ``python scripts/bench_speculative.py --drafter runs/dflash/sort_drafter [--block-size 8]
 [--num-samples 128] [--batch-size 1] [--repeats 3] [--text-file FILE --prompt-tokens 4]
-[--max-new-tokens N] [--temperature 1 --top-k K --top-p P --seed S]`` (run from the directory the drafter was trained in: ``frozen.target``
+[--max-new-tokens N] [--temperature 1 --top-k K --top-p P --seed S] [--compare-drafter-cache]`` (run from the directory the drafter was trained in: ``frozen.target``
 may be a relative path).
 """
 
@@ -96,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0, help="base of the per-sample random streams")
+    parser.add_argument("--compare-drafter-cache", action="store_true",
+                        help="also decode with the drafter's context cache off, and compare")
     args = parser.parse_args(argv)
     for name in ("num_samples", "batch_size", "repeats", "prompt_tokens", "threads"):
         if getattr(args, name) < 1:
@@ -116,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         modes = {"speculative": SpeculativePredictor(new_tokens, run.tokenizer, block_size=args.block_size,
                                                      **sampling),
                  "target": SpeculativePredictor(new_tokens, run.tokenizer, speculative=False, **sampling)}
+        if args.compare_drafter_cache:
+            modes["uncached"] = SpeculativePredictor(new_tokens, run.tokenizer, block_size=args.block_size,
+                                                     drafter_cache=False, **sampling)
     except ValueError as error:
         parser.error(str(error))
     best: dict[str, tuple[float, float]] = {}
@@ -154,6 +165,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "generated_tokens_per_sample": round(generated / max(samples, 1), 2),
         "generated_tokens_per_sample_target": round(generated_target / max(samples, 1), 2),
     }
+    if args.compare_drafter_cache:
+        rounds = max(sum(sum(out["draft_passes"]) for out in speculative), 1)
+        result.update({
+            "ms_per_round": round(1000 * best["speculative"][0] / rounds, 3),
+            "ms_per_round_uncached": round(1000 * best["uncached"][0] / rounds, 3),
+            "drafter_cache_speedup": round(best["uncached"][0] / best["speculative"][0], 3),
+            "drafter_cache_speedup_cpu": round(best["uncached"][1] / best["speculative"][1], 3),
+            "identical_with_drafter_cache": all(torch.equal(a["ids"], b["ids"])
+                                                for a, b in zip(speculative, outputs["uncached"])),
+        })
     print(json.dumps(result))
     return result
 

@@ -77,8 +77,9 @@ def test_generate_samples_with_the_predictor_options(drafter_run, tmp_path):
 
 def test_the_benchmark_samples_with_a_temperature(drafter_run, capsys):
     result = bench_speculative.main(["--drafter", str(drafter_run), "--num-samples", "4", "--repeats", "1",
-                                     "--temperature", "1", "--top-p", "0.9"])
+                                     "--temperature", "1", "--top-p", "0.9", "--compare-drafter-cache"])
     assert result["temperature"] == 1.0 and result["top_p"] == 0.9 and result["identical"] is None
+    assert result["identical_with_drafter_cache"] and result["ms_per_round_uncached"] > 0
     assert result["acceptance_length"] >= 1.0 and result["speedup"] > 0
     with pytest.raises(SystemExit):
         bench_speculative.main(["--drafter", str(drafter_run), "--temperature", "-1"])
