@@ -29,7 +29,8 @@ draft and a verification), ``drafter_cache_speedup`` (their ratio; ``_cpu``: wit
 
 Usage: ``python scripts/bench_speculative.py --drafter runs/dflash/sort_drafter [--block-size 8]
 [--num-samples 128] [--batch-size 1] [--repeats 3] [--text-file FILE --prompt-tokens 4]
-[--max-new-tokens N] [--temperature 1 --top-k K --top-p P --seed S] [--compare-drafter-cache]`` (run from the directory the drafter was trained in: ``frozen.target``
+[--max-new-tokens N] [--ignore-eos] [--temperature 1 --top-k K --top-p P --seed S]
+[--compare-drafter-cache]`` (run from the directory the drafter was trained in: ``frozen.target``
 may be a relative path).
 """
 
@@ -102,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0, help="base of the per-sample random streams")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="every sample generates --max-new-tokens (long contexts for timing)")
     parser.add_argument("--compare-drafter-cache", action="store_true",
                         help="also decode with the drafter's context cache off, and compare")
     args = parser.parse_args(argv)
@@ -119,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     else:
         batches = task_batches(run, args.num_samples, args.batch_size)
     new_tokens = args.max_new_tokens or run.max_new_tokens
-    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed}
+    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+                "stop_at_eos": not args.ignore_eos}
     try:
         modes = {"speculative": SpeculativePredictor(new_tokens, run.tokenizer, block_size=args.block_size,
                                                      **sampling),

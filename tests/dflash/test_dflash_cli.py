@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from xdllm.cli.main import main
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
+import bench_drafter_cache  # noqa: E402
 import bench_speculative  # noqa: E402
 
 DRAFTER = [*(o for o in TARGET_OVERRIDES if not o.startswith(("experiment=", "model."))), "model=dflash",
@@ -84,3 +85,17 @@ def test_the_benchmark_samples_with_a_temperature(drafter_run, capsys):
     with pytest.raises(SystemExit):
         bench_speculative.main(["--drafter", str(drafter_run), "--temperature", "-1"])
     assert "SpeculativePredictor: temperature must be >= 0" in capsys.readouterr().err
+
+
+def test_the_drafter_cache_benchmark_times_both_modes_by_context_length(drafter_run, target_run, capsys):
+    results = bench_drafter_cache.main(["--drafter", str(drafter_run), "--contexts", "16", "100",
+                                        "--iterations", "2", "--repeats", "1"])
+    assert [r["context"] for r in results] == [16, 100]  # 100: beyond the drafter's positions
+    assert all(r["ms_cached"] > 0 and r["ms_uncached"] > 0 for r in results)
+    assert [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()[-2:]] == results
+    with pytest.raises(SystemExit):
+        bench_drafter_cache.main(["--drafter", str(drafter_run), "--contexts", "4"])
+    assert "every --contexts length must exceed --new-slots=4, got [4]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench_drafter_cache.main(["--drafter", str(target_run)])
+    assert "is not a dflash drafter run" in capsys.readouterr().err
