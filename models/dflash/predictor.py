@@ -24,12 +24,13 @@ are drawn ``d_i ~ q_i``, each is accepted with probability ``min(1, p_i(d_i) / q
 order up to the first rejection, and the target's token is drawn at the first rejected position
 from ``max(0, p_i - q_i)`` renormalised (``p_i`` itself when that is zero everywhere, which
 happens only when ``p_i == q_i``), or from ``p_bs`` when every draft was accepted
-(:mod:`~xdllm_models.dflash.acceptance`). Each committed
-token is then distributed exactly as the target's sample given the tokens before it: the output
-has the distribution of sampling the target alone with the same options. Every draw is a
-uniform of the sample's own stream (:mod:`xdllm.predict.streams`, keyed by the seed and the
-sample index; per round one stream step each for the drafts, the acceptances and the target's
-tokens), so a sample's output does not depend on its batch.
+(:mod:`~xdllm_models.dflash.acceptance`). Each committed token is then distributed exactly as
+the target's sample given the tokens before it: the output has the distribution of sampling the
+target alone with the same options. Every draw is a uniform of the sample's own stream
+(:mod:`xdllm.predict.streams`, keyed by the seed and the sample index; the first token from
+step 0, as :class:`~xdllm_models.arlm.predictor.ARPredictor` draws it, then per round one stream
+step each for the drafts, the acceptances and the target's tokens), so a sample's output does
+not depend on its batch.
 
 The cache holds one slot per verified token for every row: after a round the anchor and the
 accepted drafts of a row stay, its rejected drafts become padding slots (never attended), and

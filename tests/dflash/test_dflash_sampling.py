@@ -108,7 +108,7 @@ def test_temperature_zero_is_the_targets_greedy_decoding(target_run, target, opt
     assert torch.equal(out["ids"], expected["ids"])
 
 
-def test_the_target_alone_samples_with_the_same_options(target_run, target):
+def test_the_target_alone_samples_with_the_same_options_and_first_draw(target_run, target):
     options = dict(temperature=1.0, top_k=8, top_p=0.9, seed=5)
     expected = ARPredictor(12, tokenizer(), **options).predict(prompt_batch(PROMPTS), model=target)
     out = SpeculativePredictor(12, tokenizer(), speculative=False, **options).predict(
@@ -116,6 +116,10 @@ def test_the_target_alone_samples_with_the_same_options(target_run, target):
     assert torch.equal(out["ids"], expected["ids"])
     greedy = ARPredictor(12, tokenizer()).predict(prompt_batch(PROMPTS), model=target)
     assert not torch.equal(out["ids"], greedy["ids"])
+    speculative_out = SpeculativePredictor(12, tokenizer(), **options).predict(
+        prompt_batch(PROMPTS), model=drafter(target_run), frozen={"target": target})
+    first = speculative_out["output_start_idx"][:, None]
+    assert torch.equal(speculative_out["ids"].gather(1, first), expected["ids"].gather(1, first))  # one draw
 
 
 @pytest.mark.parametrize("option, value, message", [
