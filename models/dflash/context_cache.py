@@ -12,7 +12,6 @@ that became padding keep their keys and values: the mask never lets a query see 
 
 from __future__ import annotations
 
-from jaxtyping import Float
 from torch import Tensor
 
 ContextKeysValues = list[tuple[Tensor, Tensor]]
@@ -30,6 +29,14 @@ class DrafterContextCache:
         self.length = 0
         self.buffers: ContextKeysValues = []
 
+    def first_fresh_slot(self, context_width: int) -> int:
+        """Where a draft over ``context_width`` slots starts projecting: the cache's length (a
+        ValueError when the context is shorter: the cache was not rewound)."""
+        if context_width < self.length:
+            raise ValueError(f"DrafterContextCache holds {self.length} slots but the context has "
+                             f"{context_width}: rewind it to where the target rewrote its cache")
+        return self.length
+
     def rewind(self, length: int) -> None:
         """Slots from ``length`` on are about to be rewritten: forget them."""
         self.length = min(self.length, length)
@@ -42,17 +49,11 @@ class DrafterContextCache:
         if end > self.capacity:
             raise ValueError(f"DrafterContextCache: {end} context slots exceed its capacity of {self.capacity}")
         if not self.buffers:
-            self.buffers = [tuple(part.new_zeros((*part.shape[:2], self.capacity, part.shape[3])) for part in pair)
-                            for pair in fresh]
+            shape = (*fresh[0][0].shape[:2], self.capacity, fresh[0][0].shape[3])
+            self.buffers = [(key.new_zeros(shape), value.new_zeros(shape)) for key, value in fresh]
         for (key, value), (new_key, new_value) in zip(self.buffers, fresh):
             key[:, :, self.length:end] = new_key
             value[:, :, self.length:end] = new_value
         self.length = end
         return [(key[:, :, :end], value[:, :, :end]) for key, value in self.buffers]
 
-
-def check_width(features: Float[Tensor, "batch ctx features"], cache: DrafterContextCache) -> None:
-    """A ValueError when the context is shorter than what the cache holds (it was not rewound)."""
-    if features.shape[1] < cache.length:
-        raise ValueError(f"DrafterContextCache holds {cache.length} slots but the context has "
-                         f"{features.shape[1]}: rewind it to where the target rewrote its cache")

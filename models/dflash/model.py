@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from xdllm.nn import RotaryEmbedding, RotaryTransformer, RotaryTransformerConfig, apply_rotary
 from xdllm.nn.attention import attend
 from xdllm.nn.layers import MLP, make_norm
-from xdllm_models.dflash.context_cache import ContextKeysValues, DrafterContextCache, check_width
+from xdllm_models.dflash.context_cache import ContextKeysValues, DrafterContextCache
 from xdllm_models.dflash.mask import DFlashMask, DFlashTokens, joined
 from xdllm_models.dflash.target import evenly_spread_layers, read_target_shape
 
@@ -42,8 +42,9 @@ class ContextAttention(nn.Module):
         self.key_value = nn.Linear(config.d_model, 2 * config.d_model, bias=False)
         self.out = nn.Linear(config.d_model, config.d_model, bias=False)
 
-    def keys_values(self, states: Float[Tensor, "batch seq_len d_model"], angles: tuple[Tensor, Tensor]
-                    ) -> tuple[Float[Tensor, "batch heads seq_len head_dim"], Float[Tensor, "batch heads seq_len head_dim"]]:
+    def keys_values(
+        self, states: Float[Tensor, "batch seq_len d_model"], angles: tuple[Tensor, Tensor]
+    ) -> tuple[Float[Tensor, "batch heads seq_len head_dim"], Float[Tensor, "batch heads seq_len head_dim"]]:
         """Rotated keys and values of ``states``."""
         batch, length, d_model = states.shape
         keys_values = self.key_value(states).view(batch, length, 2, self.n_heads, d_model // self.n_heads)
@@ -150,8 +151,7 @@ class DFlashDrafter(nn.Module):
         if context_cache is None:
             context_keys_values = self.context_keys_values(context_features, context.position)
         else:
-            check_width(context_features, context_cache)
-            start = context_cache.length
+            start = context_cache.first_fresh_slot(context_features.shape[1])
             context_keys_values = context_cache.extend(
                 self.context_keys_values(context_features[:, start:], context.position[:, start:]))
         mask = DFlashMask().dense(queries, joined(context, queries))

@@ -2,8 +2,7 @@
 
 import pytest
 import torch
-from dflash_helpers import (accept_every_draft, drafter, prompt_batch, residual_from_the_target, sharp_target,
-                            tokenizer)
+from dflash_helpers import accept_every_draft, drafter, prompt_batch, residual_from_the_target, sharp_target, tokenizer
 
 from xdllm.nn import CausalMask
 from xdllm.predict.sampling import final_distribution
