@@ -1,9 +1,10 @@
 """Speculative decoding with a DFlash drafter against its target alone: acceptance and speedup.
 
 Loads a drafter run (its target comes from the run's ``frozen.target``) and decodes the same
-prompts greedily twice with :class:`~xdllm_models.dflash.predictor.SpeculativePredictor`:
-speculatively (a drafter pass and a target pass per round) and with the target alone
-(``speculative=False``: one target pass per token, KV cache). Prompts are the run's test split
+prompts twice with :class:`~xdllm_models.dflash.predictor.SpeculativePredictor`: speculatively
+(a drafter pass and a target pass per round) and with the target alone (``speculative=False``:
+one target pass per token, KV cache). Greedily by default; ``--temperature`` (with ``--top-k``,
+``--top-p``, ``--seed``) samples, by speculative sampling and from the target alone. Prompts are the run's test split
 (a built-in task), or with ``--text-file`` the first ``--prompt-tokens`` tokens of each line of
 a local text file (its first ``--num-samples`` lines of at least that many tokens plus one).
 
@@ -14,13 +15,22 @@ machine the minimum is the least disturbed). Prints one JSON line:
   target's own token; the prompt pass and its first token are left out);
 - ``target_passes_per_token``: target forward passes (the prompt's included) per generated token
   (the target alone: 1);
-- ``speedup``: wall time of the target alone / speculative (``speedup_cpu``: the same with the
-  process CPU time, steadier under load);
-- ``identical``: whether both modes generated the same tokens for every prompt.
+- ``speedup``: wall time per generated token of the target alone / of speculative decoding
+  (``speedup_cpu``: the same with the process CPU time, steadier under load); greedy, both
+  generate the same tokens, sampled, each its own samples;
+- ``identical``: whether both modes generated the same tokens for every prompt (greedy only:
+  sampled, the two modes draw differently and only their distributions agree; null).
+
+With ``--compare-drafter-cache`` a third mode decodes speculatively with the drafter's context
+cache off (``drafter_cache=False``: every draft recomputes the context's keys and values), and
+the line adds ``ms_per_round`` / ``ms_per_round_uncached`` (wall time per speculative round, a
+draft and a verification), ``drafter_cache_speedup`` (their ratio; ``_cpu``: with CPU time) and
+``identical_with_drafter_cache`` (the cache must not change a token).
 
 Usage: ``python scripts/bench_speculative.py --drafter runs/dflash/sort_drafter [--block-size 8]
 [--num-samples 128] [--batch-size 1] [--repeats 3] [--text-file FILE --prompt-tokens 4]
-[--max-new-tokens N]`` (run from the directory the drafter was trained in: ``frozen.target``
+[--max-new-tokens N] [--ignore-eos] [--temperature 1 --top-k K --top-p P --seed S]
+[--compare-drafter-cache]`` (run from the directory the drafter was trained in: ``frozen.target``
 may be a relative path).
 """
 
@@ -89,6 +99,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--text-file", type=Path, default=None)
     parser.add_argument("--prompt-tokens", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0: sample")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0, help="base of the per-sample random streams")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="every sample generates --max-new-tokens (long contexts for timing)")
+    parser.add_argument("--compare-drafter-cache", action="store_true",
+                        help="also decode with the drafter's context cache off, and compare")
     args = parser.parse_args(argv)
     for name in ("num_samples", "batch_size", "repeats", "prompt_tokens", "threads"):
         if getattr(args, name) < 1:
@@ -104,8 +122,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     else:
         batches = task_batches(run, args.num_samples, args.batch_size)
     new_tokens = args.max_new_tokens or run.max_new_tokens
-    modes = {"speculative": SpeculativePredictor(new_tokens, run.tokenizer, block_size=args.block_size),
-             "target": SpeculativePredictor(new_tokens, run.tokenizer, speculative=False)}
+    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+                "stop_at_eos": not args.ignore_eos}
+    try:
+        modes = {"speculative": SpeculativePredictor(new_tokens, run.tokenizer, block_size=args.block_size,
+                                                     **sampling),
+                 "target": SpeculativePredictor(new_tokens, run.tokenizer, speculative=False, **sampling)}
+        if args.compare_drafter_cache:
+            modes["uncached"] = SpeculativePredictor(new_tokens, run.tokenizer, block_size=args.block_size,
+                                                     drafter_cache=False, **sampling)
+    except ValueError as error:
+        parser.error(str(error))
     best: dict[str, tuple[float, float]] = {}
     outputs: dict[str, list[dict[str, Any]]] = {}
     with torch.inference_mode():
@@ -117,22 +144,41 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     speculative, target = outputs["speculative"], outputs["target"]
     target_passes = sum(sum(out["target_passes"]) for out in speculative)
     generated = sum(sum(out["generated_tokens"]) for out in speculative)
+    generated_target = sum(sum(out["generated_tokens"]) for out in target)
     samples = sum(len(out["text"]) for out in speculative)
+    seconds_per_token = {name: (wall / max(count, 1), cpu / max(count, 1))
+                         for name, (wall, cpu), count in (("speculative", best["speculative"], generated),
+                                                          ("target", best["target"], generated_target))}
     result = {
         "drafter": str(run.checkpoint),
         "prompts": str(args.text_file) if args.text_file is not None else f"{run.config.task.name} test split",
         "block_size": args.block_size or run.model.block_size,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
         "num_samples": samples,
         "batch_size": args.batch_size,
         "acceptance_length": round((generated - samples) / max(target_passes - samples, 1), 3),
         "target_passes_per_token": round(target_passes / max(generated, 1), 3),
-        "speedup": round(best["target"][0] / best["speculative"][0], 3),
-        "speedup_cpu": round(best["target"][1] / best["speculative"][1], 3),
+        "speedup": round(seconds_per_token["target"][0] / seconds_per_token["speculative"][0], 3),
+        "speedup_cpu": round(seconds_per_token["target"][1] / seconds_per_token["speculative"][1], 3),
         "tokens_per_second": round(generated / best["speculative"][0], 1),
-        "tokens_per_second_target": round(generated / best["target"][0], 1),
-        "identical": all(torch.equal(a["ids"], b["ids"]) for a, b in zip(speculative, target)),
+        "tokens_per_second_target": round(generated_target / best["target"][0], 1),
+        "identical": (all(torch.equal(a["ids"], b["ids"]) for a, b in zip(speculative, target))
+                      if args.temperature == 0.0 else None),
         "generated_tokens_per_sample": round(generated / max(samples, 1), 2),
+        "generated_tokens_per_sample_target": round(generated_target / max(samples, 1), 2),
     }
+    if args.compare_drafter_cache:
+        rounds = max(sum(sum(out["draft_passes"]) for out in speculative), 1)
+        result.update({
+            "ms_per_round": round(1000 * best["speculative"][0] / rounds, 3),
+            "ms_per_round_uncached": round(1000 * best["uncached"][0] / rounds, 3),
+            "drafter_cache_speedup": round(best["uncached"][0] / best["speculative"][0], 3),
+            "drafter_cache_speedup_cpu": round(best["uncached"][1] / best["speculative"][1], 3),
+            "identical_with_drafter_cache": all(torch.equal(a["ids"], b["ids"])
+                                                for a, b in zip(speculative, outputs["uncached"])),
+        })
     print(json.dumps(result))
     return result
 

@@ -6,7 +6,8 @@ whose attention also reads the frozen target's features of the context.
     (context, block) -> residual, norm -> MLP -> residual] -> final norm -> the target's LM head
 
 In every layer the keys and values are those of the context followed by those of the block
-(one projection for both), the queries those of the block, under
+(one projection for both; the context's can be cached across speculative rounds,
+:mod:`~xdllm_models.dflash.context_cache`), the queries those of the block, under
 :class:`~xdllm_models.dflash.mask.DFlashMask`. The drafter has the target's width and owns no
 embedding or LM head: it reads the target's (frozen), so its drafts live in the target's output
 space and its trainable parameters are only its layers and the context projection. The caller
@@ -19,18 +20,20 @@ import math
 from typing import Optional
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Integer
 from torch import Tensor, nn
 
 from xdllm.nn import RotaryEmbedding, RotaryTransformer, RotaryTransformerConfig, apply_rotary
 from xdllm.nn.attention import attend
 from xdllm.nn.layers import MLP, make_norm
+from xdllm_models.dflash.context_cache import ContextKeysValues, DrafterContextCache
 from xdllm_models.dflash.mask import DFlashMask, DFlashTokens, joined
 from xdllm_models.dflash.target import evenly_spread_layers, read_target_shape
 
 
 class ContextAttention(nn.Module):
-    """Block queries over the keys and values of (context, block), rotary on both."""
+    """Block queries over the keys and values of (context, block), rotary on both (one key/value
+    projection for both; the context's part is computed apart, so that it can be cached)."""
 
     def __init__(self, config: RotaryTransformerConfig) -> None:
         super().__init__()
@@ -39,21 +42,28 @@ class ContextAttention(nn.Module):
         self.key_value = nn.Linear(config.d_model, 2 * config.d_model, bias=False)
         self.out = nn.Linear(config.d_model, config.d_model, bias=False)
 
+    def keys_values(
+        self, states: Float[Tensor, "batch seq_len d_model"], angles: tuple[Tensor, Tensor]
+    ) -> tuple[Float[Tensor, "batch heads seq_len head_dim"], Float[Tensor, "batch heads seq_len head_dim"]]:
+        """Rotated keys and values of ``states``."""
+        batch, length, d_model = states.shape
+        keys_values = self.key_value(states).view(batch, length, 2, self.n_heads, d_model // self.n_heads)
+        key, value = keys_values.permute(2, 0, 3, 1, 4).unbind(0)
+        return apply_rotary(key, *angles), value
+
     def forward(
         self,
         x: Float[Tensor, "batch q_len d_model"],
-        context: Float[Tensor, "batch ctx d_model"],
+        context: tuple[Float[Tensor, "batch heads ctx head_dim"], Float[Tensor, "batch heads ctx head_dim"]],
         query_angles: tuple[Tensor, Tensor],
-        key_angles: tuple[Tensor, Tensor],
         mask: Bool[Tensor, "batch 1 q_len kv_len"],
     ) -> Float[Tensor, "batch q_len d_model"]:
+        """``context``: the context's keys and values (:meth:`keys_values`)."""
         batch, q_len, d_model = x.shape
-        head_dim = d_model // self.n_heads
-        query = self.query(x).view(batch, q_len, self.n_heads, head_dim).transpose(1, 2)
-        keys_values = self.key_value(torch.cat([context, x], dim=1))
-        key, value = keys_values.view(batch, -1, 2, self.n_heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        query, key = apply_rotary(query, *query_angles), apply_rotary(key, *key_angles)
-        mixed = attend(query, key, value, "sdpa", mask)
+        query = self.query(x).view(batch, q_len, self.n_heads, d_model // self.n_heads).transpose(1, 2)
+        block_key, block_value = self.keys_values(x, query_angles)
+        key, value = torch.cat([context[0], block_key], dim=2), torch.cat([context[1], block_value], dim=2)
+        mixed = attend(apply_rotary(query, *query_angles), key, value, "sdpa", mask)
         return self.out(mixed.transpose(1, 2).reshape(batch, q_len, d_model))
 
 
@@ -67,10 +77,11 @@ class DrafterLayer(nn.Module):
         self.mlp_norm = make_norm(config)
         self.mlp = MLP(config)
 
-    def forward(self, x: Float[Tensor, "batch q_len d_model"], context: Float[Tensor, "batch ctx d_model"],
-                query_angles: tuple[Tensor, Tensor], key_angles: tuple[Tensor, Tensor],
+    def forward(self, x: Float[Tensor, "batch q_len d_model"],
+                context: tuple[Float[Tensor, "batch heads ctx head_dim"], Float[Tensor, "batch heads ctx head_dim"]],
+                query_angles: tuple[Tensor, Tensor],
                 mask: Bool[Tensor, "batch 1 q_len kv_len"]) -> Float[Tensor, "batch q_len d_model"]:
-        x = x + self.attention(self.attention_norm(x), context, query_angles, key_angles, mask)
+        x = x + self.attention(self.attention_norm(x), context, query_angles, mask)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -125,24 +136,37 @@ class DFlashDrafter(nn.Module):
         queries: DFlashTokens,
         context_features: Float[Tensor, "batch ctx features"],
         context: DFlashTokens,
+        context_cache: DrafterContextCache | None = None,
     ) -> Float[Tensor, "batch q_len d_model"]:
         """The final hidden states of the block tokens (what the target's LM head reads).
 
         ``block_embeddings``: the blocks' tokens embedded by the target; ``queries``: their
         attributes (:func:`~xdllm_models.dflash.mask.block_tokens`). ``context_features``: the
         target's concatenated features at the ``context`` tokens
-        (:func:`~xdllm_models.dflash.mask.context_tokens`)."""
+        (:func:`~xdllm_models.dflash.mask.context_tokens`). With a ``context_cache`` only the
+        context slots after the cache's length are projected (the rest is read from it)."""
         if context_features.shape[-1] != self.context_projection.in_features:
             raise ValueError(f"DFlashDrafter: context features have width {context_features.shape[-1]}, "
                              f"expected {self.context_projection.in_features} (target layers {self.target_layers})")
-        context_states = self.context_norm(self.context_projection(context_features))
-        keys = joined(context, queries)
-        mask = DFlashMask().dense(queries, keys)
-        query_angles, key_angles = self.rotary(queries.position), self.rotary(keys.position)
+        if context_cache is None:
+            context_keys_values = self.context_keys_values(context_features, context.position)
+        else:
+            start = context_cache.first_fresh_slot(context_features.shape[1])
+            context_keys_values = context_cache.extend(
+                self.context_keys_values(context_features[:, start:], context.position[:, start:]))
+        mask = DFlashMask().dense(queries, joined(context, queries))
+        query_angles = self.rotary(queries.position)
         x = block_embeddings
-        for layer in self.layers:
-            x = layer(x, context_states, query_angles, key_angles, mask)
+        for layer, keys_values in zip(self.layers, context_keys_values):
+            x = layer(x, keys_values, query_angles, mask)
         return self.final_norm(x)
+
+    def context_keys_values(self, context_features: Float[Tensor, "batch ctx features"],
+                            positions: Integer[Tensor, "batch ctx"]) -> ContextKeysValues:
+        """Every layer's rotated keys and values of the context (what a drafter cache keeps)."""
+        states = self.context_norm(self.context_projection(context_features))
+        angles = self.rotary(positions)
+        return [layer.attention.keys_values(states, angles) for layer in self.layers]
 
     @staticmethod
     def logits(hidden: Float[Tensor, "*lead d_model"], target: RotaryTransformer) -> Float[Tensor, "*lead vocab"]:

@@ -1,26 +1,44 @@
-"""``SpeculativePredictor``: greedy speculative decoding of the frozen target with the drafter.
+"""``SpeculativePredictor``: speculative decoding of the frozen target with the drafter.
 
 The target encodes the prompt into its :class:`~xdllm.nn.KVCache` and picks the first token;
 that token is the first *anchor*. Then, round after round:
 
 1. **draft**: one drafter pass over ``[anchor, MASK x (block_size - 1)]`` at the anchor's
-   positions, reading the target's features of every token before the anchor, proposes
-   ``d_1 .. d_{bs-1}`` (argmax through the target's LM head);
+   positions, reading the target's features of every token before the anchor, gives the
+   drafter's distributions ``q_1 .. q_{bs-1}`` (through the target's LM head) and drafts
+   ``d_1 .. d_{bs-1}`` from them;
 2. **verify**: one cached target pass over ``[anchor, d_1 .. d_{bs-1}]`` gives the target's
-   greedy choice ``g_1 .. g_bs`` after each of them;
-3. **accept** the longest prefix with ``d_i == g_i`` (``n`` tokens) and the target's next
-   token ``g_{n+1}``: ``n + 1`` tokens, cut at the output budget and after EOS. The last one is
-   the next anchor.
+   distributions ``p_1 .. p_bs`` after each of them;
+3. **accept** a prefix of ``n`` drafts and one token of the target's: ``n + 1`` tokens, cut at
+   the output budget and after EOS. The last one is the next anchor.
 
-Every committed token is the target's own greedy choice given the committed tokens before it,
-so the output is the target's greedy decoding, token for token (up to floating-point ties: the
+Both distributions are the final ones of :mod:`xdllm.predict.sampling` (temperature, top-k,
+top-p, the mask token banned). At ``temperature == 0`` drafts are argmaxes, the accepted prefix
+is the longest with ``d_i == argmax p_i`` and the target's token ``argmax p_{n+1}``: every
+committed token is the target's own greedy choice given the committed tokens before it, so the
+output is the target's greedy decoding, token for token (up to floating-point ties: the
 verification pass scores ``block_size`` tokens at once, the target alone one at a time).
+
+At ``temperature > 0`` (speculative sampling, Leviathan et al. 2023, Chen et al. 2023) drafts
+are drawn ``d_i ~ q_i``, each is accepted with probability ``min(1, p_i(d_i) / q_i(d_i))`` in
+order up to the first rejection, and the target's token is drawn at the first rejected position
+from ``max(0, p_i - q_i)`` renormalised (``p_i`` itself when that is zero everywhere, which
+happens only when ``p_i == q_i``), or from ``p_bs`` when every draft was accepted
+(:mod:`~xdllm_models.dflash.acceptance`). Each committed token is then distributed exactly as
+the target's sample given the tokens before it: the output has the distribution of sampling the
+target alone with the same options. Every draw is a uniform of the sample's own stream
+(:mod:`xdllm.predict.streams`, keyed by the seed and the sample index; the first token from
+step 0, as :class:`~xdllm_models.arlm.predictor.ARPredictor` draws it, then per round one stream
+step each for the drafts, the acceptances and the target's tokens), so a sample's output does
+not depend on its batch.
 
 The cache holds one slot per verified token for every row: after a round the anchor and the
 accepted drafts of a row stay, its rejected drafts become padding slots (never attended), and
 the cache's fill length rolls back to the row that kept most. The target's features at the kept
-slots are the drafter's context, slot for slot. Rows finish independently; the loop ends when
-every row is finished (one host synchronisation per round).
+slots are the drafter's context, slot for slot; the drafter keeps its keys and values of them
+across rounds and projects only the slots verified since its last draft (``drafter_cache``).
+Rows finish independently; the loop ends when every row is finished (one host synchronisation
+per round).
 
 History: the prompt pass is step 0 (the first token committed); then each round records two
 steps, the draft (the drafted tokens committed, with the drafter's top-k) and the verification
@@ -28,13 +46,14 @@ steps, the draft (the drafted tokens committed, with the drafter's top-k) and th
 are masks again), so the views show drafted against accepted tokens per verification.
 
 ``speculative=False`` decodes with the target alone (:class:`~xdllm_models.arlm.predictor.ARPredictor`,
-greedy), the baseline of the speedup.
+with the same sampling options and seed), the baseline of the speedup.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from enum import IntEnum
 from typing import Any
 
 import torch
@@ -43,19 +62,31 @@ from torch import Tensor, nn
 
 from xdllm.interfaces import DenoisingStep, HistoryRecorder, Tokenizer
 from xdllm.nn import PAD_DOCUMENT_ID, RotaryTransformer
+from xdllm.predict import streams
 from xdllm.predict.canvas import continuation_canvas
-from xdllm.predict.inputs import check_decoding_options, predictor_inputs
+from xdllm.predict.inputs import check_decoding_options, predictor_inputs, sample_indices
 from xdllm.predict.sampling import choose_tokens, final_distribution
 from xdllm.predict.text import decode_regions
 from xdllm_models.arlm.predictor import ARPredictor
+from xdllm_models.dflash.acceptance import greedy_acceptance, speculative_sampling
+from xdllm_models.dflash.context_cache import DrafterContextCache
 from xdllm_models.dflash.mask import block_tokens, context_tokens
 from xdllm_models.dflash.model import DFlashDrafter
 from xdllm_models.dflash.target import require_target, verify_pass
 from xdllm_models.dflash.types import SpeculativePredictionDict
 
 
+class StreamUse(IntEnum):
+    """What a round's uniforms decide; round ``r`` draws from stream step ``3 r + use`` (the
+    prompt's token from step 0), so no two uses share a draw."""
+
+    DRAFT = 0
+    ACCEPT = 1
+    TARGET_TOKEN = 2
+
+
 class SpeculativePredictor:
-    """Draft-and-verify greedy decoding; see the module docstring.
+    """Draft-and-verify decoding, greedy or sampled; see the module docstring.
 
     Args:
         max_new_tokens: tokens generated per prompt at most (the output region's length).
@@ -63,16 +94,25 @@ class SpeculativePredictor:
         model: default drafter; ``predict(model=...)`` overrides it.
         block_size: tokens per drafted block, anchor included (None: the drafter's).
         speculative: False decodes with the target alone (the baseline).
+        temperature: 0 = greedy (argmax); > 0 samples the target's distribution
+            ``softmax(logits / temperature)`` by speculative sampling.
+        top_k, top_p: restrict both models' distributions to the k most probable tokens, then to
+            the smallest set reaching probability mass ``top_p`` (None: no restriction).
         stop_at_eos: a row stops at its first EOS.
         skip_special_tokens: passed to ``tokenizer.decode`` for ``text``.
+        seed: base of the per-sample random streams (used when ``temperature > 0``).
+        drafter_cache: keep the drafter's context keys and values across rounds
+            (:mod:`~xdllm_models.dflash.context_cache`; False recomputes them every draft).
     """
 
     def __init__(self, max_new_tokens: int, tokenizer: Tokenizer | None = None, model: nn.Module | None = None,
-                 block_size: int | None = None, speculative: bool = True, stop_at_eos: bool = True,
-                 skip_special_tokens: bool = True) -> None:
-        check_decoding_options("SpeculativePredictor", max_new_tokens=max_new_tokens,
+                 block_size: int | None = None, speculative: bool = True, temperature: float = 0.0,
+                 top_k: int | None = None, top_p: float | None = None, stop_at_eos: bool = True,
+                 skip_special_tokens: bool = True, seed: int = 0, drafter_cache: bool = True) -> None:
+        check_decoding_options("SpeculativePredictor", max_new_tokens=max_new_tokens, seed=seed,
+                               temperature=temperature, top_k=top_k, top_p=top_p,
                                flags={"speculative": speculative, "stop_at_eos": stop_at_eos,
-                                      "skip_special_tokens": skip_special_tokens})
+                                      "skip_special_tokens": skip_special_tokens, "drafter_cache": drafter_cache})
         if block_size is not None and block_size < 2:
             raise ValueError(f"SpeculativePredictor: block_size must be >= 2 or None, got {block_size}")
         self.max_new_tokens = max_new_tokens
@@ -80,8 +120,13 @@ class SpeculativePredictor:
         self.model = model
         self.block_size = block_size
         self.speculative = speculative
+        self.temperature = temperature
+        self.top_k = top_k
+        self.top_p = top_p
         self.stop_at_eos = stop_at_eos
         self.skip_special_tokens = skip_special_tokens
+        self.seed = seed
+        self.drafter_cache = drafter_cache
 
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,
@@ -97,8 +142,9 @@ class SpeculativePredictor:
 
     def _target_alone(self, batch: Mapping[str, Any], target: RotaryTransformer, tok: Tokenizer,
                       history: HistoryRecorder | None) -> SpeculativePredictionDict:
-        baseline = ARPredictor(self.max_new_tokens, tok, stop_at_eos=self.stop_at_eos,
-                               skip_special_tokens=self.skip_special_tokens)
+        baseline = ARPredictor(self.max_new_tokens, tok, temperature=self.temperature, top_k=self.top_k,
+                               top_p=self.top_p, stop_at_eos=self.stop_at_eos,
+                               skip_special_tokens=self.skip_special_tokens, seed=self.seed)
         prediction = baseline.predict(batch, model=target, history=history)
         steps = list(prediction["steps_taken"])
         return SpeculativePredictionDict(**prediction, target_passes=steps, draft_passes=[0] * len(steps),
@@ -131,9 +177,14 @@ class _SpeculativeRun:
                              f"max_positions={limit}")
         rows, prompt_len = self.prompt_ids.shape
         self.cache = target.new_kv_cache(rows, prompt_len + self.new_tokens * self.block_size)
+        self.context_cache = (DrafterContextCache(prompt_len + self.new_tokens * self.block_size)
+                              if options.drafter_cache else None)
         self.features: Tensor | None = None  # the target's features, slot for slot with the cache
         self.k = history.k if history is not None else 0
         self.step = 0
+        self.round = 0
+        self.sampling = options.temperature > 0.0
+        self.keys = streams.row_keys(options.seed, sample_indices("SpeculativePredictor", batch, rows, device))
 
     def decode(self) -> SpeculativePredictionDict:
         canvas, bs = self.canvas, self.block_size
@@ -144,8 +195,8 @@ class _SpeculativeRun:
         prompt_len = self.prompt_ids.shape[1]
         logits = self._verify(self.prompt_ids, canvas.positions[:, :prompt_len], self.prompt_real)
         last = logits.gather(1, (canvas.output_start - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))
-        probs = final_distribution(last, 0.0, None, None, self.banned)  # [rows, 1, vocab]
-        first = choose_tokens(probs, None)
+        probs = self._distribution(last)  # [rows, 1, vocab]
+        first = choose_tokens(probs, self._draws(0, 1))
         filled = torch.zeros(rows, dtype=torch.long, device=device)
         everyone = torch.ones(rows, dtype=torch.bool, device=device)
         ids, count = self._commit(canvas.ids, first, probs, filled, everyone[:, None], everyone)
@@ -158,6 +209,7 @@ class _SpeculativeRun:
         elapsed = [time.perf_counter() - self.started]
         done = bool(finished.all())
         while not done:
+            self.round += 1
             active = ~finished
             drafts, draft_probs = self._draft(anchor, anchor_position, active)
             draft_passes += active.long()
@@ -168,15 +220,14 @@ class _SpeculativeRun:
             start = self.cache.length
             logits = self._verify(torch.cat([anchor[:, None], drafts], dim=1), anchor_position[:, None] + offsets,
                                   None)
-            probs = final_distribution(logits, 0.0, None, None, self.banned)
-            choice = choose_tokens(probs, None)  # choice[:, i]: the target's token after the i-th verified one
-            accepted = (drafts == choice[:, :-1]).long().cumprod(dim=1).sum(dim=1)
-            ids, count = self._commit(ids, choice, probs, filled, offsets <= accepted[:, None], active)
+            probs = self._distribution(logits)
+            tokens, accepted = self._accept(drafts, draft_probs, probs)
+            ids, count = self._commit(ids, tokens, probs, filled, offsets <= accepted[:, None], active)
             target_passes += active.long()
             kept = offsets < count[:, None]  # the anchor and the accepted drafts stay in the cache
             slots = slice(start, start + bs)
             self.cache.document[:, slots] = torch.where(kept, self.cache.document[:, slots], PAD_DOCUMENT_ID)
-            anchor = choice.gather(1, (count - 1).clamp_min(0)[:, None])[:, 0]
+            anchor = tokens.gather(1, (count - 1).clamp_min(0)[:, None])[:, 0]
             anchor_position = anchor_position + count
             filled = filled + count
             finished = finished | self._finished(ids, filled)
@@ -185,10 +236,35 @@ class _SpeculativeRun:
             elapsed.append(time.perf_counter() - self.started)
         return self._prediction(ids, target_passes, draft_passes, filled, elapsed)
 
+    def _distribution(self, logits: Float[Tensor, "batch new vocab"]) -> Float[Tensor, "batch new vocab"]:
+        options = self.options
+        return final_distribution(logits, options.temperature, options.top_k, options.top_p, self.banned)
+
+    def _draws(self, stream_step: int, width: int) -> Float[Tensor, "batch width"] | None:
+        """The rows' uniforms of one stream step when sampling (None: greedy)."""
+        if not self.sampling:
+            return None
+        return streams.uniforms(self.keys, stream_step, streams.Purpose.TOKEN, width)
+
+    def _round_draws(self, use: StreamUse, width: int) -> Float[Tensor, "batch width"] | None:
+        return self._draws(3 * self.round + int(use), width)
+
+    def _accept(self, drafts: Integer[Tensor, "batch drafted"], draft_probs: Float[Tensor, "batch drafted vocab"],
+                probs: Float[Tensor, "batch block vocab"]
+                ) -> tuple[Integer[Tensor, "batch block"], Integer[Tensor, " batch"]]:
+        """The round's tokens (the accepted drafts, then the target's token) and how many drafts
+        each row accepts (:mod:`~xdllm_models.dflash.acceptance`)."""
+        if not self.sampling:
+            return greedy_acceptance(drafts, probs)
+        return speculative_sampling(drafts, draft_probs, probs, self._round_draws(StreamUse.ACCEPT, drafts.shape[1]),
+                                    self._round_draws(StreamUse.TARGET_TOKEN, probs.shape[1]))
+
     def _verify(self, token_ids: Integer[Tensor, "batch new"], positions: Integer[Tensor, "batch new"],
                 attention_mask: Bool[Tensor, "batch new"] | None) -> Float[Tensor, "batch new vocab"]:
         """A cached target pass; its features are stored beside the cache slots it wrote."""
         start = self.cache.length
+        if self.context_cache is not None:
+            self.context_cache.rewind(start)  # the slots this pass writes
         logits, features = verify_pass(self.target, self.drafter.target_layers, token_ids, positions, self.cache,
                                        attention_mask)
         if self.features is None:
@@ -199,7 +275,7 @@ class _SpeculativeRun:
     def _draft(self, anchor: Integer[Tensor, " batch"], anchor_position: Integer[Tensor, " batch"],
                active: Bool[Tensor, " batch"]
                ) -> tuple[Integer[Tensor, "batch drafted"], Float[Tensor, "batch drafted vocab"]]:
-        """One drafter pass: the greedy drafts after the anchor and their distributions."""
+        """One drafter pass: the drafts after the anchor and the distributions they come from."""
         bs, length = self.block_size, self.cache.length
         queries = block_tokens(anchor_position[:, None], bs)
         queries = queries._replace(document=torch.where(active[:, None], queries.document, PAD_DOCUMENT_ID))
@@ -207,9 +283,10 @@ class _SpeculativeRun:
         block_ids[:, 0] = anchor
         context = context_tokens(self.cache.document[:, :length], self.cache.position[:, :length])
         assert self.features is not None
-        hidden = self.drafter(self.target.token_embedding(block_ids), queries, self.features[:, :length], context)
-        probs = final_distribution(self.drafter.logits(hidden[:, 1:], self.target), 0.0, None, None, self.banned)
-        return choose_tokens(probs, None), probs
+        hidden = self.drafter(self.target.token_embedding(block_ids), queries, self.features[:, :length], context,
+                              self.context_cache)
+        probs = self._distribution(self.drafter.logits(hidden[:, 1:], self.target))
+        return choose_tokens(probs, self._round_draws(StreamUse.DRAFT, bs - 1)), probs
 
     def _commit(self, ids: Integer[Tensor, "batch seq_len"], tokens: Integer[Tensor, "batch new"],
                 probs: Float[Tensor, "batch new vocab"], filled: Integer[Tensor, " batch"],

@@ -1,6 +1,7 @@
 """Shared pieces of the DFlash tests (imported by name, never from conftest): a tiny trained
 arlm target run, its network with weights large enough that every token moves the logits,
-drafters for it, examples and prompt batches."""
+drafters for it, examples and prompt batches, and broken speculative rules (to check that a
+test's bound catches them)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from tiny_run import TINY_RUN
 from xdllm.cli.main import main
 from xdllm.collate import PromptCollator
 from xdllm.data import load_tokenizer
+from xdllm.predict.sampling import choose_tokens
 from xdllm.run.checkpoint import load_trained
+from xdllm_models.dflash.acceptance import speculative_sampling
 from xdllm_models.dflash.model import DFlashDrafter
 
 TARGET_OVERRIDES = [*(o for o in TINY_RUN if not o.startswith("experiment=")), "experiment=sort_arlm",
@@ -54,3 +57,17 @@ def prompt_batch(prompts: list[list[int]], first_index: int = 0) -> dict:
     batch = PromptCollator(tokenizer())(examples(prompts, [[] for _ in prompts], first_index))
     batch.pop("target_ids")
     return batch
+
+
+def accept_every_draft(drafts, draft_probs, probs, accept_draws, token_draws):
+    """A broken speculative rule, for the tests' check of their own bounds: no draft is rejected."""
+    return speculative_sampling(drafts, draft_probs, probs, accept_draws * 0.0 - 1.0, token_draws)
+
+
+def residual_from_the_target(drafts, draft_probs, probs, accept_draws, token_draws):
+    """A broken speculative rule, for the tests' check of their own bounds: after a rejection the
+    target's token comes from p instead of max(0, p - q)."""
+    tokens, accepted = speculative_sampling(drafts, draft_probs, probs, accept_draws, token_draws)
+    resampled = choose_tokens(probs, token_draws)
+    offsets = torch.arange(tokens.shape[1], device=tokens.device)
+    return torch.where(offsets == accepted[:, None], resampled, tokens), accepted

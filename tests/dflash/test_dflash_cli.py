@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from xdllm.cli.main import main
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
+import bench_drafter_cache  # noqa: E402
 import bench_speculative  # noqa: E402
 
 DRAFTER = [*(o for o in TARGET_OVERRIDES if not o.startswith(("experiment=", "model."))), "model=dflash",
@@ -65,3 +66,36 @@ def test_the_speculative_benchmark_refuses_a_run_that_is_not_a_drafter_and_bad_c
     with pytest.raises(SystemExit):
         bench_speculative.main(["--drafter", str(drafter_run), "--num-samples", "0"])
     assert "--num-samples must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_generate_samples_with_the_predictor_options(drafter_run, tmp_path):
+    greedy = generated(drafter_run, tmp_path / "greedy")
+    sampled = generated(drafter_run, tmp_path / "sampled", "predictor.temperature=1.0", "predictor.top_k=20")
+    again = generated(drafter_run, tmp_path / "again", "predictor.temperature=1.0", "predictor.top_k=20")
+    assert [r["ids"] for r in sampled] == [r["ids"] for r in again]  # seeded
+    assert [r["ids"] for r in sampled] != [r["ids"] for r in greedy]
+
+
+def test_the_benchmark_samples_with_a_temperature(drafter_run, capsys):
+    result = bench_speculative.main(["--drafter", str(drafter_run), "--num-samples", "4", "--repeats", "1",
+                                     "--temperature", "1", "--top-p", "0.9", "--compare-drafter-cache"])
+    assert result["temperature"] == 1.0 and result["top_p"] == 0.9 and result["identical"] is None
+    assert result["identical_with_drafter_cache"] and result["ms_per_round_uncached"] > 0
+    assert result["acceptance_length"] >= 1.0 and result["speedup"] > 0
+    with pytest.raises(SystemExit):
+        bench_speculative.main(["--drafter", str(drafter_run), "--temperature", "-1"])
+    assert "SpeculativePredictor: temperature must be >= 0" in capsys.readouterr().err
+
+
+def test_the_drafter_cache_benchmark_times_both_modes_by_context_length(drafter_run, target_run, capsys):
+    results = bench_drafter_cache.main(["--drafter", str(drafter_run), "--contexts", "16", "100",
+                                        "--iterations", "2", "--repeats", "1"])
+    assert [r["context"] for r in results] == [16, 100]  # 100: beyond the drafter's positions
+    assert all(r["ms_cached"] > 0 and r["ms_uncached"] > 0 for r in results)
+    assert [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()[-2:]] == results
+    with pytest.raises(SystemExit):
+        bench_drafter_cache.main(["--drafter", str(drafter_run), "--contexts", "4"])
+    assert "every --contexts length must exceed --new-slots=4, got [4]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench_drafter_cache.main(["--drafter", str(target_run)])
+    assert "is not a dflash drafter run" in capsys.readouterr().err

@@ -44,7 +44,8 @@ def oracle_drafts(expected_ids, output_start, wrong_every):
         drafts = expected_ids.gather(1, columns)
         wrong = (region_offsets % wrong_every) == wrong_every - 1
         drafts = torch.where(wrong, (drafts + 1) % 20 + 4, drafts)
-        return drafts, torch.full((rows, self.block_size - 1, 32), 1.0 / 32)
+        vocab = self.target.config.vocab_size
+        return drafts, torch.full((rows, self.block_size - 1, vocab), 1.0 / vocab)
     return draft
 
 

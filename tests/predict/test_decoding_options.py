@@ -27,6 +27,7 @@ def test_each_bad_option_is_named_with_its_owner(options, message):
     (lambda **o: ARPredictor(4, **o), "ARPredictor"),
     (lambda **o: HybridPredictor(4, 2, **o), "HybridPredictor"),
     (lambda **o: UDLMPredictor(4, 2, **o), "UDLMPredictor"),
+    (lambda **o: SpeculativePredictor(4, **o), "SpeculativePredictor"),
 ])
 def test_the_sampling_predictors_check_them(build, owner):
     with pytest.raises(ValueError, match=f"^{owner}: seed must be >= 0"):
