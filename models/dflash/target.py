@@ -14,6 +14,7 @@ import torch
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor, nn
 
+from xdllm.errors import XdllmError
 from xdllm.nn import CausalMask, KVCache, RotaryTransformer, TransformerOutput
 from xdllm.run.checkpoint import CONFIG_KEY, resolve_checkpoint
 from xdllm.train.checkpoint_io import read_checkpoint_file
@@ -37,7 +38,12 @@ def read_target_shape(target: str) -> TargetShape:
     Another family, or no checkpoint there, is an error that names the path and what to pass."""
     if not target:
         raise ValueError("the DFlash drafter needs a target: +frozen.target=<arlm run directory or checkpoint>")
-    path = resolve_checkpoint(target)
+    try:
+        path = resolve_checkpoint(target)
+    except XdllmError as error:
+        raise ValueError(f"frozen.target={target}: {error}; the drafter drafts for a trained {TARGET_FAMILY} run: "
+                         f"train one first (experiment=sort_dflash_target or text_arlm, run_dir={target}) or "
+                         "point frozen.target= at one") from None
     config = read_checkpoint_file(path).get(CONFIG_KEY) or {}
     family = config.get("model_family")
     if family != TARGET_FAMILY:

@@ -62,5 +62,6 @@ def test_experiment_builds_and_runs_its_loss_and_predictor(experiment):
 @pytest.mark.parametrize("experiment", sorted(NEEDS_TRAINED_TARGET))
 def test_a_drafter_experiment_without_its_target_names_the_missing_run(experiment, tmp_path):
     missing = tmp_path / "no_target"
-    with pytest.raises(XdllmError, match=f"not found: {missing}"):
+    with pytest.raises(XdllmError, match=f"not found: {missing}; the drafter drafts for a trained arlm run: "
+                                         "train one first"):
         build_components(compose_config("train", [f"experiment={experiment}", f"frozen.target={missing}"]))
