@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hydra.utils import get_object
+from hydra._internal.utils import _locate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 
@@ -210,7 +210,7 @@ def check_component(node: Mapping[str, Any], where: str) -> None:
     if target_name is None:
         return
     try:
-        target = get_object(target_name)
+        target = _locate(target_name)  # hydra.utils.get_object would log the failure on stderr too
     except Exception as error:
         raise XdllmError(f"{where}._target_={target_name!r} cannot be imported: {error}") from error
     try:
