@@ -13,8 +13,9 @@ from xdllm.cli.main import main
     (["train", "--cfg", "optim.foo=1"],
      "unknown key 'optim.foo': optim has no such key and takes no new ones; known keys there: accumulate_grad_batches"),
     (["train", "--cfg", "trainer.detect_anomaly=true"],
-     "unknown key 'trainer.detect_anomaly': trainer does not list it, but takes new keys: add it with "
-     "+trainer.detect_anomaly=VALUE"),
+     "unknown key 'trainer.detect_anomaly': trainer does not list it; known keys there: accelerator, devices, "
+     "enable_model_summary, enable_progress_bar, log_every_n_steps, max_steps, precision, val_check_interval; "
+     "trainer takes new keys: add one with +trainer.detect_anomaly=VALUE"),
 ])
 def test_unknown_key_hint_names_a_fix_that_is_accepted(argv, expected, capsys):
     assert main(argv) == 2

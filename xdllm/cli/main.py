@@ -285,12 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         refuse_multirun(argv)
-    except XdllmError as error:
-        print(f"xdllm: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    arguments = _parser().parse_args(flags_first(argv))
-    _configure_output()
-    try:
+        arguments = _parser().parse_args(flags_first(argv))
+        _configure_output()
         status = _run_command(arguments)
         sys.stdout.flush()  # a reader that went away is found here, not in the flush at exit
         return status

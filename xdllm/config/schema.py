@@ -156,20 +156,20 @@ GENERATE_OWN_OPTIONS = ("; generate sets what it generates with its own options:
 
 
 def unknown_key_message(key: str, config_name: str, where_given: str = "") -> str:
-    """A key the config does not have, and what to give instead: ``+key=value`` where its node
-    takes new keys; elsewhere the keys known there (and, for ``generate``'s ``data.*``,
-    generate's own options)."""
+    """A key the config does not have, the keys known there, and what to give instead:
+    ``+key=value`` where its node takes new keys (and, for ``generate``'s ``data.*``, generate's
+    own options)."""
     open_nodes = OPEN_NODES.get(config_name, ())
     top = key.split(".")[0]
-    if top in open_nodes:
-        return (f"unknown key {key!r}{where_given}: {top} does not list it, but takes new keys: add it with "
-                f"+{key}=VALUE")
     node = key.rpartition(".")[0]
     prefix = f"{node}." if node else ""
     known = sorted({k[len(prefix):].split(".")[0] for k in SCHEMAS.get(config_name, {}) if k.startswith(prefix)}
                    | set(() if node else open_nodes))
-    where = f"{node} has" if node else "the config has"
     hint = f"; known keys there: {', '.join(known)}" if known else ""
+    if top in open_nodes:
+        return (f"unknown key {key!r}{where_given}: {node} does not list it{hint}; {top} takes new keys: add "
+                f"one with +{key}=VALUE")
+    where = f"{node} has" if node else "the config has"
     own = GENERATE_OWN_OPTIONS if config_name == "generate" and top == "data" else ""
     return f"unknown key {key!r}{where_given}: {where} no such key and takes no new ones{hint}{own}"
 
