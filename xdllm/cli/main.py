@@ -242,9 +242,9 @@ OVERRIDE_COMMANDS = ("train", "generate", "eval")
 
 
 def flags_first(argv: Sequence[str]) -> list[str]:
-    """``train`` / ``generate`` / ``eval`` take their flags (``--cfg``, ``-m``, ``--help``) anywhere
-    among the overrides: argparse stops reading a ``nargs="*"`` positional at the first flag, so
-    the flags are moved before the overrides (an override never starts with ``-``)."""
+    """``train`` / ``generate`` / ``eval`` take their flags (``--cfg``, generate's ``-m``,
+    ``--help``) anywhere among the overrides: argparse stops reading a ``nargs="*"`` positional at
+    the first flag, so the flags are moved before the overrides (an override never starts with ``-``)."""
     if not argv or argv[0] not in OVERRIDE_COMMANDS:
         return list(argv)
     command, *rest = argv
