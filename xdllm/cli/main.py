@@ -102,6 +102,32 @@ def _split_resume(overrides: Sequence[str]) -> tuple[list[str], str | None]:
     return rest, resume
 
 
+def _first_swept(overrides: Sequence[str]):
+    """The first override giving several values (Hydra's ``KEY=A,B``), if any."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        return next((o for o in OverridesParser.create().parse_overrides(list(overrides)) if o.is_sweep_override()),
+                    None)
+    except HydraException:
+        return None  # composing reports the malformed override
+
+
+def refuse_several_values(command: str, overrides: Sequence[str]) -> None:
+    """``train`` and ``eval`` run one configuration: ``KEY=A,B`` is refused with how to run one
+    per value."""
+    swept = _first_swept(overrides)
+    if swept is None:
+        return
+    key, values = swept.get_key_element(), " ".join(swept.sweep_string_iterator())
+    generate = ("" if command == "train" or key in ("ckpt", "output_dir") else
+                "; xdllm generate -m sweeps it in one command (the generation metrics of each value)")
+    raise XdllmError(f"{swept.input_line} gives several values, but xdllm {command} runs one configuration: run it "
+                     f"once per value, e.g. for v in {values}; do xdllm {command} ... {key}=$v; done{generate} "
+                     "(quote a single value that contains a comma)")
+
+
 def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
@@ -110,6 +136,7 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     from xdllm.run.train import train
 
     overrides, resume = _split_resume(overrides)
+    refuse_several_values("train", overrides)
     overrides = with_stored_overrides(resume, overrides)  # resume=<run> alone continues it as it was
     config = compose_config("train", overrides)
     if print_config:
@@ -161,6 +188,7 @@ def _cmd_eval(overrides: Sequence[str], print_config: bool = False) -> int:
     from xdllm.config.compose import compose_config
     from xdllm.run.generate import evaluate_from_config
 
+    refuse_several_values("eval", overrides)
     config = compose_config("generate", overrides)
     if print_config:
         print(composed_yaml(config), end="")
@@ -214,9 +242,9 @@ OVERRIDE_COMMANDS = ("train", "generate", "eval")
 
 
 def flags_first(argv: Sequence[str]) -> list[str]:
-    """``train`` / ``generate`` / ``eval`` take their flags (``--cfg``, ``-m``, ``--help``) anywhere
-    among the overrides: argparse stops reading a ``nargs="*"`` positional at the first flag, so
-    the flags are moved before the overrides (an override never starts with ``-``)."""
+    """``train`` / ``generate`` / ``eval`` take their flags (``--cfg``, generate's ``-m``,
+    ``--help``) anywhere among the overrides: argparse stops reading a ``nargs="*"`` positional at
+    the first flag, so the flags are moved before the overrides (an override never starts with ``-``)."""
     if not argv or argv[0] not in OVERRIDE_COMMANDS:
         return list(argv)
     command, *rest = argv
@@ -245,10 +273,20 @@ def _run_command(arguments: argparse.Namespace) -> int:
     return run_history_command(arguments)
 
 
+def refuse_multirun(argv: Sequence[str]) -> None:
+    """``-m`` belongs to ``generate``; on ``train`` or ``eval`` it is one line saying so, not
+    argparse's usage of the whole command."""
+    if argv and argv[0] in ("train", "eval") and {"-m", "--multirun"} & set(argv[1:]):
+        raise XdllmError(f"-m (a sweep) is for xdllm generate only: xdllm {argv[0]} runs one configuration; "
+                         f"run it once per value, e.g. for v in A B; do xdllm {argv[0]} ... KEY=$v; done")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = _parser().parse_args(flags_first(sys.argv[1:] if argv is None else argv))
-    _configure_output()
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        refuse_multirun(argv)
+        arguments = _parser().parse_args(flags_first(argv))
+        _configure_output()
         status = _run_command(arguments)
         sys.stdout.flush()  # a reader that went away is found here, not in the flush at exit
         return status

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from xdllm.config.schema import check_new_keys, check_values
+from xdllm.config.schema import check_new_keys, check_values, unknown_key_message
 from xdllm.errors import XdllmError
 from xdllm.registry import RegisteredFamily, discover_families
 
@@ -75,10 +77,23 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
                 overrides=[*overrides, f"hydra.searchpath=[{search_path}]"],
             )
     except (HydraException, OmegaConfBaseException) as error:
+        missing = re.match(r"Could not override '(.+?)'", str(error))
+        if missing and isinstance(error.__cause__, (ConfigAttributeError, ConfigKeyError)):
+            raise XdllmError(unknown_key_message(missing[1], config_name)) from error
         message = str(error).strip().splitlines()[0]
-        if message.startswith("Could not override"):
-            message += (" There is no such key in the config; an option its config does not list "
-                        "is added with +KEY=VALUE (where the node takes new keys).")
         raise XdllmError(f"invalid configuration or override: {message}") from error
+    except yaml.MarkedYAMLError as error:
+        raise XdllmError(yaml_error_line(error)) from error
     check_values(config, config_name)
     return config
+
+
+def yaml_error_line(error: yaml.MarkedYAMLError) -> str:
+    """A YAML syntax error in one line: the file, where, and what the parser expected."""
+    mark = error.problem_mark or error.context_mark
+    where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark else "a config file"
+    context = error.context or ""
+    if context and error.context_mark and error.context_mark is not mark:
+        context += f" from line {error.context_mark.line + 1}, column {error.context_mark.column + 1}"
+    problem = error.problem or "syntax error"
+    return f"invalid YAML in {where}: {problem}" + (f" ({context})" if context else "")

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hydra.utils import get_object
+from hydra._internal.utils import _locate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 
@@ -143,21 +143,35 @@ COMPONENT_NODES = ("model", "loss", "predictor", "evaluator", "collator.train", 
 
 def check_new_keys(overrides: Sequence[str], config_name: str) -> None:
     """Refuse ``+key=value`` outside the nodes that take extras, naming what exists there."""
-    open_nodes = OPEN_NODES.get(config_name, ())
     for override in overrides:
         if not override.startswith("+"):
             continue
         key = override.lstrip("+").partition("=")[0]
-        if key.split(".")[0] in open_nodes:
-            continue
-        node = key.rpartition(".")[0]
-        prefix = f"{node}." if node else ""
-        known = sorted({k[len(prefix):].split(".")[0] for k in SCHEMAS.get(config_name, {}) if k.startswith(prefix)}
-                       | set(() if node else open_nodes))
-        where = f"{node} has" if node else "the config has"
-        hint = f"; known keys there: {', '.join(known)}" if known else ""
-        raise XdllmError(f"unknown key {key!r} in {override!r}: {where} no such key and takes no new "
-                         f"ones{hint}")
+        if key.split(".")[0] not in OPEN_NODES.get(config_name, ()):
+            raise XdllmError(unknown_key_message(key, config_name, f" in {override!r}"))
+
+
+GENERATE_OWN_OPTIONS = ("; generate sets what it generates with its own options: num_samples= (how many "
+                        "samples), batch_size= (prompts per predictor call), split=")
+
+
+def unknown_key_message(key: str, config_name: str, where_given: str = "") -> str:
+    """A key the config does not have, the keys known there, and what to give instead:
+    ``+key=value`` where its node takes new keys (and, for ``generate``'s ``data.*``, generate's
+    own options)."""
+    open_nodes = OPEN_NODES.get(config_name, ())
+    top = key.split(".")[0]
+    node = key.rpartition(".")[0]
+    prefix = f"{node}." if node else ""
+    known = sorted({k[len(prefix):].split(".")[0] for k in SCHEMAS.get(config_name, {}) if k.startswith(prefix)}
+                   | set(() if node else open_nodes))
+    hint = f"; known keys there: {', '.join(known)}" if known else ""
+    if top in open_nodes:
+        return (f"unknown key {key!r}{where_given}: {node} does not list it{hint}; {top} takes new keys: add "
+                f"one with +{key}=VALUE")
+    where = f"{node} has" if node else "the config has"
+    own = GENERATE_OWN_OPTIONS if config_name == "generate" and top == "data" else ""
+    return f"unknown key {key!r}{where_given}: {where} no such key and takes no new ones{hint}{own}"
 
 
 def check_values(config: DictConfig, config_name: str) -> None:
@@ -210,7 +224,7 @@ def check_component(node: Mapping[str, Any], where: str) -> None:
     if target_name is None:
         return
     try:
-        target = get_object(target_name)
+        target = _locate(target_name)  # hydra.utils.get_object would log the failure on stderr too
     except Exception as error:
         raise XdllmError(f"{where}._target_={target_name!r} cannot be imported: {error}") from error
     try:

@@ -115,16 +115,16 @@ class HFTokenizerFile:
         except Exception as error:
             raise ValueError(f"HFTokenizerFile: {self.path} is not a readable tokenizers JSON file "
                              f"({' '.join(str(error).split())})") from error
-        self.pad_token_id = self._special_id("pad_token", pad_token)
-        self.mask_token_id = self._special_id("mask_token", mask_token)
-        self.bos_token_id = self._special_id("bos_token", bos_token)
-        self.eos_token_id = self._special_id("eos_token", eos_token)
-
-    def _special_id(self, role: str, token: str) -> int:
-        token_id = self._tokenizer.token_to_id(token)
-        if token_id is None:
-            raise ValueError(f"HFTokenizerFile: {role} {token!r} is not in the vocabulary of {self.path}")
-        return token_id
+        roles = {"pad_token": pad_token, "mask_token": mask_token, "bos_token": bos_token, "eos_token": eos_token}
+        ids = {role: self._tokenizer.token_to_id(token) for role, token in roles.items()}
+        missing = [f"{role} {roles[role]!r}" for role, token_id in ids.items() if token_id is None]
+        if missing:
+            raise ValueError(f"HFTokenizerFile: {self.path} lacks special tokens xdllm needs, not in its vocabulary: "
+                             f"{', '.join(missing)}; train a tokenizer that has them (xdllm tokenizer train CORPUS "
+                             "-o tokenizer.json), or add them to this file (tokenizers: Tokenizer.add_special_tokens, "
+                             "then save)")
+        self.pad_token_id, self.mask_token_id = ids["pad_token"], ids["mask_token"]
+        self.bos_token_id, self.eos_token_id = ids["bos_token"], ids["eos_token"]
 
     @property
     def vocab_size(self) -> int:

@@ -112,6 +112,9 @@ def build_components(config: DictConfig) -> RunComponents:
     _require_keys(config)
     try:
         tokenizer = load_tokenizer(config.tokenizer)
+    except (ValueError, FileNotFoundError) as error:
+        raise XdllmError(str(error)) from error
+    try:
         params = OmegaConf.to_container(config.task.get("params", {}), throw_on_missing=True)
         task = get_task(config.task.name, tokenizer=tokenizer, **params)
         if not isinstance(task, PreparedTask):  # prepared data: its tokenizer's fingerprint is checked

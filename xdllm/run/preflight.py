@@ -1,4 +1,5 @@
-"""Before a run writes anything: the loss reads what the collators make.
+"""Before a run writes anything: the loss reads what the collators make, and returns what the
+training step reads (:class:`~xdllm.interfaces.LossDict`).
 
 Config groups of different families can compose into a config whose collator makes batches the
 loss cannot read (``model=arlm collator=packed_mlm``: no ``loss_mask``). Without this check such a
@@ -7,7 +8,8 @@ run writes its directory, then fails inside the first training step with a ``Key
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -30,11 +32,35 @@ def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict
             for role in ("train", "val"):
                 batch = collators[role](list(examples))
                 try:
-                    module.call_loss(model, batch)
+                    out = module.call_loss(model, batch)
                 except KeyError as error:
                     raise XdllmError(
                         f"the loss {type(module.loss_fn).__name__} looks for {error} in the batches of collator.{role} "
                         f"({type(collators[role]).__name__}), which makes {', '.join(sorted(batch))}: the model family "
                         f"is {family}; do the config groups chosen (collator=, model=) belong to it?") from error
+                check_loss_output(out, type(module.loss_fn).__name__)
     finally:
         model.train(was_training)
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.numel() == 1
+
+
+def check_loss_output(out: Any, loss_name: str) -> None:
+    """The training step back-propagates ``out["loss"]`` and logs every entry: ``out`` must be a
+    mapping with ``loss``, a floating-point scalar tensor, and only scalar tensors besides."""
+    keys = ", ".join(map(str, out)) if isinstance(out, Mapping) else None
+    problem = None
+    if keys is None:
+        problem = f"returned a {type(out).__name__}, not a dict"
+    elif "loss" not in out:
+        problem = f"returned the keys {keys or '(none)'}, without 'loss'"
+    elif not (_scalar(out["loss"]) and out["loss"].is_floating_point()):
+        problem = "returned a 'loss' that is not a floating-point scalar tensor"
+    elif other := [str(name) for name, value in out.items() if not _scalar(value)]:
+        problem = f"returned {', '.join(other)}, which are not scalar tensors"
+    if problem:
+        raise XdllmError(f"the loss {loss_name} {problem}: a loss must return a dict with 'loss' (a floating-point "
+                         "scalar tensor, back-propagated) and any other scalar tensors to log "
+                         "(xdllm.interfaces.LossDict)")

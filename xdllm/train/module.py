@@ -15,6 +15,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import LearningRateMonitor
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
@@ -40,6 +41,18 @@ def takes_context(loss_fn: LossFunction) -> bool:
     ``forward`` for an ``nn.Module`` loss, else on ``__call__``)."""
     call = loss_fn.forward if isinstance(loss_fn, torch.nn.Module) else loss_fn.__call__
     return "context" in inspect.signature(call).parameters
+
+
+class StepLearningRateMonitor(LearningRateMonitor):
+    """Lightning's learning-rate monitor, logging the rate of optimizer step ``n`` (read just
+    before the step) at step ``n``, as every other scalar, not at ``n - 1``."""
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if self.logging_interval == "epoch" or not trainer._logger_connector.should_update_logs:
+            return
+        stats = self._extract_stats(trainer, "step" if self.logging_interval is None else "any")
+        for logger in trainer.loggers if stats else ():
+            logger.log_metrics(stats, step=trainer.global_step + 1)
 
 
 def takes_frozen(predictor: Predictor) -> bool:
@@ -183,6 +196,13 @@ class DiffusionLMModule(L.LightningModule):
             self.log(f"train/{name}", value, prog_bar=name == "loss", batch_size=batch_size)
         per_step = sum(batch["input_ids"].shape[0] for batch in micro_batches) * self.trainer.world_size
         self.log("train/samples_seen", float(self.global_step * per_step), batch_size=batch_size)
+        self._log_at_optimizer_step(batch_size)
+
+    def _log_at_optimizer_step(self, batch_size: int = 1) -> None:
+        """Lightning writes what a step or the validation after it logs at the count of steps done
+        *before* that step; a logged ``step`` makes it ``global_step``, the steps done, as the
+        console, checkpoints, history folders and generation scalars count."""
+        self.log("step", float(self.global_step), batch_size=batch_size)
 
     # ------------------------------------------------------------------ validation
 
@@ -213,6 +233,7 @@ class DiffusionLMModule(L.LightningModule):
         values = self.evaluator.finalize(means)
         for name, value in values.items():
             self.log(f"val/{name}", value, prog_bar=True)
+        self._log_at_optimizer_step()
         self._write_curves(values)
 
     def _write_curves(self, values: Mapping[str, float]) -> None:
@@ -225,6 +246,10 @@ class DiffusionLMModule(L.LightningModule):
         write_curves(writer, curves(values), self.global_step)
 
     # ------------------------------------------------------------------ optimizer, checkpoints
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """Replaces a trainer's LearningRateMonitor, so the rate is logged at its step too."""
+        return [StepLearningRateMonitor(logging_interval="step")]
 
     def configure_optimizers(self):
         optimizer, scheduler = build_optimizer(self.model, self.optim, self.total_steps)
