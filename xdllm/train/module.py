@@ -15,7 +15,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import LearningRateMonitor
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
@@ -41,18 +40,6 @@ def takes_context(loss_fn: LossFunction) -> bool:
     ``forward`` for an ``nn.Module`` loss, else on ``__call__``)."""
     call = loss_fn.forward if isinstance(loss_fn, torch.nn.Module) else loss_fn.__call__
     return "context" in inspect.signature(call).parameters
-
-
-class StepLearningRateMonitor(LearningRateMonitor):
-    """Lightning's learning-rate monitor, logging the rate of optimizer step ``n`` (read just
-    before the step) at step ``n``, as every other scalar, not at ``n - 1``."""
-
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
-        if self.logging_interval == "epoch" or not trainer._logger_connector.should_update_logs:
-            return
-        stats = self._extract_stats(trainer, "step" if self.logging_interval is None else "any")
-        for logger in trainer.loggers if stats else ():
-            logger.log_metrics(stats, step=trainer.global_step + 1)
 
 
 def takes_frozen(predictor: Predictor) -> bool:
@@ -246,10 +233,6 @@ class DiffusionLMModule(L.LightningModule):
         write_curves(writer, curves(values), self.global_step)
 
     # ------------------------------------------------------------------ optimizer, checkpoints
-
-    def configure_callbacks(self) -> list[L.Callback]:
-        """Replaces a trainer's LearningRateMonitor, so the rate is logged at its step too."""
-        return [StepLearningRateMonitor(logging_interval="step")]
 
     def configure_optimizers(self):
         optimizer, scheduler = build_optimizer(self.model, self.optim, self.total_steps)
