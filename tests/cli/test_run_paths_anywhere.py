@@ -12,7 +12,7 @@ import pytest
 from model_package_factory import write_model_package
 
 from xdllm.cli.main import main
-from xdllm.config.compose import compose_config
+from xdllm.config.compose import compose_config, search_path_override
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.data.prepare import PrepareOptions, prepare
 
@@ -89,3 +89,12 @@ def test_a_family_that_moved_is_given_with_model_search_path(workspace, monkeypa
     generated = _subprocess(["generate", f"ckpt={run}", "num_samples=2", "model_search_path=[fams]"],
                             cwd=workspace / "elsewhere")
     assert generated.returncode == 0, generated.stderr
+
+
+def test_the_last_model_search_path_decides_what_is_discovered():
+    # resume=<run> composes the run's stored overrides first, then the command's: a family that
+    # moved is found where the command says, as Hydra keeps the last value
+    stored, given = "model_search_path=[/old/folder]", "model_search_path=[/new/folder]"
+    assert search_path_override([stored, "trainer.max_steps=5", given]) == ["/new/folder"]
+    assert search_path_override(["model_search_path=/one"]) == ["/one"]
+    assert search_path_override(["trainer.max_steps=5"]) == []

@@ -22,8 +22,9 @@ SEARCH_PATH_KEY = "model_search_path"
 
 def search_path_override(overrides: Sequence[str]) -> list[str]:
     """The ``model_search_path=[...]`` override, read before composition (it decides what can
-    be composed)."""
-    for override in overrides:
+    be composed); the last one when given more than once, as Hydra keeps it (``resume=`` puts
+    the run's stored overrides before the command's)."""
+    for override in reversed(overrides):
         key, _, value = override.partition("=")
         if key.lstrip("+") == SEARCH_PATH_KEY:
             parsed = OmegaConf.from_dotlist([f"value={value}"]).value
