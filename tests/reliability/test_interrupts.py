@@ -181,3 +181,16 @@ def test_only_a_dead_data_worker_is_reported_as_one():
     assert is_dead_worker_error(ConnectionResetError(104, "Connection reset by peer"), 2)
     assert not is_dead_worker_error(ConnectionResetError(104, "Connection reset by peer"), 0)
     assert not is_dead_worker_error(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), 2)
+
+
+@pytest.mark.slow
+def test_under_ddp_a_ctrl_c_stops_both_processes_cleanly_with_one_message(tmp_path):
+    run_dir = tmp_path / "ddp"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    command = [*TRAIN[:-1], "data.num_workers=0", "trainer_strategy=ddp", f"run_dir={run_dir}"]
+    stopped = _interrupt(command, 1, last)
+    assert stopped.returncode == 130, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    step = int(read_checkpoint_file(last)["global_step"])
+    assert stopped.stderr.count("stopped by Ctrl-C after step") == 1  # rank 0 speaks for both
+    assert f"stopped by Ctrl-C after step {step}, saved in {last}" in stopped.stderr
