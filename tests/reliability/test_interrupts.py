@@ -165,8 +165,10 @@ def test_a_killed_data_worker_is_one_line_that_says_what_to_do(tmp_path):
     assert workers, "the training has no DataLoader workers"
     os.kill(workers[0], signal.SIGKILL)  # as the out-of-memory killer would
     _, stderr = process.communicate(timeout=120)
-    # (the surviving worker, stopped while it hands over a batch, may add its own traceback)
     assert process.returncode == 2, stderr[-3000:]
+    # the surviving worker's descriptor-sharing thread, cut mid-handover, printed a traceback in
+    # about one kill of six before xdllm.data.fd_sharing
+    assert "Traceback" not in stderr, stderr[-3000:]
     (line,) = [line for line in stderr.splitlines() if line.startswith("xdllm: error:")]
     # how the death reaches the main process varies with the moment: the DataLoader's report
     # (killed by a signal, exited unexpectedly) or a reset connection to the worker

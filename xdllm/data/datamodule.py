@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
+from xdllm.data.fd_sharing import quiet_sharer_resets
 from xdllm.data.prepared_task import PreparedTask
 from xdllm.data.samplers import (
     FixedBatchSampler,
@@ -180,6 +181,7 @@ class DiffusionDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         stream = TrainStream(self.task, self.tokenizer, self.seed, self.excluded_from_training)
+        quiet_sharer_resets()  # before the workers fork: they inherit it
         return DataLoader(stream, batch_sampler=self.train_sampler(),
                           collate_fn=MicroBatchCollate(self.train_collator, self.batch_size),
                           num_workers=self.num_workers)
