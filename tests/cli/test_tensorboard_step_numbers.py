@@ -20,7 +20,7 @@ def test_scalars_are_logged_at_the_optimizer_steps_done(trained_run):  # 6 steps
     assert steps["train/loss"] == steps["train/grad_norm"] == [1, 2, 3, 4, 5, 6]
     assert steps["lr-AdamW/pg1"] == [1, 2, 3, 4, 5, 6]
     assert steps["val/loss"] == steps["val/exact_match"] == [3, 6]
-    assert "step" not in steps
+    assert "step" not in steps and "epoch" not in steps
     (generation,) = (trained_run / "generate").iterdir()
     assert _steps(generation / "tensorboard")["generate/exact_match"] == [6]
 

@@ -25,8 +25,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.run_paths import record_absolute_paths
@@ -44,7 +43,7 @@ from xdllm.train.latest_checkpoint import LAST_NAME, LatestCheckpoint
 from xdllm.train.metric_lines import MetricLines
 from xdllm.train.module import DiffusionLMModule
 from xdllm.train.optim import OptimConfig
-from xdllm.train.step_lr_monitor import StepLearningRateMonitor
+from xdllm.train.step_logger import OptimizerStepLogger
 from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
 
 RUN_DIR_ENV = "XDLLM_RUN_DIR"
@@ -279,7 +278,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
                                       config.get("model_family", "<unknown>"))
     best, latest = checkpoint_callbacks(config, run_dir)
     stopper = StopOnInterrupt(save=latest.save)
-    callbacks = [best, latest, StepLearningRateMonitor(logging_interval="step"), history, stopper]
+    callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history, stopper]
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
     if progress_as_lines(config.get("progress", "auto"), trainer_args.get("enable_progress_bar", True)):
         trainer_args["enable_progress_bar"] = False
@@ -288,7 +287,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         trainer = L.Trainer(
             **trainer_args,
             default_root_dir=str(run_dir),
-            logger=TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""),
+            logger=OptimizerStepLogger(save_dir=str(run_dir), name="tensorboard", version=""),
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO()],
             use_distributed_sampler=False,

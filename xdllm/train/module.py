@@ -183,13 +183,6 @@ class DiffusionLMModule(L.LightningModule):
             self.log(f"train/{name}", value, prog_bar=name == "loss", batch_size=batch_size)
         per_step = sum(batch["input_ids"].shape[0] for batch in micro_batches) * self.trainer.world_size
         self.log("train/samples_seen", float(self.global_step * per_step), batch_size=batch_size)
-        self._log_at_optimizer_step(batch_size)
-
-    def _log_at_optimizer_step(self, batch_size: int = 1) -> None:
-        """Lightning writes what a step or the validation after it logs at the count of steps done
-        *before* that step; a logged ``step`` makes it ``global_step``, the steps done, as the
-        console, checkpoints, history folders and generation scalars count."""
-        self.log("step", float(self.global_step), batch_size=batch_size)
 
     # ------------------------------------------------------------------ validation
 
@@ -220,7 +213,6 @@ class DiffusionLMModule(L.LightningModule):
         values = self.evaluator.finalize(means)
         for name, value in values.items():
             self.log(f"val/{name}", value, prog_bar=True)
-        self._log_at_optimizer_step()
         self._write_curves(values)
 
     def _write_curves(self, values: Mapping[str, float]) -> None:

@@ -1,0 +1,23 @@
+"""The run's TensorBoard logger, writing at the optimizer steps done.
+
+Lightning hands its loggers the number of optimizer steps done *before* the step that logged:
+the training scalars of step 20, the learning rate of step 20 and the validation after step 20
+all arrive as step 19. The console, the checkpoints (``step0000020.ckpt``), the history folders
+and the generation scalars count steps done (20), so this logger writes at ``step + 1``, the one
+place every scalar passes through. Lightning's ``epoch`` scalar is left out: a run reads one
+endless training stream, so it is 0 throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lightning.pytorch.loggers import TensorBoardLogger
+
+
+class OptimizerStepLogger(TensorBoardLogger):
+    """A :class:`TensorBoardLogger` whose scalars sit at the optimizer steps done."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        scalars = {name: value for name, value in metrics.items() if name != "epoch"}
+        super().log_metrics(scalars, None if step is None else step + 1)
