@@ -102,22 +102,12 @@ def _split_resume(overrides: Sequence[str]) -> tuple[list[str], str | None]:
     return rest, resume
 
 
-def _first_swept(overrides: Sequence[str]):
-    """The first override giving several values (Hydra's ``KEY=A,B``), if any."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        return next((o for o in OverridesParser.create().parse_overrides(list(overrides)) if o.is_sweep_override()),
-                    None)
-    except HydraException:
-        return None  # composing reports the malformed override
-
-
 def refuse_several_values(command: str, overrides: Sequence[str]) -> None:
     """``train`` and ``eval`` run one configuration: ``KEY=A,B`` is refused with how to run one
     per value."""
-    swept = _first_swept(overrides)
+    from xdllm.config.compose import first_swept_override
+
+    swept = first_swept_override(overrides)
     if swept is None:
         return
     key, values = swept.get_key_element(), " ".join(swept.sweep_string_iterator())

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
@@ -30,6 +32,16 @@ def search_path_override(overrides: Sequence[str]) -> list[str]:
             parsed = OmegaConf.from_dotlist([f"value={value}"]).value
             return [parsed] if isinstance(parsed, str) else [str(p) for p in parsed]
     return []
+
+
+def first_swept_override(overrides: Sequence[str]) -> Override | None:
+    """The first override giving several values (Hydra's ``KEY=A,B``), if any; None too for
+    malformed overrides, which composing reports."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException:
+        return None
+    return next((override for override in parsed if override.is_sweep_override()), None)
 
 
 def config_dirs(families: dict[str, RegisteredFamily]) -> list[Path]:

@@ -23,7 +23,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from xdllm.config.compose import compose_config
+from xdllm.config.compose import compose_config, first_swept_override
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import load_trained
 from xdllm.run.generate import (
@@ -45,14 +45,10 @@ def _display_key(key: str) -> str:
 
 def refuse_sweep_without_multirun(overrides: Sequence[str]) -> None:
     """``KEY=A,B`` without ``-m`` would be one run given a list: say how to sweep instead."""
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except HydraException:
-        return  # composing reports the malformed override
-    for override in parsed:
-        if override.is_sweep_override():
-            raise XdllmError(f"{override.input_line} gives several values: add -m to run one generation "
-                             "per value (quote a single value that contains a comma)")
+    swept = first_swept_override(overrides)
+    if swept is not None:
+        raise XdllmError(f"{swept.input_line} gives several values: add -m to run one generation "
+                         "per value (quote a single value that contains a comma)")
 
 
 def sweep_combinations(overrides: Sequence[str]) -> tuple[list[str], list[dict[str, str]]]:
