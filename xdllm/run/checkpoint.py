@@ -20,6 +20,8 @@ from xdllm.train.latest_checkpoint import LAST_NAME
 from xdllm.train.module import takes_context
 
 CHECKPOINT_DIR = "checkpoints"
+RUN_CONFIG = "config.yaml"
+"""The resolved config a run writes in its directory (the checkpoints carry it too)."""
 CONFIG_KEY = "xdllm_config"
 
 

@@ -33,7 +33,7 @@ from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.interfaces import Example
 from xdllm.run.build import build_datamodule, instantiate_component, position_limit, positions_needed
-from xdllm.run.checkpoint import TrainedRun, load_trained, resolve_checkpoint, run_dir_of
+from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import is_free_text, without_targets
 from xdllm.run.generation_record import (
@@ -156,7 +156,6 @@ def _build_predictor(run: TrainedRun, options: DictConfig):
 
 
 PREDICTIONS = "predictions.jsonl"
-RUN_CONFIG = "config.yaml"
 
 
 def _claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "") -> tuple[Path, Path | None]:

@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.errors import XdllmError
 from xdllm.run.build import build_components, build_datamodule, check_positions
-from xdllm.run.checkpoint import CHECKPOINT_DIR, ResumePoint, load_frozen_models, resume_point, run_dir_of
+from xdllm.run.checkpoint import CHECKPOINT_DIR, RUN_CONFIG, ResumePoint, load_frozen_models, resume_point, run_dir_of
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.run.run_overrides import continue_command, save_overrides
@@ -101,7 +101,7 @@ def set_torch_threads(config: DictConfig) -> int:
 
 def _save_config(config: DictConfig, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.yaml"
+    path = run_dir / RUN_CONFIG
     temporary = temporary_path(path)
     temporary.write_text(OmegaConf.to_yaml(config, resolve=True))
     os.replace(temporary, path)
@@ -129,7 +129,7 @@ def check_run_options(config: DictConfig) -> None:
 
 
 EXISTING_RUN_DIR_CHOICES = ("refuse", "move_aside")
-RUN_CONTENT = ("config.yaml", CHECKPOINT_DIR, "tensorboard", "history", "generate")
+RUN_CONTENT = (RUN_CONFIG, CHECKPOINT_DIR, "tensorboard", "history", "generate")
 
 
 def is_launching_process() -> bool:
