@@ -40,6 +40,20 @@ def test_argmax_and_inverse_cdf_choice():
     assert picked.tolist() == [1, 1, 3, 3]
 
 
+def test_inverse_cdf_choice_counts_the_cdf_entries_below_the_draw():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 300, generator=generator)
+    logits[..., ::7] = float("-inf")  # zero-probability tokens, never drawn
+    probs = logits.softmax(-1)
+    draws = torch.rand(3, 5, generator=generator)
+    draws[0, 0], draws[0, 1] = 0.0, 1.0 - 1e-7
+    cdf = probs.cumsum(-1)
+    expected = (cdf <= (draws * cdf[..., -1])[..., None]).sum(-1).clamp(max=299)
+    picked = choose_tokens(probs, draws)
+    assert torch.equal(picked, expected)
+    assert not (picked % 7 == 0).any()
+
+
 def test_sampling_matches_the_distribution():
     probs = probs_row(0.1, 0.0, 0.6, 0.3).expand(20000, -1)
     keys = streams.row_keys(5, torch.arange(1))

@@ -68,5 +68,5 @@ def choose_tokens(probs: Float[Tensor, "*lead vocab"],
         return probs.max(-1).indices
     cdf = probs.cumsum(-1)
     target = draws * cdf[..., -1]
-    index = (cdf <= target[..., None]).sum(-1)
+    index = torch.searchsorted(cdf, target[..., None], right=True)[..., 0]  # entries <= target
     return index.clamp(max=probs.shape[-1] - 1)
