@@ -91,3 +91,15 @@ def test_family_predictions_do_not_depend_on_the_batch_size(trained, capsys):
         lines = (output / "predictions.jsonl").read_text().splitlines()
         texts.append([(r["sample_index"], r["text"], r["steps_taken"]) for r in map(json.loads, lines)])
     assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_trains_and_validates_under_cpu_mixed_precision(family, tmp_path):
+    """``trainer.precision=bf16-mixed`` on the CPU: validation (generation with history) runs
+    under Lightning's CPU autocast too."""
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY_FAMILY, f"model={family}", *frozen_runs(family, tmp_path), "trainer.max_steps=2",
+                 "trainer.val_check_interval=2", "history.num_samples=2", "trainer.precision=bf16-mixed",
+                 f"run_dir={run_dir}"]) == 0
+    (history_file,) = (run_dir / "history" / "val-step0000002").glob("history-*.pt")
+    assert torch.load(history_file, weights_only=False)["topk_probs"].dtype == torch.float16

@@ -106,7 +106,8 @@ class HistoryTopKPlugin:
             return
         if self._batch is None:
             raise HistoryError("HistoryTopKPlugin.end called before begin()")
-        payload = self._batch.finish(prediction, self.k)
+        with torch.autocast(prediction["ids"].device.type, enabled=False):  # stacking float16 top-k
+            payload = self._batch.finish(prediction, self.k)  # is bookkeeping, not a caller's autocast op
         payload.update(_token_strings(payload, self.tokenizer))
         payload.update(_end_ids(self.tokenizer), split=self.split)
         path = self.output_dir / history_file_name(self._next_index)
