@@ -14,7 +14,8 @@ from xdllm.cli.main import main
      "unknown key 'optim.foo': optim has no such key and takes no new ones; known keys there: accumulate_grad_batches"),
     (["train", "--cfg", "trainer.detect_anomaly=true"],
      "unknown key 'trainer.detect_anomaly': trainer does not list it; known keys there: accelerator, devices, "
-     "enable_model_summary, enable_progress_bar, log_every_n_steps, max_steps, precision, val_check_interval; "
+     "enable_model_summary, enable_progress_bar, log_every_n_steps, max_steps, precision, strategy, "
+     "val_check_interval; "
      "trainer takes new keys: add one with +trainer.detect_anomaly=VALUE"),
 ])
 def test_unknown_key_hint_names_a_fix_that_is_accepted(argv, expected, capsys):
@@ -27,3 +28,22 @@ def test_unknown_key_hint_names_a_fix_that_is_accepted(argv, expected, capsys):
 def test_the_suggested_new_key_is_accepted(capsys):
     assert main(["train", "--cfg", "+trainer.detect_anomaly=true"]) == 0
     assert "detect_anomaly: true" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["train", "--cfg", "experiment=sort_mlm", "model.d_modle=64"],
+     "unknown key 'model.d_modle' (did you mean model.d_model?): model does not list it; known keys there: "
+     "attn_backend, compile, d_model, dropout, max_positions, n_heads, n_layers, norm, vocab_size; "),
+    (["train", "--cfg", "experiment=sort_mlm", "predictor.treshold=0.9"],
+     "unknown key 'predictor.treshold' (did you mean predictor.threshold?): predictor does not list it; known keys "
+     "there: confidence, max_new_tokens, max_steps, threshold; "),
+    (["train", "--cfg", "seeed=3"], "unknown key 'seeed' (did you mean seed?): the config has no such key"),
+    (["train", "--cfg", "+optim.lrr=3"], "unknown key 'optim.lrr' in '+optim.lrr=3' (did you mean optim.lr?): "),
+    (["generate", "ckpt=runs/x", "num_sample=3"], "unknown key 'num_sample' (did you mean num_samples?): "),
+])
+def test_a_typo_is_answered_with_the_key_it_was_meant_to_be(argv, expected, capsys):
+    """The keys the composed config holds at the node (a family's model and predictor options
+    included) are offered, and the closest one named first."""
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"xdllm: error: {expected}"), line

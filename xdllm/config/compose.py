@@ -84,21 +84,35 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     check_new_keys(overrides, config_name)
     search_path = ",".join(f"file://{d}" for d in config_dirs(families)[1:])
     try:
-        with initialize_config_dir(config_dir=str(ROOT_CONFIG_DIR), version_base="1.3"):
-            config = compose(
-                config_name=config_name,
-                overrides=[*overrides, f"hydra.searchpath=[{search_path}]"],
-            )
+        config = _compose(config_name, overrides, search_path)
     except (HydraException, OmegaConfBaseException) as error:
         missing = re.match(r"Could not override '(.+?)'", str(error))
         if missing and isinstance(error.__cause__, (ConfigAttributeError, ConfigKeyError)):
-            raise XdllmError(unknown_key_message(missing[1], config_name)) from error
+            present = _node_keys(config_name, overrides, search_path, missing[1])
+            raise XdllmError(unknown_key_message(missing[1], config_name, present=present)) from error
         message = str(error).strip().splitlines()[0]
         raise XdllmError(f"invalid configuration or override: {message}") from error
     except yaml.MarkedYAMLError as error:
         raise XdllmError(yaml_error_line(error)) from error
     check_values(config, config_name)
     return config
+
+
+def _compose(config_name: str, overrides: Sequence[str], search_path: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(ROOT_CONFIG_DIR), version_base="1.3"):
+        return compose(config_name=config_name, overrides=[*overrides, f"hydra.searchpath=[{search_path}]"])
+
+
+def _node_keys(config_name: str, overrides: Sequence[str], search_path: str, unknown: str) -> list[str]:
+    """The keys at ``unknown``'s node in the config composed without it (none where that fails
+    too): what a typo was probably meant to be."""
+    others = [o for o in overrides if o.partition("=")[0].lstrip("+~") != unknown]
+    try:
+        config = _compose(config_name, others, search_path)
+    except (HydraException, OmegaConfBaseException):
+        return []
+    node = OmegaConf.select(config, unknown.rpartition(".")[0]) if "." in unknown else config
+    return [str(k) for k in node] if isinstance(node, DictConfig) else []
 
 
 def yaml_error_line(error: yaml.MarkedYAMLError) -> str:

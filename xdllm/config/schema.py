@@ -14,6 +14,7 @@ Three layers:
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import types
 import typing
@@ -155,23 +156,25 @@ GENERATE_OWN_OPTIONS = ("; generate sets what it generates with its own options:
                         "samples), batch_size= (prompts per predictor call), split=")
 
 
-def unknown_key_message(key: str, config_name: str, where_given: str = "") -> str:
-    """A key the config does not have, the keys known there, and what to give instead:
-    ``+key=value`` where its node takes new keys (and, for ``generate``'s ``data.*``, generate's
-    own options)."""
+def unknown_key_message(key: str, config_name: str, where_given: str = "", present: Sequence[str] = ()) -> str:
+    """A key the config does not have, a close match (a typo's fix), the keys known there (the
+    schema's and ``present``: those the composed config has at the key's node), and what to give
+    instead: ``+key=value`` where its node takes new keys (and, for ``generate``'s ``data.*``,
+    generate's own options)."""
     open_nodes = OPEN_NODES.get(config_name, ())
     top = key.split(".")[0]
-    node = key.rpartition(".")[0]
+    node, _, leaf = key.rpartition(".")
     prefix = f"{node}." if node else ""
     known = sorted({k[len(prefix):].split(".")[0] for k in SCHEMAS.get(config_name, {}) if k.startswith(prefix)}
-                   | set(() if node else open_nodes))
+                   | set(() if node else open_nodes) | {k for k in present if not k.startswith("_")})
+    close = difflib.get_close_matches(leaf, known, n=1, cutoff=0.75)
+    unknown = f"unknown key {key!r}{where_given}" + (f" (did you mean {prefix}{close[0]}?)" if close else "")
     hint = f"; known keys there: {', '.join(known)}" if known else ""
     if top in open_nodes:
-        return (f"unknown key {key!r}{where_given}: {node} does not list it{hint}; {top} takes new keys: add "
-                f"one with +{key}=VALUE")
+        return f"{unknown}: {node} does not list it{hint}; {top} takes new keys: add one with +{key}=VALUE"
     where = f"{node} has" if node else "the config has"
     own = GENERATE_OWN_OPTIONS if config_name == "generate" and top == "data" else ""
-    return f"unknown key {key!r}{where_given}: {where} no such key and takes no new ones{hint}{own}"
+    return f"{unknown}: {where} no such key and takes no new ones{hint}{own}"
 
 
 def check_values(config: DictConfig, config_name: str) -> None:
