@@ -24,7 +24,8 @@ def _error_line(capsys) -> str:
     (["task=no_such_task"], "unknown task 'no_such_task'"),
     (["collator=no_such_collator"], "unknown collator 'no_such_collator'; available: "),
     (["trainer_strategy=fsdp"], "unknown trainer_strategy 'fsdp'; available: ddp, single"),
-    (["trainer.max_stepz=3"], "unknown key 'trainer.max_stepz': trainer does not list it; known keys there: "),
+    (["trainer.max_stepz=3"], "unknown key 'trainer.max_stepz' (did you mean trainer.max_steps?): trainer does not "
+     "list it; known keys there: "),
     (["trainer.max_steps=three"], "trainer.max_steps='three' is not allowed: trainer.max_steps must be a whole number"),
     (["not-an-override"], "invalid configuration or override"),
 ])
