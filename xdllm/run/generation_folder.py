@@ -16,10 +16,12 @@ from xdllm.run.generation_record import GENERATE_CONFIG
 from xdllm.temporary_files import remove_stale_temporaries, temporary_path
 
 PREDICTIONS = "predictions.jsonl"
+GENERATION_CONTENT = (PREDICTIONS, GENERATE_CONFIG, "history", "tensorboard")  # what a generation writes
 
 
 def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "") -> tuple[Path, Path | None]:
-    """A folder of this generation's own: ``output_dir`` if it holds no predictions yet, else
+    """A folder of this generation's own: ``output_dir`` if it holds nothing a generation writes
+    (:data:`GENERATION_CONTENT`: a run's own folder, say, holds ``history`` and ``tensorboard``), else
     ``<run>/generate/<time>`` (``<time>_<settings>`` when predictor options were given) made with
     an exclusive ``mkdir`` (a numbered suffix when two start in the same second). Temporary files
     that interrupted generations left are removed first. Also returns the outermost folder this
@@ -30,8 +32,10 @@ def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "")
             remove_stale_temporaries(folder)
     if requested:
         folder = Path(requested).expanduser()
-        if (folder / PREDICTIONS).exists():
-            raise XdllmError(f"output_dir {folder} already holds {PREDICTIONS}; choose another folder")
+        held = [name for name in GENERATION_CONTENT if (folder / name).exists()]
+        if held:
+            raise XdllmError(f"output_dir {folder} already holds {', '.join(held)}; a generation writes those "
+                             "there and would overwrite or mix with them: choose another folder")
         return folder, make_output_dir(folder)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"_{settings}" if settings else "")
     generated.mkdir(parents=True, exist_ok=True)
