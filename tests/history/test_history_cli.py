@@ -94,12 +94,21 @@ def test_show_run_dir_counts_across_files_and_filters_step(run_dir, capsys):
 )
 def test_errors_are_one_line(run_dir, capsys, argv, message):
     argv = [a.replace("{run}", str(run_dir)) for a in argv]
-    if message is None:  # corrupt the file first
-        (run_dir / "history" / "history-00000.pt").write_bytes(b"not a zip file")
+    if message is None:  # truncate the file first
+        path = run_dir / "history" / "history-00000.pt"
+        path.write_bytes(path.read_bytes()[:200])
         message = "history-00000.pt: cannot be read as a history file (corrupt or truncated?)"
     assert _run("history", *argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("xdllm history: error: ") and message in err
+
+
+def test_a_file_that_is_no_torch_archive_is_named_as_not_a_history_file(tmp_path, capsys):
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text('{"sample_index": 0}\n')
+    assert _run("history", "show", str(predictions)) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "predictions.jsonl: not a history file (not a torch archive;" in err
 
 
 @pytest.mark.parametrize("command", [["show"], ["play", "--delay", "0"], ["revisions"]])

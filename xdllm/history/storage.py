@@ -19,6 +19,8 @@ import torch
 from xdllm.history.format import HistoryError, HistoryFormatError, payload_checksums, validate_payload
 from xdllm.temporary_files import temporary_path
 
+TORCH_ARCHIVE_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
+
 HISTORY_SUBDIR = "history"
 FILE_PATTERN = re.compile(r"^history-(\d{5,})\.pt$")
 
@@ -67,6 +69,11 @@ def read_history_file(path: Path | str) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise HistoryError(f"{path}: no such history file")
+    with path.open("rb") as file:
+        start = file.read(len(TORCH_ARCHIVE_MAGIC))
+        if len(start) == len(TORCH_ARCHIVE_MAGIC) and start != TORCH_ARCHIVE_MAGIC:  # shorter: truncated
+            raise HistoryFormatError(f"{path}: not a history file (not a torch archive; history files are the "
+                                     "history-NNNNN.pt that generate history=topk and validation write)")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # any failure to unpickle means the file is unusable
