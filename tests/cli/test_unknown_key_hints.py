@@ -47,3 +47,11 @@ def test_a_typo_is_answered_with_the_key_it_was_meant_to_be(argv, expected, caps
     assert main(argv) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"xdllm: error: {expected}"), line
+
+
+def test_a_typo_in_a_generate_predictor_option_names_the_option_meant(trained_run, capsys):
+    """generate takes any ``predictor.*`` key (merged over the run's predictor), so the predictor's
+    signature answers the typo."""
+    assert main(["generate", f"ckpt={trained_run}", "predictor.treshold=0.9"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("xdllm: error: predictor.treshold (did you mean predictor.threshold?): "), line

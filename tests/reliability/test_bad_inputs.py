@@ -28,7 +28,9 @@ TRAIN = [
     ("+data.batch_sise=3", "data has no such key and takes no new ones; known keys there: batch_size"),
     ("+trainer.gradient_clip_val=1", "set optim.gradient_clip_val instead"),
     ("model.n_layers=two", "model.n_layers='two' is not allowed: model.n_layers must be a whole number"),
-    ("+model.nlayers=3", "model.nlayers: xdllm_models.mlm.model.RotaryTransformerMLMModel takes no argument"),
+    ("+model.nlayers=3", "model.nlayers (did you mean model.n_layers?): xdllm_models.mlm.model."
+                         "RotaryTransformerMLMModel takes no argument"),
+    ("+model.flash=1", "model.flash: xdllm_models.mlm.model.RotaryTransformerMLMModel takes no argument"),
     ("model.max_positions=8", "model.max_positions=8 is too small for task sort"),
     ("model.vocab_size=5", "model.vocab_size=5 is smaller than the tokenizer's vocabulary"),
     ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),

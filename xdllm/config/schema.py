@@ -243,8 +243,11 @@ def check_component(node: Mapping[str, Any], where: str) -> None:
         if key not in parameters:
             if takes_any:
                 continue
-            names = ", ".join(name for name in parameters if name not in ("self", "tokenizer"))
-            raise XdllmError(f"{where}.{key}: {target_name} takes no argument {key!r}; it takes: {names}")
+            names = [name for name in parameters if name not in ("self", "tokenizer")]
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
+            meant = f" (did you mean {where}.{close[0]}?)" if close else ""
+            raise XdllmError(f"{where}.{key}{meant}: {target_name} takes no argument {key!r}; it takes: "
+                             f"{', '.join(names)}")
         allowed = _annotation_rule(hints.get(key, inspect.Parameter.empty))
         if allowed is not None and not _value_matches(value, allowed):
             kinds, choices, nullable = allowed
