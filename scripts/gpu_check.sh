@@ -2,7 +2,8 @@
 # Every GPU figure and check of docs/training.md ("Not measured here"), in stages meant to fit in
 # ten minutes each on one H100, their output written to OUTDIR:
 #
-#   bash scripts/gpu_check.sh tests OUTDIR        # pytest -m gpu; history overhead on CUDA
+#   bash scripts/gpu_check.sh tests OUTDIR        # pytest -m gpu; history overhead on CUDA; block-wise
+#                                                 # decoding (bd3lm, udlm, hybrid) per token on CUDA
 #   bash scripts/gpu_check.sh bench-125m OUTDIR   # bench_gpu_training.py 125m: eager, compiled, plain loss
 #   bash scripts/gpu_check.sh bench-550m OUTDIR   # bench_gpu_training.py 550m: eager, compiled
 #   bash scripts/gpu_check.sh runs OUTDIR         # varlen_sort_packed trainer=gpu (recompile warnings),
@@ -78,13 +79,19 @@ count() {
 }
 
 stage_tests() {
+  local sizes=()
   if [ "$smoke" = 1 ]; then
     record gpu_tests "$py" -m pytest -q -p no:cacheprovider -m gpu tests/gpu
     record history_overhead "$py" scripts/bench_history.py --device "$device" --repeats 1 --settings sort
+    sizes=(--lengths 16 --block-sizes 4)
   else
     record gpu_tests "$py" -m pytest -q -p no:cacheprovider -m gpu
     record history_overhead "$py" scripts/bench_history.py --device "$device"
   fi
+  for family in bd3lm udlm hybrid; do  # block-wise decoding on the KV cache, never run on a GPU before
+    record "block_decoding_$family" "$py" scripts/bench_block_decoding.py --family "$family" --device "$device" \
+      "${sizes[@]}"
+  done
 }
 
 # stage_bench SIZE: bench_gpu_training.py at one configuration, eager and compiled (125m also
