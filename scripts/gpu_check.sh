@@ -3,7 +3,8 @@
 # ten minutes each on one H100, their output written to OUTDIR:
 #
 #   bash scripts/gpu_check.sh tests OUTDIR        # pytest -m gpu; history overhead on CUDA; block-wise
-#                                                 # decoding (bd3lm, udlm, hybrid) per token on CUDA
+#                                                 # decoding (bd3lm, udlm, hybrid) per token and the
+#                                                 # token choice (bench_sampling.py) on CUDA
 #   bash scripts/gpu_check.sh bench-125m OUTDIR   # bench_gpu_training.py 125m: eager, compiled, plain loss
 #   bash scripts/gpu_check.sh bench-550m OUTDIR   # bench_gpu_training.py 550m: eager, compiled
 #   bash scripts/gpu_check.sh runs OUTDIR         # varlen_sort_packed trainer=gpu (recompile warnings),
@@ -92,6 +93,11 @@ stage_tests() {
     record "block_decoding_$family" "$py" scripts/bench_block_decoding.py --family "$family" --device "$device" \
       "${sizes[@]}"
   done
+  if [ "$smoke" = 1 ]; then
+    record sampling "$py" scripts/bench_sampling.py --device "$device" --vocab 46 --repeats 1
+  else
+    record sampling "$py" scripts/bench_sampling.py --device "$device"
+  fi
 }
 
 # stage_bench SIZE: bench_gpu_training.py at one configuration, eager and compiled (125m also
