@@ -156,6 +156,13 @@ GENERATE_OWN_OPTIONS = ("; generate sets what it generates with its own options:
                         "samples), batch_size= (prompts per predictor call), split=")
 
 
+def did_you_mean(name: str, names: Sequence[str], prefix: str) -> str:
+    """`` (did you mean <prefix><closest>?)`` for the name in ``names`` closest to a mistyped
+    ``name``, or nothing when none is close."""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
+
+
 def unknown_key_message(key: str, config_name: str, where_given: str = "", present: Sequence[str] = ()) -> str:
     """A key the config does not have, a close match (a typo's fix), the keys known there (the
     schema's and ``present``: those the composed config has at the key's node), and what to give
@@ -167,8 +174,7 @@ def unknown_key_message(key: str, config_name: str, where_given: str = "", prese
     prefix = f"{node}." if node else ""
     known = sorted({k[len(prefix):].split(".")[0] for k in SCHEMAS.get(config_name, {}) if k.startswith(prefix)}
                    | set(() if node else open_nodes) | {k for k in present if not k.startswith("_")})
-    close = difflib.get_close_matches(leaf, known, n=1, cutoff=0.75)
-    unknown = f"unknown key {key!r}{where_given}" + (f" (did you mean {prefix}{close[0]}?)" if close else "")
+    unknown = f"unknown key {key!r}{where_given}{did_you_mean(leaf, known, prefix)}"
     hint = f"; known keys there: {', '.join(known)}" if known else ""
     if top in open_nodes:
         return f"{unknown}: {node} does not list it{hint}; {top} takes new keys: add one with +{key}=VALUE"
@@ -244,10 +250,8 @@ def check_component(node: Mapping[str, Any], where: str) -> None:
             if takes_any:
                 continue
             names = [name for name in parameters if name not in ("self", "tokenizer")]
-            close = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
-            meant = f" (did you mean {where}.{close[0]}?)" if close else ""
-            raise XdllmError(f"{where}.{key}{meant}: {target_name} takes no argument {key!r}; it takes: "
-                             f"{', '.join(names)}")
+            raise XdllmError(f"{where}.{key}{did_you_mean(key, names, f'{where}.')}: {target_name} takes no "
+                             f"argument {key!r}; it takes: {', '.join(names)}")
         allowed = _annotation_rule(hints.get(key, inspect.Parameter.empty))
         if allowed is not None and not _value_matches(value, allowed):
             kinds, choices, nullable = allowed
