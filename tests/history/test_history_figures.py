@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -150,3 +152,13 @@ def test_reference_length_stops_at_eos(sample):
     (3, 5, [0, 1, 2]), (10, 4, [0, 3, 6, 9]), (10, 1, [9]), (5, 2, [0, 4])])
 def test_frame_rows(steps, frames, rows):
     assert frame_rows(steps, frames) == rows
+
+
+def test_tokens_that_print_nothing_are_drawn_as_escapes(sample):
+    # byte-level BPE decodes a lone byte token to a control character, which no font draws
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns "Glyph 22 missing from font(s)"
+        figure = DenoisingFigure(sample, token_text=lambda token: "\x16" if token % 2 else "\u200b")
+        figure.render(3)
+    labels = {text.get_text() for text in figure.axes.texts}
+    assert {"\\x16", "\\u200b"} <= labels and not any("\x16" in label for label in labels)

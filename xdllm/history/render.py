@@ -71,11 +71,17 @@ class StepView:
     unscored_masked: int
 
 
+VISIBLE_WHITESPACE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
+
+
 def visible_token(text: str) -> str:
-    """Make whitespace-only and empty tokens visible (space, newline, tab, empty)."""
+    """Make every character of a token visible: space, newline and tab as symbols, other
+    characters that print nothing (byte-level BPE's control bytes, zero-width marks) as Python
+    escapes (``\\x16``), the empty token as ``∅``."""
     if text == "":
         return "∅"
-    return text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥")
+    return "".join(VISIBLE_WHITESPACE.get(char) or (char if char.isprintable() else ascii(char)[1:-1])
+                   for char in text)
 
 
 def result_summary(sample: SampleHistory) -> str | None:
