@@ -27,7 +27,10 @@ def text_folder(tmp_path, monkeypatch):
 
 
 def _summary(capsys) -> dict:
-    out = capsys.readouterr().out
+    return _summary_of(capsys.readouterr().out)
+
+
+def _summary_of(out: str) -> dict:
     return json.loads(out[out.index("{"):])
 
 
@@ -44,6 +47,9 @@ def test_mdlm_on_text_reports_its_bound_and_a_few_samples(text_folder, capsys):
     assert (config.checkpoint.monitor, config.checkpoint.mode) == ("val/loss", "min")
     records = [json.loads(line) for line in open(summary["predictions"])]
     assert len(records) == 2 and all("target" not in record and record["text"] for record in records)
+    # drawn at text_samples_temperature (1.0), not greedily: two texts, not one written twice
+    assert summary["predictions"].endswith("_temperature=1.0/predictions.jsonl")
+    assert records[0]["ids"] != records[1]["ids"]
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     tags = events.Tags()["scalars"]
@@ -59,6 +65,23 @@ def test_the_readme_text_line_works_as_written(text_folder, capsys):
                  "collator=packed_mlm", *TINY_TEXT, "text_samples_after_train=0", "run_dir=run"]) == 0
     summary = _summary(capsys)
     assert summary["loss"] > 0 and "num_samples" not in summary  # no samples asked for
+
+
+@pytest.mark.slow
+def test_greedy_samples_of_free_text_are_one_text_and_generate_says_so(text_folder, capsys):
+    run_dir = text_folder / "run"
+    assert main(["train", "task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json",
+                 *TINY_TEXT, "text_samples_after_train=3", "text_samples_temperature=null",
+                 f"run_dir={run_dir}"]) == 0
+    summary = _summary(capsys)
+    records = [json.loads(line) for line in open(summary["predictions"])]
+    assert len(records) == 3 and records[0]["ids"] == records[1]["ids"] == records[2]["ids"]
+    assert main(["generate", f"ckpt={run_dir}", "num_samples=3"]) == 0
+    assert "all 3 samples are the same text" in capsys.readouterr().err
+    assert main(["generate", f"ckpt={run_dir}", "num_samples=3", "predictor.temperature=1.0"]) == 0
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in open(_summary_of(captured.out)["predictions"])]
+    assert len({tuple(record["ids"]) for record in records}) > 1 and "same text" not in captured.err
 
 
 def _defaults(roles=None, monitor=None, mode=None, prompt_len=0):

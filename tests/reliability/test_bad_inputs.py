@@ -47,6 +47,7 @@ TRAIN = [
                                        "(PackedMLMCollator)"),
     ("checkpoint.monitor=loss", "checkpoint.monitor='loss' is not a validation metric"),
     ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps=0 is not allowed"),
+    ("text_samples_temperature=-1", "text_samples_temperature must be a number >= 0 (or null)"),
     ("task.params.length=1 data.num_val_samples=16", "covers nearly the whole task space: use fewer held-out "
                                                      "samples (data.num_val_samples, data.num_test_samples)"),
 ]

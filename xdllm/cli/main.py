@@ -143,7 +143,8 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if config.generate_after_train and checkpoint is not None:
         try:
-            summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train)
+            summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train,
+                                              config.text_samples_temperature)
         except XdllmError as error:
             raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
                              f"training failed: {error}. Generate again with xdllm generate "

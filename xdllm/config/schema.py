@@ -86,6 +86,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "tokenizer": Rule((str,)),
         "generate_after_train": FLAG,
         "text_samples_after_train": COUNT,
+        "text_samples_temperature": Rule(NUMBER, low=0, nullable=True),
         "progress": Rule((str,), choices=("auto", "bar", "lines")),
         "trainer.log_every_n_steps": POSITIVE,  # before progress_every_n_steps, which defaults to it
         "progress_every_n_steps": POSITIVE,

@@ -4,7 +4,8 @@
   ckpt=<checkpoint> split=test history=topk`` would (exact match, token accuracy, ...).
 - Free text (:mod:`xdllm.run.free_text`): the test split's loss metrics, the NLL or its bound
   (also logged as ``test/<name>`` in the run's TensorBoard), and ``text_samples_after_train``
-  generated samples to read (0: none), not a full split of long unconditional generations.
+  generated samples to read (0: none), not a full split of long unconditional generations, drawn
+  at ``text_samples_temperature`` (greedy decoding of empty prompts gives one text N times).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from xdllm.config.compose import compose_config
 from xdllm.run.checkpoint import load_trained
@@ -20,8 +21,10 @@ from xdllm.run.generate import generate, generate_from_config, held_out_loss
 from xdllm.run.generation_record import write_scalars
 
 
-def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int) -> dict[str, Any]:
-    """Run the after-training step on ``checkpoint``; return its summary."""
+def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int,
+                            text_temperature: float | None) -> dict[str, Any]:
+    """Run the after-training step on ``checkpoint``; return its summary. ``text_temperature``
+    (free text): the samples' ``predictor.temperature``; None: the predictor's own."""
     overrides = [f"ckpt={checkpoint}", "split=test", "history=topk"]
     if not free_text:
         return generate_from_config(compose_config("generate", overrides))
@@ -32,6 +35,10 @@ def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int
                   run.global_step)
     summary: dict[str, Any] = {"checkpoint": str(run.checkpoint), "split": "test", **losses}
     if text_samples > 0:
-        samples = generate(run, OmegaConf.merge(options, {"num_samples": text_samples}))
+        sampling = OmegaConf.merge(options, {"num_samples": text_samples})
+        if text_temperature is not None:
+            with open_dict(sampling):
+                sampling.predictor.temperature = text_temperature
+        samples = generate(run, sampling)
         summary.update({key: value for key, value in samples.items() if key not in summary})
     return summary

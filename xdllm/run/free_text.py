@@ -22,6 +22,8 @@ from omegaconf import DictConfig
 ANSWER_ROLES = ["loss", "prediction"]
 FREE_TEXT_ROLES = ["loss"]
 HIGHER_IS_BETTER = ("val/exact_match", "val/token_accuracy")
+ONE_TEXT_WARNING = ("all %d samples are the same text: decoding without sampling (predictor.temperature=0, the "
+                    "predictors' default) writes one text for an empty prompt; sample with predictor.temperature=1.0")
 
 
 def is_free_text(task: Any) -> bool:

@@ -7,6 +7,7 @@ Outputs go to one folder: ``predictions.jsonl`` (written atomically), and with
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from xdllm.history.live_recorder import LiveRecorder
 from xdllm.run.build import instantiate_component
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
-from xdllm.run.free_text import is_free_text, without_targets
+from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, without_targets
 from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished, write_jsonl
 from xdllm.run.generation_record import (
     generation_settings,
@@ -50,6 +51,8 @@ from xdllm.run.prompt_sources import (
 from xdllm.train.module import takes_frozen
 
 HISTORY_CHOICES = (None, "topk")
+
+log = logging.getLogger(__name__)
 
 
 def _options(config: DictConfig) -> DictConfig:
@@ -163,6 +166,8 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     totals = MetricTotals()
     generated_tokens, started = 0, time.perf_counter()
     extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
+    unprompted = is_free_text(run.components.task) and not options.prompts_file
+    outputs: set[tuple[int, ...]] = set()  # unprompted: the distinct outputs, to tell one text written N times
     with torch.inference_mode(), autocast(device, dtype):
         for batch in checked.batches:
             batch = batch_to(batch, device)
@@ -173,7 +178,11 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
             totals.add(evaluator.prediction_metrics(batch, prediction))
             records.extend(evaluator.records(batch, prediction))
             generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
+            if unprompted:
+                outputs.update(map(tuple, prediction["ids"].tolist()))
     elapsed = time.perf_counter() - started
+    if unprompted and len(records) > 1 and len(outputs) == 1:
+        log.warning(ONE_TEXT_WARNING, len(records))
     summary: dict[str, Any] = {
         "checkpoint": str(run.checkpoint),
         "device": str(device),
