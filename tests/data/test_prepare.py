@@ -36,8 +36,13 @@ def test_text_lines_become_documents_split_once_with_exact_counts(tmp_path, caps
     output = tmp_path / "prepared"
     assert main(["data", "prepare", str(source), "-o", str(output), "--tokenizer", "builtin",
                  "--val-fraction", "0.1", "--test-fraction", "0.05", "--workers", "2"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
     assert summary["samples"] == {"train": 170, "validation": 20, "test": 10}
+    # held-out splits smaller than train.yaml's 256 / 512: the suggested line asks for no more
+    assert captured.err.strip().splitlines()[-1] == (
+        f"train on it: xdllm train task=prepared task.params.path={output} tokenizer=builtin "
+        "collator=packed_mlm data.num_val_samples=20 data.num_test_samples=10")
     assert summary["skipped_empty_lines"] == 2
     manifest = json.loads((output / "manifest.json").read_text())
     assert manifest["kind"] == "text" and manifest["token_dtype"] == "uint16"
@@ -130,6 +135,23 @@ def test_bad_input_is_one_error_naming_file_and_line(tmp_path, capsys, content, 
     assert len(error) == 1 and error[0].startswith("xdllm: error: ")
     assert message.replace("docs:", f"{source}:") in error[0]
     assert not output.exists() and not [path for path in tmp_path.iterdir() if ".tmp-" in path.name]
+
+
+@pytest.mark.slow
+def test_the_suggested_train_line_trains(tmp_path, capsys):
+    source = tmp_path / "pairs.jsonl"
+    source.write_text("".join(json.dumps({"prompt": f"{i % 10} {i // 10 % 10}", "response": f"{i % 7}"}) + "\n"
+                              for i in range(300)))
+    assert main(["data", "prepare", str(source), "-o", str(tmp_path / "pairs"), "--tokenizer", "builtin",
+                 "--format", "prompt_response", "--workers", "1"]) == 0
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("train on it: xdllm train ") and "collator=" not in line
+    overrides = line.removeprefix("train on it: xdllm train ").split()
+    assert overrides[-2:] == ["data.num_val_samples=3", "data.num_test_samples=3"]
+    assert main(["train", *overrides, "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+                 "trainer.max_steps=2", "trainer.val_check_interval=2", "history.num_samples=0",
+                 "trainer.enable_model_summary=false", f"run_dir={tmp_path / 'run'}"]) == 0
+    assert json.loads(capsys.readouterr().out.split("\n", 1)[1])["num_samples"] == 3
 
 
 def test_line_numbers_count_across_chunks(tmp_path):

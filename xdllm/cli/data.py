@@ -67,4 +67,22 @@ def run_data_command(arguments: argparse.Namespace) -> int:
         log.warning("%d tokens are the tokenizer's unknown token: its vocabulary does not cover the data",
                     summary["unknown_tokens"])
     print(json.dumps(summary, indent=2))
+    log.info("train on it: %s", train_command(summary, arguments.tokenizer))
     return 0
+
+
+def train_command(summary: dict, tokenizer: str) -> str:
+    """The ``xdllm train`` line for a prepared dataset: packed rows for text, and the held-out
+    sample counts where a split is smaller than ``configs/train.yaml`` asks for by default."""
+    from omegaconf import OmegaConf
+
+    from xdllm.config.compose import ROOT_CONFIG_DIR
+
+    defaults = OmegaConf.load(ROOT_CONFIG_DIR / "train.yaml").data
+    words = ["xdllm train task=prepared", f"task.params.path={summary['output']}", f"tokenizer={tokenizer}"]
+    if summary["kind"] == "text":
+        words.append("collator=packed_mlm")
+    for split, key in (("validation", "num_val_samples"), ("test", "num_test_samples")):
+        if 0 < summary["samples"][split] < defaults[key]:
+            words.append(f"data.{key}={summary['samples'][split]}")
+    return " ".join(words)
