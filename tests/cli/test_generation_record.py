@@ -127,6 +127,7 @@ def test_sweep_combinations_are_the_cartesian_product():
 @pytest.mark.parametrize("overrides, message", [
     (["ckpt=r", "predictor.threshold=0.5"], "needs at least one swept option"),
     (["ckpt=a,b", "predictor.threshold=0.5,0.9"], "ckpt cannot be swept"),
+    (["ckpt=r", "ema=true,false"], "ema cannot be swept"),
     (["ckpt=r", "a=b=c,"], "invalid override"),
 ])
 def test_bad_sweeps_are_refused(overrides, message):

@@ -31,13 +31,14 @@ from xdllm.errors import XdllmError
 
 @dataclass(frozen=True)
 class Rule:
-    """Allowed values of one key: types, an inclusive ``low``/``high`` or exclusive ``above``
-    bound, or ``choices``; ``nullable`` admits null."""
+    """Allowed values of one key: types, inclusive ``low``/``high`` or exclusive ``above``/``below``
+    bounds, or ``choices``; ``nullable`` admits null."""
 
     types: tuple[type, ...]
     low: int | float | None = None
     above: int | float | None = None
     high: int | float | None = None
+    below: int | float | None = None
     choices: tuple[Any, ...] | None = None
     nullable: bool = False
 
@@ -47,12 +48,10 @@ class Rule:
         else:
             allowed = " or ".join(_TYPE_WORDS.get(t, "a number" if t is float else t.__name__)
                                   for t in self.types if not (t is int and float in self.types))
-            if self.low is not None:
-                allowed += f" >= {self.low:g}"
-            if self.above is not None:
-                allowed += f" > {self.above:g}"
-            if self.high is not None:
-                allowed += f" <= {self.high:g}"
+            bounds = [f"{sign} {bound:g}" for sign, bound in
+                      ((">=", self.low), (">", self.above), ("<=", self.high), ("<", self.below)) if bound is not None]
+            if bounds:
+                allowed += " " + " and ".join(bounds)
         return allowed + (" (or null)" if self.nullable else "")
 
     def allows(self, value: Any) -> bool:
@@ -67,6 +66,8 @@ class Rule:
         if self.low is not None and value < self.low:
             return False
         if self.above is not None and value <= self.above:
+            return False
+        if self.below is not None and value >= self.below:
             return False
         return self.high is None or value <= self.high
 
@@ -113,6 +114,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "optim.gradient_clip_val": Rule(NUMBER, low=0, nullable=True),
         "optim.accumulate_grad_batches": POSITIVE,
         "optim.fused": Rule((bool,), nullable=True),
+        "optim.ema_decay": Rule(NUMBER, low=0, below=1, nullable=True),
         "checkpoint.last_every_n_steps": POSITIVE,
         "checkpoint.save_every_n_steps": Rule((int,), low=1, nullable=True),
         "checkpoint.monitor": Rule((str,), nullable=True),
@@ -132,6 +134,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "history_k": POSITIVE,
         "history_tensorboard_samples": COUNT,
         "live": FLAG,
+        "ema": FLAG,
     },
 }
 

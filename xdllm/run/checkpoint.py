@@ -18,6 +18,8 @@ from xdllm.run.build import RunComponents, build_components, build_datamodule
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
 from xdllm.train.latest_checkpoint import LAST_NAME
 from xdllm.train.module import takes_context
+from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
+from xdllm.train.weight_average import averaged_state_dict
 
 CHECKPOINT_DIR = "checkpoints"
 RUN_CONFIG = "config.yaml"
@@ -95,7 +97,8 @@ def run_dir_of(checkpoint: Path) -> Path:
 @dataclass
 class TrainedRun:
     """A checkpoint loaded for inference: its config, built components (model weights loaded,
-    eval mode) and the frozen models its config names."""
+    eval mode) and the frozen models its config names. ``ema``: whether the weights are the
+    checkpoint's moving average (None: it has none, the run trained without ``optim.ema_decay``)."""
 
     checkpoint: Path
     run_dir: Path
@@ -103,6 +106,7 @@ class TrainedRun:
     components: RunComponents
     global_step: int
     frozen: dict[str, torch.nn.Module]
+    ema: bool | None = None
 
     @property
     def model(self) -> torch.nn.Module:
@@ -129,8 +133,10 @@ class TrainedRun:
         return lambda model, batch: loss_fn(model, batch, context=context)
 
 
-def load_trained(path: str | Path, map_location: str = "cpu") -> TrainedRun:
-    """Load a checkpoint (file or run directory): config, model weights (eval mode), components."""
+def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True) -> TrainedRun:
+    """Load a checkpoint (file or run directory): config, model weights (eval mode), components.
+    ``ema``: the weights' moving average where the checkpoint has one, else the trained weights.
+    Frozen models load their own averages."""
     checkpoint_path = resolve_checkpoint(path)
     checkpoint = read_checkpoint_file(checkpoint_path, map_location)
     if CONFIG_KEY not in checkpoint or "state_dict" not in checkpoint:
@@ -149,11 +155,12 @@ def load_trained(path: str | Path, map_location: str = "cpu") -> TrainedRun:
                          f"{SEARCH_PATH_ENV}=<folder>)") from error
     prefix = "model."
     state = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-    components.model.load_state_dict(state)
+    averaged = AVERAGE_KEY in checkpoint
+    components.model.load_state_dict(averaged_state_dict(state, checkpoint) if ema else state)
     components.model.eval()
     frozen, _ = load_frozen_models(config, map_location)
     return TrainedRun(checkpoint_path, run_dir_of(checkpoint_path), config, components,
-                      int(checkpoint.get("global_step", 0)), frozen)
+                      int(checkpoint.get("global_step", 0)), frozen, ema and averaged if averaged else None)
 
 
 def load_frozen_models(config: DictConfig, map_location: str = "cpu"

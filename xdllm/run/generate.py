@@ -185,6 +185,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
         log.warning(ONE_TEXT_WARNING, len(records))
     summary: dict[str, Any] = {
         "checkpoint": str(run.checkpoint),
+        **({} if run.ema is None else {"ema": run.ema}),  # averaged weights or trained ones
         "device": str(device),
         "num_samples": len(records),
         "mean_steps": sum(r["steps_taken"] for r in records) / max(1, len(records)),
@@ -211,7 +212,7 @@ def generate_from_config(config: DictConfig, run: TrainedRun | None = None,
                          swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Generate as a composed ``configs/generate.yaml`` says, with ``run`` if it is loaded already."""
     options = _options(config)
-    return generate(run or load_trained(options.ckpt), options, swept=swept)
+    return generate(run or load_trained(options.ckpt, ema=options.ema), options, swept=swept)
 
 
 def config_to_print(config: DictConfig) -> DictConfig:
@@ -231,7 +232,7 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
     """Loss (deterministic corruption) and generation metrics on a split; writes nothing."""
     options = _options(config)
     _refuse_output_options(options)
-    run = load_trained(options.ckpt)
+    run = load_trained(options.ckpt, ema=options.ema)
     if options.prompts_file:
         raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
     data = held_out_data(run, options, "loss")  # one draw of the split, for the loss and the generation

@@ -45,8 +45,10 @@ def show_value(value: Any) -> str:
 
 
 def generation_settings(options: DictConfig) -> dict[str, Any]:
-    """What a generation set beyond the run's own predictor: its predictor overrides, flat."""
-    return flat_settings(OmegaConf.to_container(options.predictor, resolve=True))
+    """What a generation set beyond the run's own predictor: its predictor overrides, flat, and
+    ``ema=false`` where it asked for the trained weights instead of their average."""
+    settings = flat_settings(OmegaConf.to_container(options.predictor, resolve=True))
+    return settings if options.get("ema", True) else {"ema": False, **settings}
 
 
 def settings_name(settings: Mapping[str, Any]) -> str:

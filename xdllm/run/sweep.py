@@ -59,8 +59,8 @@ def sweep_combinations(overrides: Sequence[str]) -> tuple[list[str], list[dict[s
     if not swept:
         raise XdllmError("-m (sweep) needs at least one swept option, e.g. predictor.threshold=0.5,0.7,0.9")
     for override in swept:
-        if override.key_or_group == "ckpt" or override.key_or_group == "output_dir":
-            raise XdllmError(f"{override.key_or_group} cannot be swept: a sweep runs one checkpoint "
+        if override.key_or_group in ("ckpt", "output_dir", "ema"):
+            raise XdllmError(f"{override.key_or_group} cannot be swept: a sweep runs one checkpoint's weights "
                              "into one folder")
     keys = [override.get_key_element() for override in swept]
     values = [list(override.sweep_string_iterator()) for override in swept]
@@ -89,7 +89,7 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     combinations, configs = sweep_configs(overrides)
     if OmegaConf.is_missing(configs[0], "ckpt"):
         raise XdllmError("ckpt=<checkpoint file or run directory> is required")
-    run = load_trained(configs[0].ckpt)
+    run = load_trained(configs[0].ckpt, ema=configs[0].ema)
     # a bad value is refused before the first generation runs; each runs as checked (its
     # held-out samples drawn once, when it runs)
     generations = [check_generation(run, config) for config in configs]

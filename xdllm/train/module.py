@@ -34,6 +34,8 @@ from xdllm.interfaces import (
 )
 from xdllm.train.curves import write_curves
 from xdllm.train.optim import OptimConfig, build_optimizer
+from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
+from xdllm.train.weight_average import WeightAverage
 
 VALIDATION_ROLES = ("loss", "prediction")
 
@@ -65,6 +67,8 @@ class DiffusionLMModule(L.LightningModule):
     ``history_factory``, when set, returns a recorder for the first prediction batch of every
     validation run. An evaluator with a ``curves`` method also gets its curves drawn in
     TensorBoard at every validation (:mod:`xdllm.train.curves`).
+    With ``optim.ema_decay`` the module keeps a moving average of the weights
+    (:mod:`xdllm.train.weight_average`): validation runs on it, checkpoints carry it.
     """
 
     def __init__(
@@ -97,6 +101,8 @@ class DiffusionLMModule(L.LightningModule):
         self._loss_takes_context = takes_context(loss_fn)
         self._predictor_extras = {"frozen": self.frozen} if takes_frozen(predictor) else {}
         self._val_totals = MetricTotals()
+        self.weight_average: WeightAverage | None = None  # made at fit start, on the weights' device
+        self._loaded_average: Mapping[str, Any] | None = None
 
     # ------------------------------------------------------------------ loss
 
@@ -128,11 +134,19 @@ class DiffusionLMModule(L.LightningModule):
     # ------------------------------------------------------------------ training
 
     def on_fit_start(self) -> None:
-        if self.optim.gradient_clip_val and "fsdp" in type(self.trainer.strategy).__name__.lower():
+        sharded = "fsdp" in type(self.trainer.strategy).__name__.lower()
+        if self.optim.gradient_clip_val and sharded:
             raise XdllmError("optim.gradient_clip_val needs the whole gradient, which FSDP shards across "
                              "processes: train with optim.gradient_clip_val=null under trainer.strategy=fsdp")
+        if self.optim.ema_decay is not None and sharded:
+            raise XdllmError("optim.ema_decay averages whole weights, which FSDP shards across processes: train "
+                             "with optim.ema_decay=null under trainer.strategy=fsdp, or with trainer.strategy=ddp")
         for frozen_model in self.frozen.values():
             frozen_model.to(self.device)
+        if self.optim.ema_decay is not None:
+            self.weight_average = WeightAverage(self.model, self.optim.ema_decay)
+            if self._loaded_average is not None:
+                self._load_average(self._loaded_average)
 
     def training_step(self, micro_batches: Sequence[Mapping[str, Any]], batch_idx: int) -> None:
         """One optimizer step: backward over every micro-batch, clip, step, schedule.
@@ -163,6 +177,8 @@ class DiffusionLMModule(L.LightningModule):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
+        if self.weight_average is not None:
+            self.weight_average.update()
         self._log_training(logged, micro_batches, counts is not None)
         self.log("train/grad_norm", grad_norm, batch_size=micro_batches[0]["input_ids"].shape[0])
 
@@ -211,6 +227,8 @@ class DiffusionLMModule(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._val_totals = MetricTotals()
+        if self.weight_average is not None:
+            self.weight_average.apply()
 
     def validation_step(self, batch: Mapping[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         if self._validation_role(dataloader_idx) == "loss":
@@ -228,6 +246,8 @@ class DiffusionLMModule(L.LightningModule):
         for name, value in values.items():
             self.log(f"val/{name}", value, prog_bar=True)
         self._write_curves(values)
+        if self.weight_average is not None:  # before any checkpoint of this validation is written
+            self.weight_average.restore()
 
     def _write_curves(self, values: Mapping[str, float]) -> None:
         """An evaluator with a ``curves(values)`` method (name -> ``(x, y)`` points, e.g. an
@@ -247,3 +267,20 @@ class DiffusionLMModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["xdllm_config"] = self.config
         checkpoint["xdllm_frozen_sources"] = self.frozen_sources
+        if self.weight_average is not None:
+            if self.weight_average.applied:
+                raise RuntimeError("a checkpoint was saved while validation held the averaged weights in the model")
+            checkpoint[AVERAGE_KEY] = self.weight_average.state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Resume the weight average where the checkpoint has one (a checkpoint without one, or a
+        run without ``optim.ema_decay``, starts or drops it)."""
+        self._loaded_average = checkpoint.get(AVERAGE_KEY)
+        if self.weight_average is not None and self._loaded_average is not None:
+            self._load_average(self._loaded_average)
+
+    def _load_average(self, state: Mapping[str, Any]) -> None:
+        try:
+            self.weight_average.load_state(state)
+        except ValueError as error:
+            raise XdllmError(f"resume: {error}") from error

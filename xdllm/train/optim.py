@@ -23,6 +23,8 @@ class OptimConfig:
     accumulate_grad_batches: int = 1
     fused: bool | None = None
     """Fused AdamW: None picks it when every parameter is on CUDA."""
+    ema_decay: float | None = None
+    """A moving average of the weights with this decay (:mod:`xdllm.train.weight_average`); None: none."""
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -33,6 +35,8 @@ class OptimConfig:
             raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.gradient_clip_val is not None and self.gradient_clip_val < 0:
             raise ValueError(f"optim.gradient_clip_val must be >= 0 or null, got {self.gradient_clip_val}")
+        if self.ema_decay is not None and not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"optim.ema_decay must be in [0, 1) or null, got {self.ema_decay}")
         if self.accumulate_grad_batches < 1:
             raise ValueError(f"optim.accumulate_grad_batches must be >= 1, got {self.accumulate_grad_batches}")
 
