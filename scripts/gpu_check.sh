@@ -4,7 +4,8 @@
 #
 #   bash scripts/gpu_check.sh tests OUTDIR        # pytest -m gpu; history overhead on CUDA; block-wise
 #                                                 # decoding (bd3lm, udlm, hybrid) per token and the
-#                                                 # token choice (bench_sampling.py) on CUDA
+#                                                 # token choice (bench_sampling.py) and the weight
+#                                                 # average's update (bench_weight_average.py) on CUDA
 #   bash scripts/gpu_check.sh bench-125m OUTDIR   # bench_gpu_training.py 125m: eager, compiled, plain loss
 #   bash scripts/gpu_check.sh bench-550m OUTDIR   # bench_gpu_training.py 550m: eager, compiled
 #   bash scripts/gpu_check.sh runs OUTDIR         # varlen_sort_packed trainer=gpu (recompile warnings),
@@ -97,6 +98,11 @@ stage_tests() {
     record sampling "$py" scripts/bench_sampling.py --device "$device" --vocab 46 --repeats 1
   else
     record sampling "$py" scripts/bench_sampling.py --device "$device"
+  fi
+  if [ "$smoke" = 1 ]; then
+    record weight_average "$py" scripts/bench_weight_average.py --device "$device" --sizes demo --repeats 1
+  else
+    record weight_average "$py" scripts/bench_weight_average.py --device "$device"
   fi
 }
 
