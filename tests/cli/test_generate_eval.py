@@ -91,6 +91,14 @@ def test_eval_reports_loss_and_generation_metrics(trained_run, capsys):
     assert 0.0 <= summary["token_accuracy"] <= 1.0
 
 
+def test_the_mlm_loss_on_a_split_does_not_depend_on_the_batch_split(trained_run, capsys):
+    losses = []
+    for batch_size in (16, 5, 3):  # 16 validation samples: one batch, or batches of 5, 5, 5, 1
+        assert main(["eval", f"ckpt={trained_run}", "split=validation", f"batch_size={batch_size}"]) == 0
+        losses.append(_summary(capsys)["loss"])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6) and losses[2] == pytest.approx(losses[0], rel=1e-6)
+
+
 def test_eval_draws_its_split_once_for_the_loss_and_the_generation(trained_run, capsys, monkeypatch):
     drawn = count_held_out_draws(monkeypatch)
     assert main(["eval", f"ckpt={trained_run}", "num_samples=4"]) == 0

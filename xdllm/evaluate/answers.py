@@ -14,8 +14,10 @@ from xdllm.predict.metrics import match_output_regions
 class AnswerEvaluator:
     """Validation loss, and exact match / token accuracy of the predicted answers.
 
-    - ``loss``: the family loss, averaged over samples (``loss_fn(model, batch)["loss"]`` is a
-      per-batch mean; weighted by the batch's sample count).
+    - ``loss``: the family loss of each batch, weighted by the batch's sample count, or with
+      ``loss_weight`` by that entry of the loss's output: the count the loss averages over (MLM:
+      ``masked_tokens``), which makes ``val/loss`` the exact mean over the split's tokens,
+      whatever the batch split.
     - ``exact_match``, ``token_accuracy``: :func:`~xdllm.predict.metrics.match_output_regions`
       against ``batch["target_ids"]``; present only when the batch has targets.
 
@@ -23,14 +25,22 @@ class AnswerEvaluator:
     with targets the target text and the per-sample match.
     """
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, loss_weight: str | None = None) -> None:
         self.tokenizer = tokenizer
+        self.loss_weight = loss_weight
 
     def loss_metrics(self, model: torch.nn.Module, batch: Mapping[str, Any],
                      loss_fn: LossFunction) -> MetricSums:
-        loss = loss_fn(model, batch)["loss"].detach()
-        samples = torch.tensor(float(batch["input_ids"].shape[0]), device=loss.device)
-        return {"loss": (loss * samples, samples)}
+        out = loss_fn(model, batch)
+        loss = out["loss"].detach()
+        if self.loss_weight is None:
+            weight = torch.tensor(float(batch["input_ids"].shape[0]), device=loss.device)
+        elif self.loss_weight in out:
+            weight = out[self.loss_weight].detach().to(loss.dtype)
+        else:
+            raise ValueError(f"AnswerEvaluator: loss_weight={self.loss_weight!r} is not an entry of the loss's "
+                             f"output, which has: {', '.join(sorted(out))}")
+        return {"loss": (loss * weight, weight)}
 
     def _match(self, batch: Mapping[str, Any], prediction: PredictionDict):
         if "target_ids" not in batch:
