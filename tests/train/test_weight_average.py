@@ -156,3 +156,13 @@ def test_a_resumed_run_continues_the_average(runs, tmp_path):
     assert continued["updates"] == full["updates"] == 8
     for name, value in full["weights"].items():
         torch.testing.assert_close(continued["weights"][name], value, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_resuming_a_run_without_an_average_starts_one_and_says_so(runs, tmp_path, capsys):
+    snapshot = runs / "plain" / "checkpoints" / "step0000004.ckpt"
+    assert main(["train", *COMMON, "optim.ema_decay=0.5", f"run_dir={tmp_path / 'run'}", f"resume={snapshot}"]) == 0
+    assert ("the checkpoint of step 4 has no weight average: optim.ema_decay=0.5 starts one from its weights"
+            in capsys.readouterr().err)
+    entry = read_checkpoint_file(tmp_path / "run" / "checkpoints" / "last.ckpt")[CHECKPOINT_KEY]
+    assert entry["updates"] == 4  # steps 5-8

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,8 @@ from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import WeightAverage
 
 VALIDATION_ROLES = ("loss", "prediction")
+
+log = logging.getLogger(__name__)
 
 
 def takes_context(loss_fn: LossFunction) -> bool:
@@ -278,6 +281,13 @@ class DiffusionLMModule(L.LightningModule):
         self._loaded_average = checkpoint.get(AVERAGE_KEY)
         if self.weight_average is not None and self._loaded_average is not None:
             self._load_average(self._loaded_average)
+        step = checkpoint.get("global_step")
+        if self._loaded_average is None and self.optim.ema_decay is not None:
+            log.info("the checkpoint of step %s has no weight average: optim.ema_decay=%g starts one from its "
+                     "weights", step, self.optim.ema_decay)
+        elif self._loaded_average is not None and self.optim.ema_decay is None:
+            log.info("the checkpoint of step %s has a weight average, which this run drops (optim.ema_decay is "
+                     "null); its validation uses the trained weights", step)
 
     def _load_average(self, state: Mapping[str, Any]) -> None:
         try:
