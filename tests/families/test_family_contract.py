@@ -94,12 +94,20 @@ def test_family_predictions_do_not_depend_on_the_batch_size(trained, capsys):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_family_trains_and_validates_under_cpu_mixed_precision(family, tmp_path):
+def test_family_trains_under_cpu_mixed_precision_with_a_weight_average(family, tmp_path):
     """``trainer.precision=bf16-mixed`` on the CPU: validation (generation with history) runs
-    under Lightning's CPU autocast too."""
+    under Lightning's CPU autocast too. ``optim.ema_decay``: the checkpoint averages every
+    trainable weight, and a loaded run gets the averages."""
     run_dir = tmp_path / "run"
     assert main(["train", *TINY_FAMILY, f"model={family}", *frozen_runs(family, tmp_path), "trainer.max_steps=2",
                  "trainer.val_check_interval=2", "history.num_samples=2", "trainer.precision=bf16-mixed",
-                 f"run_dir={run_dir}"]) == 0
+                 "optim.ema_decay=0.5", f"run_dir={run_dir}"]) == 0
     (history_file,) = (run_dir / "history" / "val-step0000002").glob("history-*.pt")
     assert torch.load(history_file, weights_only=False)["topk_probs"].dtype == torch.float16
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    average = checkpoint["xdllm_weight_average"]
+    run = load_trained(run_dir / "checkpoints" / "last.ckpt")
+    trainable = {name for name, p in run.model.named_parameters(remove_duplicate=False) if p.requires_grad}
+    assert average["updates"] == 2 and set(average["weights"]) == trainable
+    state = run.model.state_dict()
+    assert all(torch.equal(state[name], value) for name, value in average["weights"].items())
