@@ -160,7 +160,7 @@ def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True) 
     components.model.eval()
     frozen, _ = load_frozen_models(config, map_location)
     return TrainedRun(checkpoint_path, run_dir_of(checkpoint_path), config, components,
-                      int(checkpoint.get("global_step", 0)), frozen, ema and averaged if averaged else None)
+                      int(checkpoint.get("global_step", 0)), frozen, ema if averaged else None)
 
 
 def load_frozen_models(config: DictConfig, map_location: str = "cpu"

@@ -17,13 +17,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from jaxtyping import Integer
 from omegaconf import DictConfig
+from torch import Tensor
 
 ANSWER_ROLES = ["loss", "prediction"]
 FREE_TEXT_ROLES = ["loss"]
 HIGHER_IS_BETTER = ("val/exact_match", "val/token_accuracy")
 ONE_TEXT_WARNING = ("all %d samples are the same text: decoding without sampling (predictor.temperature=0, the "
                     "predictors' default) writes one text for an empty prompt; sample with predictor.temperature=1.0")
+
+
+def same_rows(ids: Integer[Tensor, "batch width"], row: Integer[Tensor, " row_width"]) -> bool:
+    """Whether every row of ``ids`` equals ``row``."""
+    return ids.shape[1] == row.shape[0] and bool((ids == row).all())
 
 
 def is_free_text(task: Any) -> bool:

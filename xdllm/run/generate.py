@@ -30,7 +30,7 @@ from xdllm.history.live_recorder import LiveRecorder
 from xdllm.run.build import instantiate_component
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
-from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, without_targets
+from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
 from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished, write_jsonl
 from xdllm.run.generation_record import (
     generation_settings,
@@ -166,8 +166,8 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     totals = MetricTotals()
     generated_tokens, started = 0, time.perf_counter()
     extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
-    unprompted = is_free_text(run.components.task) and not options.prompts_file
-    outputs: set[tuple[int, ...]] = set()  # unprompted: the distinct outputs, to tell one text written N times
+    # unprompted: whether every output so far is the first one (one text written N times)
+    one_text, first_output = is_free_text(run.components.task) and not options.prompts_file, None
     with torch.inference_mode(), autocast(device, dtype):
         for batch in checked.batches:
             batch = batch_to(batch, device)
@@ -178,10 +178,11 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
             totals.add(evaluator.prediction_metrics(batch, prediction))
             records.extend(evaluator.records(batch, prediction))
             generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
-            if unprompted:
-                outputs.update(map(tuple, prediction["ids"].tolist()))
+            if one_text:
+                first_output = prediction["ids"][0] if first_output is None else first_output
+                one_text = same_rows(prediction["ids"], first_output)
     elapsed = time.perf_counter() - started
-    if unprompted and len(records) > 1 and len(outputs) == 1:
+    if one_text and len(records) > 1:
         log.warning(ONE_TEXT_WARNING, len(records))
     summary: dict[str, Any] = {
         "checkpoint": str(run.checkpoint),
