@@ -53,7 +53,9 @@ def test_training_killed_at_random_moments_resumes_from_the_newest_state(tmp_pat
         resume = [f"resume={run_dir}"] if attempt else []
         _kill_after([*TRAIN, f"run_dir={run_dir}", *resume], rng.uniform(1.0, 4.0), checkpoints / "last.ckpt")
         steps = _finished_files_are_whole(checkpoints)
-        assert steps["last.ckpt"] == max(steps.values())
+        # last.ckpt is rewritten every 3 steps; best.ckpt, written at a validation (every 50), may
+        # be up to 2 steps newer when the kill came between the two
+        assert 0 <= max(steps.values()) - steps["last.ckpt"] < 3
     newest = max(_finished_files_are_whole(checkpoints).values())
     result = subprocess.run([*TRAIN[:-4], "trainer.max_steps=" + str(newest + 3), "trainer.val_check_interval=50",
                              "checkpoint.last_every_n_steps=3", f"run_dir={run_dir}", f"resume={run_dir}"],

@@ -39,7 +39,8 @@ class AnswerEvaluator:
             weight = out[self.loss_weight].detach().to(loss.dtype)
         else:
             raise ValueError(f"AnswerEvaluator: loss_weight={self.loss_weight!r} is not an entry of the loss's "
-                             f"output, which has: {', '.join(sorted(out))}")
+                             f"output, which has: {', '.join(sorted(out))} (evaluator.loss_weight=null weighs "
+                             "each batch by its samples)")
         return {"loss": (loss * weight, weight)}
 
     def _match(self, batch: Mapping[str, Any], prediction: PredictionDict):

@@ -20,10 +20,12 @@ from xdllm.train.module import DiffusionLMModule
 
 
 def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict, examples: Sequence[Example],
-                                      family: str) -> None:
+                                      family: str, scores_losses: bool = True) -> None:
     """Collate ``examples`` with the train and val collators and evaluate the loss once on each
     (eval mode, no gradients); a batch key the loss looks for and does not find is one error
-    naming the loss, the collator and the key."""
+    naming the loss, the collator and the key. ``scores_losses`` (validation has a ``loss``
+    loader): the evaluator's loss metrics are computed once on the val batch too, so that what
+    it cannot score fails now, not at the first validation."""
     model = module.model
     was_training = model.training
     model.eval()
@@ -39,6 +41,12 @@ def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict
                         f"({type(collators[role]).__name__}), which makes {', '.join(sorted(batch))}: the model family "
                         f"is {family}; do the config groups chosen (collator=, model=) belong to it?") from error
                 check_loss_output(out, type(module.loss_fn).__name__)
+                if role == "val" and scores_losses:
+                    try:
+                        module.evaluator.loss_metrics(model, batch, module.call_loss)
+                    except (KeyError, ValueError) as error:
+                        raise XdllmError(f"the evaluator {type(module.evaluator).__name__} cannot score the loss "
+                                         f"on the batches of collator.val: {error}") from error
     finally:
         model.train(was_training)
 

@@ -275,7 +275,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         frozen_sources=frozen_sources,
     )
     check_loss_reads_collated_batches(module, components.collators, datamodule.held_out_examples("validation")[:2],
-                                      config.get("model_family", "<unknown>"))
+                                      config.get("model_family", "<unknown>"),
+                                      scores_losses="loss" in config.data.validation_roles)
     best, latest = checkpoint_callbacks(config, run_dir)
     stopper = StopOnInterrupt(save=latest.save)
     callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history, stopper]
