@@ -4,14 +4,15 @@ share of generated sentences that occur verbatim in the corpus (experiments/udlm
 Usage: python scripts/udlm_text_stats.py <predictions.jsonl>...
 """
 
+import argparse
 import json
-import sys
+from pathlib import Path
 
-CORPUS = "experiments/data/stories.txt"
+CORPUS = Path(__file__).resolve().parents[1] / "experiments" / "data" / "stories.txt"
 
 
-def main(paths: list[str]) -> None:
-    with open(CORPUS) as handle:
+def main(paths: list[str], corpus: Path = CORPUS) -> None:
+    with open(corpus) as handle:
         known = {part.strip(" .") for line in handle for part in line.strip().split(" . ") if part.strip(" .")}
     for path in paths:
         with open(path) as handle:
@@ -24,4 +25,8 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("predictions", nargs="+", help="predictions.jsonl files of free-text generations")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help="the corpus the sentences are looked up in")
+    arguments = parser.parse_args()
+    main(arguments.predictions, arguments.corpus)
