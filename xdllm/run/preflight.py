@@ -20,7 +20,7 @@ from xdllm.train.module import DiffusionLMModule
 
 
 def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict, examples: Sequence[Example],
-                                      family: str, scores_losses: bool = True) -> None:
+                                      family: str, scores_losses: bool) -> None:
     """Collate ``examples`` with the train and val collators and evaluate the loss once on each
     (eval mode, no gradients); a batch key the loss looks for and does not find is one error
     naming the loss, the collator and the key. ``scores_losses`` (validation has a ``loss``

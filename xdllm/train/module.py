@@ -282,6 +282,8 @@ class DiffusionLMModule(L.LightningModule):
         if self.weight_average is not None and self._loaded_average is not None:
             self._load_average(self._loaded_average)
         step = checkpoint.get("global_step")
+        if not self.trainer.is_global_zero:  # every process restores; the first one says so
+            return
         if self._loaded_average is None and self.optim.ema_decay is not None:
             log.info("the checkpoint of step %s has no weight average: optim.ema_decay=%g starts one from its "
                      "weights", step, self.optim.ema_decay)
