@@ -14,9 +14,10 @@ from xdllm_models.arlm.loss import ARLMLoss
 
 
 class ARLMEvaluator(AnswerEvaluator):
-    """On the loss loader, from one forward pass per batch: ``loss`` (the batch mean, weighted by
-    its samples, as every family logs it) and ``nll``, the exact NLL per supervised token over
-    the whole split (nats; EOS included), with ``ppl = exp(nll)`` added by :meth:`finalize`.
+    """On the loss loader, from one forward pass per batch: ``nll``, the exact NLL per supervised
+    token over the whole split (nats; EOS included), with ``ppl = exp(nll)`` added by
+    :meth:`finalize`, and ``loss``, the same mean (the family loss is that mean within a batch,
+    so the split's loss is exact whatever the batch split).
     On the prediction loader: exact match and token accuracy of generated answers.
 
     Both come from :meth:`ARLMLoss.token_nll <xdllm_models.arlm.loss.ARLMLoss.token_nll>`
@@ -33,9 +34,7 @@ class ARLMEvaluator(AnswerEvaluator):
         nll, supervised = self.loss.token_nll(model, batch)
         total = torch.where(supervised, nll, 0.0).sum().double()
         count = supervised.sum().double()
-        samples = torch.tensor(float(batch["input_ids"].shape[0]), dtype=torch.float64, device=total.device)
-        batch_loss = total / count.clamp_min(1.0)
-        return {"loss": (batch_loss * samples, samples), "nll": (total, count)}
+        return {"loss": (total, count), "nll": (total, count)}
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
         return with_perplexities(means, [("nll", "ppl")])

@@ -129,6 +129,8 @@ def test_evaluator_gives_the_exact_nll_per_token_and_its_perplexity(tiny_model, 
     nll = sum(s["nll"][0] for s in sums) / sum(s["nll"][1] for s in sums)
     everything = ARLMCollator(tokenizer)(examples(PROMPTS, TARGETS))
     assert nll.item() == pytest.approx(hand_loss(tiny_model, everything), rel=1e-5)
+    loss = sum(s["loss"][0] for s in sums) / sum(s["loss"][1] for s in sums)  # not a mean of batch means
+    assert loss.item() == pytest.approx(nll.item(), rel=1e-12)
     values = evaluator.finalize({"nll": nll.item()})
     assert values["ppl"] == pytest.approx(math.exp(nll.item()))
     assert evaluator.finalize({"nll": 800.0})["ppl"] == math.inf
