@@ -80,15 +80,27 @@ def test_compile_must_be_a_flag():
         RotaryTransformerConfig(vocab_size=VOCAB, compile="yes")
 
 
-@pytest.mark.parametrize("model", ["mlm", "mdlm", "arlm"])
-def test_every_family_takes_model_compile(model):
-    from xdllm.config.compose import compose_config
-    from xdllm.run.build import build_components
+@pytest.mark.parametrize("family", ["mlm", "mdlm", "arlm", "bd3lm", "udlm", "hybrid"])
+def test_every_family_trains_the_same_with_model_compile(family, compile_counter, tmp_path):
+    """Two training steps from the CLI with ``model.compile=true`` (traced graphs run by the
+    counter backend) leave the weights of the same two eager steps; the network was compiled."""
+    from tiny_run import TINY_RUN
 
-    config = compose_config("train", [f"model={model}", "model.compile=true", "model.d_model=16",
-                                      "model.n_layers=1", "model.n_heads=2"])
-    network = build_components(config).model
-    assert getattr(network, "transformer", network).config.compile is True
+    from xdllm.cli.main import main
+    from xdllm.run.checkpoint import load_trained
+
+    weights = {}
+    for compile in (False, True):
+        run_dir = tmp_path / f"compile-{compile}"
+        assert main(["train", *TINY_RUN, f"model={family}", "task=sort", "model.d_model=16", "model.n_layers=1",
+                     "model.n_heads=2", f"model.compile={str(compile).lower()}", "trainer.max_steps=2",
+                     "trainer.val_check_interval=2", f"run_dir={run_dir}"]) == 0
+        network = load_trained(run_dir).model
+        assert getattr(network, "transformer", network).config.compile is compile
+        weights[compile] = network.state_dict()
+    assert compile_counter.frame_count >= 1
+    for name, eager in weights[False].items():
+        torch.testing.assert_close(weights[True][name], eager, atol=1e-5, rtol=1e-4, msg=name)
 
 
 @pytest.mark.slow
