@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from xdllm.evaluate import AnswerEvaluator
+from xdllm.evaluate.evaluation_loss import count_weighted
 from xdllm.interfaces import LossFunction, MetricSums, PredictionDict, Tokenizer
 from xdllm_models.dflash.loss import draft_counts_per_position, position_metric
 
@@ -23,8 +24,8 @@ COST_KEYS = ("target_passes", "draft_passes", "generated_tokens")
 
 
 class DFlashEvaluator(AnswerEvaluator):
-    """On the loss loader: ``loss`` (per sample), ``draft_accuracy`` and ``draft_acc_pos_k``,
-    each weighted by its count of supervised drafted positions, so they are exact over the split.
+    """On the loss loader: ``loss``, ``draft_accuracy`` and ``draft_acc_pos_k``, each weighted by
+    its count of supervised drafted positions, so they are exact over the split.
     On the prediction loader, from the speculative predictor's costs: ``acceptance_length``
     (tokens committed per verification pass: accepted drafts plus the target's token; the
     prompt pass and its token are left out) and ``target_passes_per_token`` (every target pass,
@@ -43,14 +44,12 @@ class DFlashEvaluator(AnswerEvaluator):
     def loss_metrics(self, model: torch.nn.Module, batch: Mapping[str, Any],
                      loss_fn: LossFunction) -> MetricSums:
         out = loss_fn(model, batch)
-        loss = out["loss"].detach().double()
-        samples = torch.tensor(float(batch["input_ids"].shape[0]), dtype=torch.float64, device=loss.device)
-        counts = draft_counts_per_position(batch, self.block_size).to(loss.device, torch.float64)
-        metrics = {"loss": (loss * samples, samples),
-                   "draft_accuracy": (out["draft_accuracy"].detach().double() * counts.sum(), counts.sum())}
+        metrics = dict(self.loss_metrics_of(out, batch, loss_fn))
+        counts = draft_counts_per_position(batch, self.block_size).to(out["loss"].device, torch.float64)
+        metrics["draft_accuracy"] = count_weighted(out["draft_accuracy"], counts.sum())
         for offset in range(1, self.block_size):
             name = position_metric(offset, self.block_size)
-            metrics[name] = (out[name].detach().double() * counts[offset - 1], counts[offset - 1])
+            metrics[name] = count_weighted(out[name], counts[offset - 1])
         return metrics
 
     def prediction_metrics(self, batch: Mapping[str, Any], prediction: PredictionDict) -> MetricSums:

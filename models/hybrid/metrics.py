@@ -26,14 +26,17 @@ from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.evaluate.bounds import masked_diffusion_bound_sum, through_first_eos, with_perplexities
+from xdllm.evaluate.evaluation_loss import count_weighted, with_total_loss
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 from xdllm.losses.token_nll import next_token_nll
-from xdllm_models.hybrid.loss import HybridLoss
+from xdllm_models.hybrid.loss import AR_COUNT, DIFFUSION_COUNT, HybridLoss
+
+TERMS = ("diffusion_loss", "ar_loss")
 
 
 class HybridEvaluator(AnswerEvaluator):
-    """On the loss loader: ``loss`` (the batch's objective with its own counts, weighted by its
-    samples, as every family logs it) with its terms ``ar_loss`` and ``diffusion_loss``, and
+    """On the loss loader: ``loss`` (the training objective over the whole split: the sum of its
+    terms ``diffusion_loss`` and ``ar_loss``, each the exact mean over its tokens), and
     ``nll`` (the causal branch's exact NLL per token over the whole split, nats), all from one
     forward over ``[x_t | x_0]``; with ``num_levels > 0`` also ``diffusion_nll_bound`` (``K``
     more forwards). :meth:`finalize` adds ``ppl = exp(nll)`` and ``diffusion_ppl_bound``. On the
@@ -66,10 +69,9 @@ class HybridEvaluator(AnswerEvaluator):
         counted = through_first_eos(batch["target_ids"], batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
         nll = torch.where(counted[:, 1:], next_token_nll(logits.causal.float(), batch["target_ids"]), 0.0)
         tokens = counted.sum().double()
-        samples = torch.tensor(float(batch["input_ids"].shape[0]), dtype=torch.float64, device=nll.device)
-        sums = {"loss": (terms.total_loss.detach().double() * samples, samples),
-                "diffusion_loss": (terms.dllm_loss.double() * samples, samples),
-                "ar_loss": ((terms.total_loss - terms.dllm_loss).detach().double() * samples, samples),
+        counts = self.loss.token_counts(batch)
+        sums = {"diffusion_loss": count_weighted(terms.dllm_loss, counts[DIFFUSION_COUNT]),
+                "ar_loss": count_weighted(terms.total_loss - terms.dllm_loss, counts[AR_COUNT]),
                 "nll": (nll.sum().double(), tokens)}
         if self.num_levels > 0:
             sums["diffusion_nll_bound"] = (self.bound_sum(model, batch), tokens)
@@ -86,5 +88,6 @@ class HybridEvaluator(AnswerEvaluator):
                                           num_levels=self.num_levels, eps=self.eps, seed=self.seed)
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
-        return with_perplexities(means, [("nll", "ppl"), ("diffusion_nll_bound", "diffusion_ppl_bound")])
+        return with_perplexities(with_total_loss(means, TERMS),
+                                 [("nll", "ppl"), ("diffusion_nll_bound", "diffusion_ppl_bound")])
 

@@ -1,9 +1,11 @@
 """Every discovered model family passes the same checks, so a new family is tested the day it
 is registered: a few training steps from the CLI, generation with history and TensorBoard
-views, a checkpoint round trip, and predictions that do not depend on the batch size.
+views, a checkpoint round trip, and predictions and a validation loss that do not depend on
+the batch size.
 
 A family's model config must accept ``model.d_model``, ``model.n_layers`` and ``model.n_heads``
-(the tests shrink the network with them) and train on the built-in ``sort`` task. A family that
+(the tests shrink the network with them) and train on the built-in ``varlen_sort`` task (answers
+of 2 to 6 digits, so that batches differ in their token counts). A family that
 needs frozen models (``ModelFamily.frozen_models``, e.g. a drafter's target) gets a tiny trained
 run of each named family, shrunk the same way.
 """
@@ -21,7 +23,8 @@ from xdllm.run.checkpoint import load_trained
 
 REGISTERED = discover_families()
 FAMILIES = sorted(REGISTERED)
-TINY_FAMILY = [*(o for o in TINY_RUN if not o.startswith("experiment=")), "task=sort", "task.params.length=4",
+TINY_FAMILY = [*(o for o in TINY_RUN if not o.startswith(("experiment=", "task."))), "task=varlen_sort",
+               "task.params.median_length=4", "task.params.min_length=2", "task.params.max_length=6",
                "model.d_model=32", "model.n_layers=1", "model.n_heads=2"]
 
 
@@ -111,3 +114,15 @@ def test_family_trains_under_cpu_mixed_precision_with_a_weight_average(family, t
     assert average["updates"] == 2 and set(average["weights"]) == trainable
     state = run.model.state_dict()
     assert all(torch.equal(state[name], value) for name, value in average["weights"].items())
+
+
+def test_family_validation_loss_does_not_depend_on_the_batch_split(trained, capsys):
+    """``val/loss`` (and every other metric of the loss pass) is a mean over the split, the same
+    whether its 16 samples are one batch or batches of 5, 5, 5 and 1."""
+    _, run_dir = trained
+    summaries = []
+    for batch_size in (16, 5):
+        assert main(["eval", f"ckpt={run_dir}", "split=validation", "num_samples=16",
+                     f"batch_size={batch_size}"]) == 0
+        summaries.append(json.loads(capsys.readouterr().out))
+    assert summaries[1]["loss"] == pytest.approx(summaries[0]["loss"], rel=1e-5)

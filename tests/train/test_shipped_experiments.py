@@ -14,12 +14,12 @@ from omegaconf import OmegaConf
 
 from xdllm.config.compose import compose_config, group_options
 from xdllm.errors import XdllmError
+from xdllm.evaluate.evaluation_loss import takes_context
 from xdllm.interfaces import LossContext
 from xdllm.registry import discover_families
 from xdllm.run.build import build_components, build_datamodule
 from xdllm.run.free_text import apply_task_defaults
 from xdllm.run.train import check_positions
-from xdllm.train.module import takes_context
 
 EXPERIMENTS = group_options(discover_families())["experiment"]
 NEEDS_TRAINED_TARGET = {"sort_dflash", "text_dflash"}  # drafters: their frozen target is a trained run

@@ -1,14 +1,18 @@
 """UDLM training: one seeded canvas block per example with uniform random-token noise, a forward
 whose canvas sees exactly what cached block decoding sees, and the two-term loss over global counts."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 from udlm_helpers import examples
 
+from xdllm.evaluate import MetricTotals
+from xdllm.evaluate.evaluation_loss import EvaluationLoss
 from xdllm.interfaces import LossContext
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm_models.udlm.collator import UDLMCollator
 from xdllm_models.udlm.loss import UDLMLoss
+from xdllm_models.udlm.metrics import UDLMEvaluator
 
 PROMPTS = [[4, 5, 6], [7], [8, 9, 10, 11, 12]]
 TARGETS = [[13, 14, 15, 16, 17, 18], [4, 5], [6, 7, 8, 9, 10, 11, 12, 13, 14]]
@@ -109,3 +113,16 @@ def test_loss_trains_both_roles(tokenizer):
     last = loss(model, batch)
     assert last["diffusion_loss"] < 0.5 * first["diffusion_loss"]
     assert last["encoder_loss"] < 0.5 * first["encoder_loss"]
+
+
+def test_the_evaluator_sums_the_exact_terms_with_the_loss_weight_and_refuses_another(tokenizer, tiny_model):
+    batch = UDLMCollator(tokenizer, block_size=4, seed=1)(examples(PROMPTS, TARGETS, step=2))
+    loss = EvaluationLoss(UDLMLoss(block_size=4, encoder_weight=0.5))
+    totals = MetricTotals()
+    totals.add(UDLMEvaluator(tokenizer, encoder_weight=0.5).loss_metrics(tiny_model, batch, loss))
+    values = UDLMEvaluator(tokenizer, encoder_weight=0.5).finalize(totals.means())
+    local = loss(tiny_model, batch)
+    assert values["loss"] == pytest.approx(local["loss"].item(), rel=1e-6)
+    assert values["encoder_loss"] == pytest.approx(local["encoder_loss"].item(), rel=1e-6)
+    with pytest.raises(ValueError, match="encoder_weight=1.0 but the loss weighs the encoder term by 0.5"):
+        UDLMEvaluator(tokenizer).loss_metrics(tiny_model, batch, loss)

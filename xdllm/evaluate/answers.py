@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import Tensor
 
+from xdllm.evaluate.evaluation_loss import batch_token_counts, count_weighted
 from xdllm.interfaces import LossFunction, MetricSums, PredictionDict, Tokenizer
 from xdllm.predict.metrics import match_output_regions
 
@@ -14,10 +16,12 @@ from xdllm.predict.metrics import match_output_regions
 class AnswerEvaluator:
     """Validation loss, and exact match / token accuracy of the predicted answers.
 
-    - ``loss``: the family loss of each batch, weighted by the batch's sample count, or with
-      ``loss_weight`` by that entry of the loss's output: the count the loss averages over (MLM:
-      ``masked_tokens``), which makes ``val/loss`` the exact mean over the split's tokens,
-      whatever the batch split.
+    - ``loss``: the family loss of each batch, weighted by the count it averages over, so that
+      ``val/loss`` is the exact mean over the split's tokens whatever the batch split: with
+      ``loss_weight``, that entry of the loss's output (MLM: ``masked_tokens``); else the loss's
+      one ``token_counts`` entry (a :class:`~xdllm.interfaces.GlobalCountLoss` with a single
+      count: MDLM, BD3-LM); else (no counts, or several: give such a family its own evaluator,
+      as hybrid and UDLM have) the batch's sample count.
     - ``exact_match``, ``token_accuracy``: :func:`~xdllm.predict.metrics.match_output_regions`
       against ``batch["target_ids"]``; present only when the batch has targets.
 
@@ -31,17 +35,24 @@ class AnswerEvaluator:
 
     def loss_metrics(self, model: torch.nn.Module, batch: Mapping[str, Any],
                      loss_fn: LossFunction) -> MetricSums:
-        out = loss_fn(model, batch)
-        loss = out["loss"].detach()
-        if self.loss_weight is None:
-            weight = torch.tensor(float(batch["input_ids"].shape[0]), device=loss.device)
-        elif self.loss_weight in out:
-            weight = out[self.loss_weight].detach().to(loss.dtype)
-        else:
-            raise ValueError(f"AnswerEvaluator: loss_weight={self.loss_weight!r} is not an entry of the loss's "
-                             f"output, which has: {', '.join(sorted(out))} (evaluator.loss_weight=null weighs "
-                             "each batch by its samples)")
-        return {"loss": (loss * weight, weight)}
+        return self.loss_metrics_of(loss_fn(model, batch), batch, loss_fn)
+
+    def loss_metrics_of(self, out: Mapping[str, Tensor], batch: Mapping[str, Any],
+                        loss_fn: LossFunction) -> MetricSums:
+        """:meth:`loss_metrics` of the loss's output ``out`` on ``batch``."""
+        return {"loss": count_weighted(out["loss"], self._loss_weight(out, batch, loss_fn))}
+
+    def _loss_weight(self, out: Mapping[str, Tensor], batch: Mapping[str, Any], loss_fn: LossFunction) -> Tensor:
+        if self.loss_weight is not None:
+            if self.loss_weight not in out:
+                raise ValueError(f"AnswerEvaluator: loss_weight={self.loss_weight!r} is not an entry of the loss's "
+                                 f"output, which has: {', '.join(sorted(out))} (evaluator.loss_weight=null weighs "
+                                 "each batch by the loss's token count, or by its samples)")
+            return out[self.loss_weight]
+        counts = batch_token_counts(loss_fn, batch)
+        if counts is not None and len(counts) == 1:
+            return next(iter(counts.values()))
+        return torch.tensor(float(batch["input_ids"].shape[0]), device=out["loss"].device)
 
     def _match(self, batch: Mapping[str, Any], prediction: PredictionDict):
         if "target_ids" not in batch:

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.data import DiffusionDataModule
 from xdllm.errors import XdllmError
-from xdllm.interfaces import LossContext, LossDict, Tokenizer
+from xdllm.evaluate.evaluation_loss import EvaluationLoss
+from xdllm.interfaces import Tokenizer
 from xdllm.registry import SEARCH_PATH_ENV, discover_families
 from xdllm.run.build import RunComponents, build_components, build_datamodule
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
 from xdllm.train.latest_checkpoint import LAST_NAME
-from xdllm.train.module import takes_context
 from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import averaged_state_dict
 
@@ -123,14 +121,10 @@ class TrainedRun:
     def datamodule(self) -> DiffusionDataModule:
         return build_datamodule(self.components)
 
-    def loss_function(self) -> Callable[[torch.nn.Module, Mapping[str, Any]], LossDict]:
+    def loss_function(self) -> EvaluationLoss:
         """The family loss as ``(model, batch) -> LossDict``, handed the frozen models (and no
         global counts: evaluation normalises locally) when it takes a context."""
-        loss_fn = self.components.loss
-        if not takes_context(loss_fn):
-            return loss_fn
-        context = LossContext(frozen=self.frozen)
-        return lambda model, batch: loss_fn(model, batch, context=context)
+        return EvaluationLoss(self.components.loss, self.frozen)
 
 
 def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True) -> TrainedRun:

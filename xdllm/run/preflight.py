@@ -43,7 +43,7 @@ def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict
                 check_loss_output(out, type(module.loss_fn).__name__)
                 if role == "val" and scores_losses:
                     try:
-                        module.evaluator.loss_metrics(model, batch, module.call_loss)
+                        module.evaluator.loss_metrics(model, batch, module.evaluation_loss)
                     except (KeyError, ValueError) as error:
                         raise XdllmError(f"the evaluator {type(module.evaluator).__name__} cannot score the loss "
                                          f"on the batches of collator.val: {error}") from error

@@ -23,6 +23,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
+from xdllm.evaluate.evaluation_loss import EvaluationLoss, takes_context
 from xdllm.interfaces import (
     Evaluator,
     GlobalCountLoss,
@@ -41,13 +42,6 @@ from xdllm.train.weight_average import WeightAverage
 VALIDATION_ROLES = ("loss", "prediction")
 
 log = logging.getLogger(__name__)
-
-
-def takes_context(loss_fn: LossFunction) -> bool:
-    """Whether the loss is called with ``context=``: it has a ``context`` parameter (on
-    ``forward`` for an ``nn.Module`` loss, else on ``__call__``)."""
-    call = loss_fn.forward if isinstance(loss_fn, torch.nn.Module) else loss_fn.__call__
-    return "context" in inspect.signature(call).parameters
 
 
 def takes_frozen(predictor: Predictor) -> bool:
@@ -102,6 +96,7 @@ class DiffusionLMModule(L.LightningModule):
         for frozen_model in self.frozen.values():
             frozen_model.eval().requires_grad_(False)
         self._loss_takes_context = takes_context(loss_fn)
+        self.evaluation_loss = EvaluationLoss(loss_fn, self.frozen)
         self._predictor_extras = {"frozen": self.frozen} if takes_frozen(predictor) else {}
         self._val_totals = MetricTotals()
         self.weight_average: WeightAverage | None = None  # made at fit start, on the weights' device
@@ -235,7 +230,7 @@ class DiffusionLMModule(L.LightningModule):
 
     def validation_step(self, batch: Mapping[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
         if self._validation_role(dataloader_idx) == "loss":
-            self._val_totals.add(self.evaluator.loss_metrics(self.model, batch, self.call_loss))
+            self._val_totals.add(self.evaluator.loss_metrics(self.model, batch, self.evaluation_loss))
             return
         history = None
         if self.history_factory is not None and batch_idx == 0:
