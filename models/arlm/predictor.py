@@ -35,7 +35,7 @@ from xdllm.nn import CausalMask
 from xdllm.predict import streams
 from xdllm.predict.canvas import Canvas, continuation_canvas
 from xdllm.predict.inputs import check_decoding_options, predictor_inputs, require_tokenizer, sample_indices
-from xdllm.predict.sampling import choose_tokens, final_distribution
+from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.text import decode_regions
 
 
@@ -77,7 +77,7 @@ class ARPredictor:
 
     def _distribution(self, logits: Float[Tensor, "batch vocab"]) -> Float[Tensor, "batch vocab"]:
         return final_distribution(logits, self.temperature, self.top_k, self.top_p,
-                                  banned_ids=(self._tokenizer().mask_token_id,))
+                                  banned_ids=never_generated_ids(self._tokenizer()))
 
     @torch.no_grad()
     def predict(self, batch: Mapping[str, Any], model: nn.Module | None = None,

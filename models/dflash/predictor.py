@@ -66,7 +66,7 @@ from xdllm.nn import PAD_DOCUMENT_ID, RotaryTransformer
 from xdllm.predict import streams
 from xdllm.predict.canvas import continuation_canvas
 from xdllm.predict.inputs import check_decoding_options, predictor_inputs, sample_indices
-from xdllm.predict.sampling import choose_tokens, final_distribution
+from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.text import decode_regions
 from xdllm_models.arlm.predictor import ARPredictor
 from xdllm_models.dflash.acceptance import greedy_acceptance, speculative_sampling
@@ -161,7 +161,7 @@ class _SpeculativeRun:
         self.options, self.drafter, self.target, self.tok, self.history = options, drafter, target, tok, history
         self.batch = batch
         self.block_size = options.block_size or drafter.block_size
-        self.banned = (tok.mask_token_id,)
+        self.banned = never_generated_ids(tok)
         device = next(target.parameters()).device
         self.prompt_ids = batch["input_ids"].to(device)
         self.prompt_real = batch["attention_mask"].to(device).bool()

@@ -46,7 +46,7 @@ from xdllm.predict.inputs import (
     check_decoding_options,
     require_tokenizer,
 )
-from xdllm.predict.sampling import choose_tokens, final_distribution
+from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.unmask_count import scheduled_count, select_positions
 from xdllm_models.hybrid.decoding import block_decoding_positions, start_block_decoding
@@ -110,7 +110,7 @@ class HybridPredictor:
 
     def _distribution(self, logits: Float[Tensor, "*lead vocab"]) -> Float[Tensor, "*lead vocab"]:
         return final_distribution(logits, self.temperature, self.top_k, self.top_p,
-                                  banned_ids=(self._tokenizer().mask_token_id,))
+                                  banned_ids=never_generated_ids(self._tokenizer()))
 
     def _stream_step(self, block: int, fill_pass: int) -> int:
         """The stream counter of a block's seed (``fill_pass = 0``) or of its fill pass ``fill_pass``."""

@@ -43,7 +43,7 @@ from xdllm.predict import streams
 from xdllm.predict.block_steps import block_step_state
 from xdllm.predict.canvas import Canvas
 from xdllm.predict.inputs import check_decoding_options
-from xdllm.predict.sampling import choose_tokens, final_distribution
+from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
 from xdllm_models.hybrid.decoding import block_decoding_positions, start_block_decoding
 
@@ -107,9 +107,9 @@ class UDLMPredictor:
 
     def _step_tokens(self, logits: Float[Tensor, "batch block vocab"], keys: Integer[Tensor, " batch"],
                      stream_step: int) -> tuple[Tensor, Tensor]:
-        """The step's distribution (the mask token banned) and the token chosen at every position."""
+        """The step's distribution (``never_generated_ids`` banned) and the token chosen at every position."""
         probs = final_distribution(logits, self.temperature, self.top_k, self.top_p,
-                                   banned_ids=(self.tokenizer.mask_token_id,))
+                                   banned_ids=never_generated_ids(self.tokenizer))
         draws = None if self.temperature == 0.0 else streams.uniforms(keys, stream_step, streams.Purpose.TOKEN,
                                                                        self.block_size)
         return probs, choose_tokens(probs, draws)

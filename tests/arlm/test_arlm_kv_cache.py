@@ -5,7 +5,7 @@ import torch
 from arlm_helpers import prompt_batch
 
 from xdllm.predict import streams
-from xdllm.predict.sampling import choose_tokens, final_distribution
+from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm_models.arlm.predictor import ARPredictor
 
 PROMPTS = [[4, 5, 6], [7], [8, 9, 10, 11, 12, 13], [14, 15], [16, 17, 18, 19]]
@@ -22,7 +22,7 @@ def recompute(model, tokenizer, prompt: list[int], sample_index: int, *, tempera
     for step in range(NEW_TOKENS):
         with torch.no_grad():
             logits = model(torch.tensor([sequence]))[0, -1]
-        probs = final_distribution(logits, temperature, top_k, top_p, banned_ids=(tokenizer.mask_token_id,))
+        probs = final_distribution(logits, temperature, top_k, top_p, banned_ids=never_generated_ids(tokenizer))
         token = int(choose_tokens(probs, draws[step] if temperature > 0 else None))
         out.append(token)
         sequence.append(token)

@@ -5,7 +5,7 @@ import torch
 from dflash_helpers import accept_every_draft, drafter, prompt_batch, residual_from_the_target, sharp_target, tokenizer
 
 from xdllm.nn import CausalMask
-from xdllm.predict.sampling import final_distribution
+from xdllm.predict.sampling import final_distribution, never_generated_ids
 from xdllm_models.arlm.predictor import ARPredictor
 from xdllm_models.dflash import predictor as speculative
 from xdllm_models.dflash.predictor import SpeculativePredictor
@@ -26,7 +26,7 @@ def exact_distribution(target, tokens, temperature, top_k, top_p):
     grid = torch.cartesian_prod(*[torch.arange(vocab)] * (tokens - 1)).view(vocab ** (tokens - 1), tokens - 1)
     prefix = torch.tensor([tok.bos_token_id, *PROMPT]).expand(len(grid), -1)
     logits = target(torch.cat([prefix, grid], dim=1), mask_rule=CausalMask())[:, -tokens:]
-    probs = final_distribution(logits, temperature, top_k, top_p, (tok.mask_token_id,)).double()
+    probs = final_distribution(logits, temperature, top_k, top_p, never_generated_ids(tok)).double()
     joint = torch.ones(())
     for i in range(tokens):  # rows whose tokens after the i-th are 0 hold p(. | t1 .. ti)
         given = probs[::vocab ** (tokens - 1 - i), i].view(*[vocab] * (i + 1))

@@ -126,3 +126,33 @@ def test_family_validation_loss_does_not_depend_on_the_batch_split(trained, caps
                      f"batch_size={batch_size}"]) == 0
         summaries.append(json.loads(capsys.readouterr().out))
     assert summaries[1]["loss"] == pytest.approx(summaries[0]["loss"], rel=1e-5)
+
+
+def test_family_never_generates_padding_or_bos(trained, monkeypatch, capsys):
+    """Every LM head (the frozen models' too) favours the padding and BOS tokens by far; no
+    answer holds them (training never targets them), so generation still never writes them."""
+    _, run_dir = trained
+    loaded = load_trained(run_dir)
+    favoured = sorted({loaded.tokenizer.pad_token_id, loaded.tokenizer.bos_token_id})
+
+    def favour(module, inputs, logits):
+        return logits + torch.zeros(logits.shape[-1], dtype=logits.dtype).index_fill(0, torch.tensor(favoured), 1e4)
+
+    def load_favouring(*args, **kwargs):
+        run = load_trained(*args, **kwargs)
+        for network in (run.model, *run.frozen.values()):
+            for name, module in network.named_modules():
+                if name.endswith("lm_head"):
+                    module.register_forward_hook(favour)
+        return run
+
+    monkeypatch.setattr("xdllm.run.generate.load_trained", load_favouring)
+    for temperature in (0.0, 1.0):
+        output = run_dir.parent / f"favoured-{temperature}"
+        assert main(["generate", f"ckpt={run_dir}", "num_samples=6", f"predictor.temperature={temperature}",
+                     f"output_dir={output}"]) == 0
+        capsys.readouterr()
+        for record in map(json.loads, (output / "predictions.jsonl").read_text().splitlines()):
+            ids = record["ids"]
+            answer = ids[:ids.index(loaded.tokenizer.eos_token_id) + 1] if loaded.tokenizer.eos_token_id in ids else ids
+            assert not set(answer) & set(favoured), (temperature, record)

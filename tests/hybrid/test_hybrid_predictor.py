@@ -7,7 +7,7 @@ from hybrid_helpers import RecordingHistory, prompt_batch, tiny_hybrid
 
 from xdllm.predict import streams
 from xdllm.predict.confidence import token_confidence
-from xdllm.predict.sampling import choose_tokens, final_distribution
+from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.unmask_count import scheduled_count, select_positions
 from xdllm_models.arlm.predictor import ARPredictor
@@ -30,7 +30,7 @@ def recompute(model, tok, prompt: list[int], index: int, block: int, threshold=N
     passes_run = 0
 
     def distribution(logits):
-        return final_distribution(logits, temperature, None, None, banned_ids=(tok.mask_token_id,))
+        return final_distribution(logits, temperature, None, None, banned_ids=never_generated_ids(tok))
 
     def draws(stream_step, width):
         return streams.uniforms(keys, stream_step, streams.Purpose.TOKEN, width) if temperature else None

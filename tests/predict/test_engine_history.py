@@ -11,6 +11,7 @@ from torch.utils._pytree import tree_leaves
 from xdllm.history import HistoryTopKPlugin, load_history
 from xdllm.interfaces import DenoisingStep, HistoryRecorder
 from xdllm.predict import UnmaskingPredictor
+from xdllm.predict.sampling import never_generated_ids
 
 # Infilling rows with different region starts and lengths; row 0 finishes after one step.
 INFILL = torch.tensor([[2, letter("a"), MASK, letter("b"), 4, 4, 4],
@@ -105,12 +106,13 @@ def test_recording_adds_no_vocabulary_sized_work(name, tmp_path):
 @pytest.mark.parametrize("name", BATCHES)
 def test_stored_top_k_is_the_model_s_top_k(name, tmp_path):
     """The file holds, for every step a sample ran and every position of its region, the top-k
-    of the model's distribution there (mask token banned), computed here from the table."""
+    of the model's distribution there (mask, padding and BOS tokens banned), computed here from
+    the table."""
     model = hand_built_model()
     recorder = HistoryTopKPlugin(k=3, output_dir=tmp_path, mask_token_id=MASK)
     prediction = predictor(name).predict(BATCHES[name], model=model, history=recorder)
     logits = model.table.clone()
-    logits[:, MASK] = float("-inf")
+    logits[:, list(never_generated_ids(LetterTokenizer()))] = float("-inf")
     expected = logits.softmax(-1).topk(3, dim=-1)  # per RoPE position = canvas column here
     history = load_history(recorder.files_written[0])
     for b, (start, region) in enumerate(REGIONS[name]):

@@ -17,6 +17,7 @@ from predict_fakes import (
 
 from xdllm.history import HistoryTopKPlugin
 from xdllm.predict import UnmaskingPredictor
+from xdllm.predict.sampling import never_generated_ids
 
 PROMPTS = [[letter("a")], [letter("b"), letter("c"), letter("d")], []]
 
@@ -69,7 +70,7 @@ def test_sampling_is_seeded():
     greedy = UnmaskingPredictor(max_steps=3, max_new_tokens=6, tokenizer=LetterTokenizer(),
                                 confidence="top_prob").predict(batch, model=model)
     expected = model.table.clone()
-    expected[:, MASK] = float("-inf")
+    expected[:, list(never_generated_ids(LetterTokenizer()))] = float("-inf")
     starts = greedy["output_start_idx"].tolist()
     n_real = [1 + len(p) for p in PROMPTS]
     assert outputs(greedy) == [expected[n:n + 6].argmax(-1).tolist() for n in n_real]

@@ -8,6 +8,7 @@ from torch import nn
 from udlm_helpers import RecordingHistory, prompt_batch
 
 from xdllm.predict import streams
+from xdllm.predict.sampling import never_generated_ids
 from xdllm_models.udlm.predictor import UDLMPredictor
 
 PROMPTS = [[4, 5, 6], [7], [8, 9, 10, 11, 12, 13], [14, 15]]
@@ -35,8 +36,8 @@ class PositionOnlyModel(nn.Module):
 
 def reference(model, tok, prompt: list[int], index: int, size: int, new_tokens: int, steps: int,
               stop_when_unchanged: bool = True) -> tuple[list[int], int]:
-    """One unpadded row, no cache: every step runs the training forward over [canvas | sequence so far].
-    Returns the generated tokens and the denoising steps."""
+    """One unpadded row, no cache: every step runs the training forward over [canvas | sequence so far];
+    an EOS does not stop the row (``stop_at_eos=False``). Returns the generated tokens and the denoising steps."""
     predictor = UDLMPredictor(new_tokens, size, tokenizer=tok, steps_per_block=steps)
     sequence = [tok.bos_token_id, *prompt]
     offset = (-len(sequence)) % size
@@ -51,7 +52,7 @@ def reference(model, tok, prompt: list[int], index: int, size: int, new_tokens: 
             with torch.no_grad():
                 logits = model.canvas_and_encoder(block, block_positions, ids, torch.ones_like(ids, dtype=torch.bool),
                                                   positions, size).canvas
-            logits[..., tok.mask_token_id] = float("-inf")
+            logits[..., list(never_generated_ids(tok))] = float("-inf")
             new = logits.argmax(-1)
             taken += 1
             unchanged = torch.equal(new, block)
@@ -60,8 +61,6 @@ def reference(model, tok, prompt: list[int], index: int, size: int, new_tokens: 
                 break
         out += block[0].tolist()
         sequence += block[0].tolist()
-        if tok.eos_token_id in block[0].tolist():
-            break
     return out, taken
 
 

@@ -28,7 +28,7 @@ from xdllm.predict import blocks, streams
 from xdllm.predict.canvas import Canvas, continuation_canvas, infill_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
 from xdllm.predict.inputs import check_prompt_batch, sample_indices
-from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution
+from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
 from xdllm.predict.unmask_count import scheduled_count, select_positions
@@ -207,7 +207,7 @@ class UnmaskingPredictor(nn.Module):
         block (MDLM's ancestral one); the confidence modes do not need it."""
         tok = self._tokenizer()
         probs = final_distribution(logits, self.temperature, self.top_k, self.top_p,
-                                   banned_ids=(tok.mask_token_id,))
+                                   banned_ids=never_generated_ids(tok))
         width = logits.shape[1]
         draws = (streams.uniforms(keys, step, streams.Purpose.TOKEN, width)
                  if self.temperature > 0.0 else None)

@@ -1,7 +1,8 @@
 """Token choice: the final per-position distribution and the token drawn from it.
 
 The final distribution is ``softmax(logits / T)`` restricted to the top-k tokens and then to the
-top-p nucleus (renormalised), with banned ids (the mask token) removed. ``T`` is the temperature,
+top-p nucleus (renormalised), with banned ids (:func:`never_generated_ids`: the mask, padding
+and BOS tokens) removed. ``T`` is the temperature,
 or 1 when the temperature is 0: temperature 0 means "take the argmax", and the distribution is
 kept at T = 1 so that confidence scores stay meaningful. Sampling uses inverse-CDF lookup with
 one externally supplied uniform per position (see ``xdllm.predict.streams``), so a draw depends
@@ -15,6 +16,8 @@ from collections.abc import Sequence
 import torch
 from jaxtyping import Float, Integer
 from torch import Tensor
+
+from xdllm.interfaces import Tokenizer
 
 
 def check_sampling_options(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -42,6 +45,13 @@ def _keep_top_p(logits: Tensor, top_p: float) -> Tensor:
     drop_sorted[..., 0] = False
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))
+
+
+def never_generated_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
+    """The ids a predictor never writes into an output: the mask, padding and BOS tokens, which
+    no training target holds (one that is also the EOS token stays: outputs end with it)."""
+    special = {tokenizer.mask_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id}
+    return tuple(sorted(special - {tokenizer.eos_token_id}))
 
 
 def final_distribution(logits: Float[Tensor, "*lead vocab"], temperature: float,
