@@ -6,14 +6,23 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import Tensor
 
+from xdllm.interfaces import LossContext
 from xdllm.losses.chunked import DEFAULT_CHUNK_SIZE, projects_in_chunks, supervised_token_nll
-from xdllm.losses.token_nll import masked_normalised_sum, per_token_nll, prepare_logits
+from xdllm.losses.token_nll import clamped_denominator, masked_normalised_sum, per_token_nll, prepare_logits
 from xdllm_models.mlm.types import MLMLossDict
+
+COUNT_KEY = "masked_tokens"
 
 
 class MLMLoss:
     """Mean cross-entropy (float32) over positions where ``input_ids == mask_token_id``.
+
+    In training the denominator is the masked-token count of the whole optimizer step (all
+    processes, all accumulation micro-batches: a :class:`~xdllm.interfaces.GlobalCountLoss`),
+    so the gradient does not depend on how the global batch is split; without a context
+    (validation, ``xdllm eval``) the batch's own count.
 
     The batch comes from an MLM collator (corruption already applied, per sample and seeded).
     Built on the dLLM losses' helpers (``xdllm.losses.token_nll``): vocab-sharded logits are
@@ -29,7 +38,11 @@ class MLMLoss:
         self.mask_token_id = mask_token_id
         self.chunk_size = chunk_size
 
-    def __call__(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> MLMLossDict:
+    def token_counts(self, batch: Mapping[str, Any]) -> dict[str, Tensor]:
+        return {COUNT_KEY: (batch["input_ids"] == self.mask_token_id).sum()}
+
+    def __call__(self, model: torch.nn.Module, batch: Mapping[str, Any],
+                 context: LossContext | None = None) -> MLMLossDict:
         input_ids = batch["input_ids"]
         target_ids = batch["target_ids"]
         if target_ids is None or target_ids.shape != input_ids.shape:
@@ -40,11 +53,12 @@ class MLMLoss:
                       segment_ids=batch.get("segment_ids"))
         masked = input_ids == self.mask_token_id
         num_masked = masked.sum()
+        global_count = None if context is None or context.counts is None else context.counts[COUNT_KEY]
         if projects_in_chunks(model, self.chunk_size):
             nll = supervised_token_nll(model.final_hidden(input_ids, **inputs), model.lm_head_weight, target_ids,
                                        masked, self.chunk_size)
-            loss = nll.sum() / num_masked.clamp_min(1)
+            loss = nll.sum() / clamped_denominator(num_masked, global_count)
         else:
             nll = per_token_nll(prepare_logits(model(input_ids, **inputs), fp32_upcast=True), target_ids)
-            loss = masked_normalised_sum(nll, masked, num_masked, None)
+            loss = masked_normalised_sum(nll, masked, num_masked, global_count)
         return {"loss": loss, "masked_tokens": num_masked.float()}

@@ -80,3 +80,20 @@ def test_a_globally_normalised_loss_logs_its_terms_as_shares_of_the_step(tmp_pat
         assert terms == pytest.approx(_scalars(run_dir, "train/loss"), rel=1e-5), run_dir.name
     for tag in ("train/loss", "train/ar_loss", "train/diffusion_loss"):
         assert _scalars(accumulate, tag) == pytest.approx(_scalars(single, tag), rel=1e-4), tag
+
+
+def test_the_mlm_loss_trains_the_same_as_one_batch_or_accumulated_micro_batches(tmp_path: Path):
+    """MLM divides by the masked tokens of the whole optimizer step: each sample draws its own
+    masking level, so micro-batches hold different counts, and averaging their means (as it
+    did) trained on another loss."""
+    mlm = (*TINY_WITHOUT_TASK, "task=varlen_sort", "task.params.max_length=6", "task.params.median_length=3",
+           "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "trainer.max_steps=2",
+           "trainer.val_check_interval=2", "optim.warmup_steps=0")
+    single, accumulate = tmp_path / "single", tmp_path / "accumulate"
+    _train(single, "data.batch_size=8", base=mlm)
+    _train(accumulate, "data.batch_size=2", "optim.accumulate_grad_batches=4", base=mlm)
+    assert _scalars(accumulate, "train/loss") == pytest.approx(_scalars(single, "train/loss"), abs=1e-5)
+    assert _scalars(accumulate, "train/grad_norm") == pytest.approx(_scalars(single, "train/grad_norm"), rel=1e-5)
+    reference = _weights(single)
+    for key, value in _weights(accumulate).items():
+        torch.testing.assert_close(value, reference[key], atol=1e-6, rtol=1e-5, msg=key)

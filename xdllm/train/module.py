@@ -116,8 +116,9 @@ class DiffusionLMModule(L.LightningModule):
 
     def global_counts(self, micro_batches: Sequence[Mapping[str, Any]]) -> dict[str, Tensor] | None:
         """The loss's token counts summed over the step's micro-batches and all processes
-        (None for a loss that normalises locally)."""
-        if not isinstance(self.loss_fn, GlobalCountLoss):
+        (None for a loss that normalises locally: no ``token_counts``, or no ``context`` to
+        receive them in, as in a subclass whose ``__call__`` drops it)."""
+        if not isinstance(self.loss_fn, GlobalCountLoss) or not self._loss_takes_context:
             return None
         totals: dict[str, Tensor] = {}
         for batch in micro_batches:
