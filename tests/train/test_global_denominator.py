@@ -18,6 +18,9 @@ import torch.distributed as dist
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tiny_run import TINY_RUN
 
+from xdllm.cli.main import main
+from xdllm_models.mlm.loss import MLMLoss
+
 TINY_WITHOUT_TASK = [o for o in TINY_RUN if not o.startswith(("experiment=", "task."))]
 MDLM_VARLEN = [*TINY_WITHOUT_TASK, "model=mdlm", "task=varlen_sort", "task.params.max_length=6",
                "task.params.median_length=3", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
@@ -97,3 +100,22 @@ def test_the_mlm_loss_trains_the_same_as_one_batch_or_accumulated_micro_batches(
     reference = _weights(single)
     for key, value in _weights(accumulate).items():
         torch.testing.assert_close(value, reference[key], atol=1e-6, rtol=1e-5, msg=key)
+
+
+class LocalMLMLoss(MLMLoss):
+    """MLM's loss with a ``__call__`` that takes no context, as a user's subclass might: it
+    normalises each micro-batch by its own count, so it must be averaged like any local loss."""
+
+    def __call__(self, model, batch):
+        return super().__call__(model, batch)
+
+
+def test_a_subclass_that_drops_the_context_is_averaged_as_a_local_loss(tmp_path: Path):
+    tiny = [*TINY_WITHOUT_TASK, "task=varlen_sort", "task.params.max_length=6", "model.d_model=32",
+            "model.n_layers=1", "model.n_heads=2", "trainer.max_steps=1", "trainer.val_check_interval=1",
+            "data.batch_size=4", "optim.accumulate_grad_batches=2"]
+    global_dir, local_dir = tmp_path / "global", tmp_path / "local"
+    assert main(["train", *tiny, f"run_dir={global_dir}"]) == 0
+    assert main(["train", *tiny, "loss._target_=test_global_denominator.LocalMLMLoss", f"run_dir={local_dir}"]) == 0
+    (global_loss,), (local_loss,) = _scalars(global_dir, "train/loss"), _scalars(local_dir, "train/loss")
+    assert local_loss == pytest.approx(global_loss, abs=0.1)  # a mean of two means, not their sum
