@@ -132,7 +132,7 @@ def test_tensorboard_default_logdir(run_dir, capsys):
     logdir = run_dir / "tensorboard" / "history"
     out = capsys.readouterr().out
     assert f"wrote 2 samples to {logdir}" in out
-    assert f"view: tensorboard --logdir {logdir} --samples_per_plugin=images=1000,text=1000" in out
+    assert f"view: tensorboard --logdir {logdir} --samples_per_plugin=images=1000" in out
     assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
 
 
@@ -242,7 +242,7 @@ def test_tensorboard_newest_by_default_every_folder_with_all(two_generations, ca
     out = capsys.readouterr().out
     assert f"wrote 1 samples to {run / 'tb' / 'val-step0000002'}" in out
     assert f"wrote 2 samples to {run / 'tb' / '20260101-120000'}" in out
-    assert f"view: tensorboard --logdir {run / 'tb'} --samples_per_plugin=images=1000,text=1000" in out
+    assert f"view: tensorboard --logdir {run / 'tb'} --samples_per_plugin=images=1000" in out
 
 
 def test_history_help_is_plain_text(capsys):

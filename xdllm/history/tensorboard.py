@@ -27,8 +27,9 @@ and per split, over every sample of the files (not only the ``max_samples`` rend
   (uniform-noise revisions; under masked diffusion it would repeat the commits);
 - ``forward_passes_per_sample`` (Scalars, x = sample id): the steps each sample ran.
 
-TensorBoard keeps only 10 images and 10 text cards per tag unless started with e.g.
-``--samples_per_plugin=images=1000,text=1000`` (at least the pictures or cards per sample).
+TensorBoard keeps only 10 images per tag unless started with e.g.
+``--samples_per_plugin=images=1000`` (at least the number of pictures per sample; each text
+card has a tag of its own).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ DEFAULT_MAX_FRAMES = 32
 DEFAULT_STEPS_PER_CARD = 2
 MAX_STEP_CARDS = 16
 UNKNOWN_SPLIT = "generation"
-VIEW_COMMAND = "tensorboard --logdir {logdir} --samples_per_plugin=images=1000,text=1000"
+VIEW_COMMAND = "tensorboard --logdir {logdir} --samples_per_plugin=images=1000"
 EVENT_FILE_SUFFIX = ".history"  # marks the event files of these views among a folder's others
 NBSP = "\u00a0"  # keeps a token and its probability on one line
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
