@@ -38,7 +38,8 @@ class UDLMEvaluator(AnswerEvaluator):
         loss_weight = getattr(loss_fn, "encoder_weight", self.encoder_weight)
         if loss_weight != self.encoder_weight:
             raise ValueError(f"UDLMEvaluator: encoder_weight={self.encoder_weight} but the loss weighs the encoder "
-                             f"term by {loss_weight}; set evaluator.encoder_weight to the loss's (udlm.encoder_weight sets both)")
+                             f"term by {loss_weight}; set evaluator.encoder_weight to the loss's "
+                             "(udlm.encoder_weight sets both)")
         terms = loss_fn(model, batch)
         counts = batch_token_counts(loss_fn, batch)
         return {"diffusion_loss": count_weighted(terms["diffusion_loss"], counts[CANVAS_COUNT]),
