@@ -1,14 +1,16 @@
 """The engine's parts in isolation: sampling, confidence, counts, blocks, streams, stopping."""
 
+import copy
 import math
 
 import pytest
 import torch
 
+from xdllm.data.tokenizer import builtin_tokenizer
 from xdllm.diffusion.schedules import CosineSchedule, LinearSchedule, LogLinearSchedule
 from xdllm.predict import blocks, streams
 from xdllm.predict.confidence import check_confidence_options, token_confidence
-from xdllm.predict.sampling import choose_tokens, final_distribution
+from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.unmask_count import scheduled_count, select_positions
 
@@ -30,6 +32,15 @@ def test_top_k_top_p_and_temperature_shape_the_distribution():
     assert torch.allclose(final_distribution(logits, 0.5, None, None, ()), squared[None])
     assert torch.allclose(final_distribution(logits, 0.0, None, None, (1,)),
                           probs_row(1 / 6, 0.0, 2 / 6, 3 / 6))
+
+
+def test_never_generated_ids_are_mask_padding_and_bos_but_never_eos():
+    tokenizer = builtin_tokenizer()
+    assert never_generated_ids(tokenizer) == tuple(sorted(
+        {tokenizer.pad_token_id, tokenizer.mask_token_id, tokenizer.bos_token_id}))
+    shared = copy.copy(tokenizer)
+    shared.pad_token_id = shared.bos_token_id = shared.eos_token_id  # outputs end with it: it stays
+    assert never_generated_ids(shared) == (shared.mask_token_id,)
 
 
 def test_argmax_and_inverse_cdf_choice():
