@@ -25,15 +25,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from xdllm.evaluate import AnswerEvaluator
-from xdllm.evaluate.bounds import stratified_levels, through_first_eos, with_perplexities
-from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
+from xdllm.evaluate.bound_evaluator import BoundEvaluator
+from xdllm.evaluate.bounds import stratified_levels
+from xdllm.interfaces import Tokenizer
 from xdllm.losses.token_nll import per_token_nll
 from xdllm.predict.streams import Purpose, row_keys, uniforms
 from xdllm_models.bd3lm.two_stream import denoising_logits
 
 
-class BD3LMEvaluator(AnswerEvaluator):
+class BD3LMEvaluator(BoundEvaluator):
     """``loss`` (the training objective), ``nll_bound`` and ``ppl_bound`` on the loss loader
     (right-padded rows of :class:`~xdllm_models.bd3lm.collator.BD3LMCollator`); exact match and
     token accuracy of generated answers on the prediction loader.
@@ -60,16 +60,6 @@ class BD3LMEvaluator(AnswerEvaluator):
         self.block_size = block_size
         self.num_levels = num_levels
         self.seed = seed
-
-    def loss_metrics(self, model: torch.nn.Module, batch: Mapping[str, Any],
-                     loss_fn: LossFunction) -> MetricSums:
-        sums = dict(super().loss_metrics(model, batch, loss_fn))
-        supervised = batch["loss_mask"] != 0
-        bound = self.bound_sum(model, batch)
-        text = through_first_eos(batch["target_ids"], supervised, self.tokenizer.eos_token_id)
-        sums["nll_bound"] = (bound, supervised.sum().double())
-        sums["text_nll_bound"] = (bound, text.sum().double())
-        return sums
 
     def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
         """``Σ_rows Σ_blocks`` of the NELBO estimate, averaged over the ``K`` levels."""
@@ -98,6 +88,3 @@ class BD3LMEvaluator(AnswerEvaluator):
             nll = torch.where(masked, per_token_nll(logits.float(), clean).view(blocks), 0.0).sum(-1)
             total += (nll * n / k.clamp_min(1)).sum().double()
         return total / self.num_levels
-
-    def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
-        return with_perplexities(means, [("nll_bound", "ppl_bound"), ("text_nll_bound", "text_ppl_bound")])

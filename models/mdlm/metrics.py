@@ -28,12 +28,12 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from xdllm.evaluate import AnswerEvaluator
-from xdllm.evaluate.bounds import masked_diffusion_bound_sum, through_first_eos, with_perplexities
-from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
+from xdllm.evaluate.bound_evaluator import BoundEvaluator
+from xdllm.evaluate.bounds import masked_diffusion_bound_sum
+from xdllm.interfaces import Tokenizer
 
 
-class MDLMEvaluator(AnswerEvaluator):
+class MDLMEvaluator(BoundEvaluator):
     """``loss`` (the training objective), ``nll_bound`` and ``ppl_bound`` (per supervised token),
     ``text_nll_bound`` and ``text_ppl_bound`` (per text token, through the first EOS) on the loss
     loader; exact match and token accuracy of generated answers on the prediction loader.
@@ -55,16 +55,6 @@ class MDLMEvaluator(AnswerEvaluator):
         self.eps = eps
         self.seed = seed
 
-    def loss_metrics(self, model: torch.nn.Module, batch: Mapping[str, Any],
-                     loss_fn: LossFunction) -> MetricSums:
-        sums = dict(super().loss_metrics(model, batch, loss_fn))
-        supervised = batch["loss_mask"] != 0
-        bound = self.bound_sum(model, batch)
-        text = through_first_eos(batch["target_ids"], supervised, self.tokenizer.eos_token_id)
-        sums["nll_bound"] = (bound, supervised.sum().double())
-        sums["text_nll_bound"] = (bound, text.sum().double())
-        return sums
-
     def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
         """``Σ_samples`` of the per-sample bound numerator, averaged over the ``K`` levels."""
         def denoise(noisy: Tensor) -> Tensor:
@@ -73,6 +63,3 @@ class MDLMEvaluator(AnswerEvaluator):
         return masked_diffusion_bound_sum(denoise, batch["target_ids"], batch["loss_mask"] != 0,
                                           batch["sample_index"], mask_token_id=self.tokenizer.mask_token_id,
                                           num_levels=self.num_levels, eps=self.eps, seed=self.seed)
-
-    def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
-        return with_perplexities(means, [("nll_bound", "ppl_bound"), ("text_nll_bound", "text_ppl_bound")])
