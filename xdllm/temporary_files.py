@@ -7,8 +7,13 @@ start that writes into the same folder removes it, unless its writer is still ru
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import torch
 
 TEMPORARY_MARK = ".tmp-"
 
@@ -16,6 +21,37 @@ TEMPORARY_MARK = ".tmp-"
 def temporary_path(path: Path) -> Path:
     """Where ``path`` is written before the rename: ``.<name>.tmp-<pid>`` beside it."""
     return path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid()}")
+
+
+@contextlib.contextmanager
+def written_atomically(path: str | os.PathLike) -> Iterator[Path]:
+    """Yields the temporary path to write ``path``'s content to; renames it over ``path`` when the
+    block ends, or removes it when the block raises (``path`` then keeps its old content)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = temporary_path(path)
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """``path.write_text(text)``, but ``path`` is never seen half-written."""
+    with written_atomically(path) as temporary:
+        temporary.write_text(text)
+
+
+def torch_save_atomically(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save`` to ``path``, flushed to disk before the rename: ``path`` is either the old
+    file or the complete new one, even after a power cut."""
+    with written_atomically(path) as temporary:
+        with open(temporary, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
 
 
 def writer_alive(path: Path) -> bool:

@@ -14,7 +14,6 @@ files; nothing is downloaded. The file is written atomically.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from xdllm.data.tokenizer import SPECIAL_TOKENS, HFTokenizerFile
 from xdllm.errors import XdllmError
-from xdllm.temporary_files import temporary_path
+from xdllm.temporary_files import written_atomically
 
 UNK_TOKEN = "<unk>"
 TOKENIZER_KINDS = ("bpe", "wordlevel")
@@ -96,9 +95,7 @@ def train_tokenizer_file(corpus: Sequence[str | Path], output: str | Path, kind:
     lines = _check_corpus(paths)
     tokenizer, trainer = _untrained(kind, vocab_size, min_frequency)
     tokenizer.train([str(path) for path in paths], trainer)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = temporary_path(output)
-    tokenizer.save(str(temporary))
-    os.replace(temporary, output)
+    with written_atomically(output) as temporary:
+        tokenizer.save(str(temporary))
     loaded = HFTokenizerFile(output)  # what `tokenizer=PATH` will load
     return TrainedTokenizer(output, kind, loaded.vocab_size, lines)

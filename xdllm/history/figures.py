@@ -35,7 +35,7 @@ from PIL import Image
 
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import visible_token
-from xdllm.temporary_files import temporary_path
+from xdllm.temporary_files import written_atomically
 
 CONFIDENCE_COLORMAP = "viridis"
 MASKED_COLOR = "#4a4a4a"
@@ -136,14 +136,8 @@ class DenoisingFigure:
         """Write the picture up to ``row`` (default: the last) to ``path`` (temporary file,
         then renamed)."""
         pixels = self.render(self.num_steps - 1 if row is None else row)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = temporary_path(path)
-        try:
+        with written_atomically(path) as temporary:
             Image.fromarray(pixels).save(temporary, format="png")
-            temporary.replace(path)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
 
     def _title(self, row: int) -> str:
         sample = self.sample

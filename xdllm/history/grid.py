@@ -30,7 +30,7 @@ from matplotlib.patches import Rectangle
 
 from xdllm.history.figures import CONFIDENCE_COLORMAP, UNKNOWN_CONFIDENCE_COLOR, WRONG_COLOR
 from xdllm.history.reader import SampleHistory
-from xdllm.temporary_files import temporary_path
+from xdllm.temporary_files import written_atomically
 
 ORDER_COLORMAP = "plasma"
 GIVEN_EDGE_COLOR = "#1f5fbf"
@@ -121,14 +121,8 @@ class GridFigure:
 
     def save_png(self, path: Path) -> None:
         """Write the picture to ``path`` (temporary file, then renamed)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = temporary_path(path)
-        try:
+        with written_atomically(path) as temporary:
             self.figure.savefig(temporary, format="png")
-            temporary.replace(path)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
 
 
 def _draw_box_lines(axes, rows: int, cols: int) -> None:

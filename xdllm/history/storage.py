@@ -8,7 +8,6 @@ named ``history-00000.pt``, ``history-00001.pt``, ... (one per generation batch)
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import torch
 
 from xdllm.history.format import HistoryError, HistoryFormatError, payload_checksums, validate_payload
-from xdllm.temporary_files import temporary_path
+from xdllm.temporary_files import torch_save_atomically
 
 TORCH_ARCHIVE_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
 
@@ -47,17 +46,7 @@ def write_history_file(payload: Mapping[str, Any], path: Path) -> None:
     record = dict(payload)
     record["checksums"] = payload_checksums(record)
     validate_payload(record, path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = temporary_path(path)
-    try:
-        with open(temporary, "wb") as handle:
-            torch.save(record, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    torch_save_atomically(record, path)
 
 
 def read_history_file(path: Path | str) -> dict[str, Any]:

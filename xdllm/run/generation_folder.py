@@ -5,7 +5,6 @@ generation wrote removed if it finished nothing."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ from typing import Any
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generation_record import GENERATE_CONFIG
-from xdllm.temporary_files import remove_stale_temporaries, temporary_path
+from xdllm.temporary_files import remove_stale_temporaries, written_atomically
 
 PREDICTIONS = "predictions.jsonl"
 GENERATION_CONTENT = (PREDICTIONS, GENERATE_CONFIG, "history", "tensorboard")  # what a generation writes
@@ -86,9 +85,6 @@ def discard_unfinished(folder: Path, made: Path | None) -> None:
 
 def write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
     """``records`` as JSON lines in ``path``, through a temporary file renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = temporary_path(path)
-    with open(temporary, "w") as handle:
+    with written_atomically(path) as temporary, open(temporary, "w") as handle:
         for record in records:
             handle.write(json.dumps(record) + "\n")
-    os.replace(temporary, path)

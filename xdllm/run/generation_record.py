@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from xdllm.temporary_files import temporary_path
+from xdllm.temporary_files import write_text_atomically
 
 GENERATE_CONFIG = "generate.yaml"
 SCALAR_PREFIX = "generate/"
@@ -79,9 +79,7 @@ def write_generation_config(folder: Path, options: DictConfig, run_config: DictC
     record = resolved_options(options, run_config)
     record.update(checkpoint=str(checkpoint), global_step=global_step)
     path = folder / GENERATE_CONFIG
-    temporary = temporary_path(path)
-    temporary.write_text(OmegaConf.to_yaml(OmegaConf.create(record)))
-    os.replace(temporary, path)
+    write_text_atomically(path, OmegaConf.to_yaml(OmegaConf.create(record)))
     return path
 
 

@@ -11,7 +11,6 @@ A run made before this file existed has none: its overrides must be given again.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,17 +19,14 @@ import yaml
 
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import run_dir_of
-from xdllm.temporary_files import temporary_path
+from xdllm.temporary_files import write_text_atomically
 
 OVERRIDES_FILE = "overrides.yaml"
 
 
 def save_overrides(run_dir: Path, overrides: Sequence[str]) -> None:
     """Write ``<run_dir>/overrides.yaml`` (atomically)."""
-    path = run_dir / OVERRIDES_FILE
-    temporary = temporary_path(path)
-    temporary.write_text(yaml.safe_dump([str(override) for override in overrides]))
-    os.replace(temporary, path)
+    write_text_atomically(run_dir / OVERRIDES_FILE, yaml.safe_dump([str(override) for override in overrides]))
 
 
 def resumed_run_dir(resume: str) -> Path:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -31,7 +30,7 @@ from xdllm.run.checkpoint import load_trained
 from xdllm.run.generate import check_generation, run_generation
 from xdllm.run.generation_folder import PREDICTIONS, discard_unfinished, make_output_dir
 from xdllm.run.generation_record import settings_name
-from xdllm.temporary_files import temporary_path
+from xdllm.temporary_files import write_text_atomically
 
 SWEEP_SUMMARY = "sweep.jsonl"
 
@@ -118,6 +117,4 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
 
 
 def _write_summary(path: Path, results: list[dict[str, Any]]) -> None:
-    temporary = temporary_path(path)
-    temporary.write_text("".join(json.dumps(result) + "\n" for result in results))
-    os.replace(temporary, path)
+    write_text_atomically(path, "".join(json.dumps(result) + "\n" for result in results))

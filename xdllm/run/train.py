@@ -35,7 +35,7 @@ from xdllm.run.checkpoint import CHECKPOINT_DIR, RUN_CONFIG, ResumePoint, load_f
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.run.run_overrides import continue_command, save_overrides
-from xdllm.temporary_files import remove_stale_temporaries, temporary_path
+from xdllm.temporary_files import remove_stale_temporaries, write_text_atomically
 from xdllm.train.best_checkpoint import NewestOnTieCheckpoint
 from xdllm.train.checkpoint_io import AtomicCheckpointIO
 from xdllm.train.history_hook import ValidationHistory
@@ -101,10 +101,7 @@ def set_torch_threads(config: DictConfig) -> int:
 
 def _save_config(config: DictConfig, run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / RUN_CONFIG
-    temporary = temporary_path(path)
-    temporary.write_text(OmegaConf.to_yaml(config, resolve=True))
-    os.replace(temporary, path)
+    write_text_atomically(run_dir / RUN_CONFIG, OmegaConf.to_yaml(config, resolve=True))
 
 
 MOVED_TRAINER_KEYS = {"gradient_clip_val": "optim.gradient_clip_val",

@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from xdllm.errors import XdllmError
-from xdllm.temporary_files import temporary_path
+from xdllm.temporary_files import torch_save_atomically
 
 DIGEST_KEY = "xdllm_digest"
 
@@ -53,25 +53,9 @@ def content_digest(checkpoint: Mapping[str, Any]) -> str:
     return hasher.hexdigest()
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save`` to ``path`` so that ``path`` is either the old file or the complete new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = temporary_path(path)
-    try:
-        with open(temporary, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-
-
 def save_checkpoint_file(checkpoint: Mapping[str, Any], path: str | os.PathLike) -> None:
     """Write ``checkpoint`` with its content digest, atomically."""
-    atomic_torch_save({**checkpoint, DIGEST_KEY: content_digest(checkpoint)}, path)
+    torch_save_atomically({**checkpoint, DIGEST_KEY: content_digest(checkpoint)}, path)
 
 
 def read_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:

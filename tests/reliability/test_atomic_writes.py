@@ -1,0 +1,26 @@
+"""Every finished file goes through one atomic writer: the path holds the old content or the
+whole new one, and a failed write leaves no temporary file behind."""
+
+import pytest
+import torch
+
+from xdllm.temporary_files import torch_save_atomically, write_text_atomically, written_atomically
+
+
+def test_a_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "config.yaml"
+    write_text_atomically(path, "old: 1\n")
+    with pytest.raises(RuntimeError, match="disk full"):
+        with written_atomically(path) as temporary:
+            temporary.write_text("new: half")
+            raise RuntimeError("disk full")
+    assert path.read_text() == "old: 1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+
+def test_writes_replace_the_file_whole_and_make_its_folder(tmp_path):
+    path = tmp_path / "deep" / "state.pt"
+    torch_save_atomically({"step": 1}, path)
+    torch_save_atomically({"step": 2, "weights": torch.ones(3)}, path)
+    assert torch.load(path, weights_only=False)["step"] == 2
+    assert sorted(p.name for p in path.parent.iterdir()) == ["state.pt"]
