@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import resource
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from collections.abc import Sequence
 import torch
 from torch._dynamo.utils import counters
 
+from xdllm.data.benchmark_lengths import long_tailed_lengths
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.interfaces import Example
 from xdllm.nn.buckets import bucket_shape
@@ -83,24 +83,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def document_lengths(count: int, row_length: int, seed: int) -> list[int]:
-    """Log-normal lengths (sigma 1) clipped to [8, row_length], mean row_length / 4 after clipping."""
-    normal = torch.randn(count, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-    def lengths_at(location: float) -> torch.Tensor:
-        return (normal + location).exp().round().clamp(8, row_length)
-
-    low, high = 0.0, math.log(row_length)
-    for _ in range(60):
-        middle = (low + high) / 2
-        low, high = (middle, high) if lengths_at(middle).mean() < row_length / 4 else (low, middle)
-    return lengths_at(low).long().tolist()
-
-
 def make_documents(config: dict, rows: int, seed: int) -> list[Example]:
     """Documents whose tokens fill about ``rows`` packed rows."""
     count = max(4, int(rows * 4 * 1.02))
-    lengths = document_lengths(count, config["row_length"], seed)
+    lengths = long_tailed_lengths(count, config["row_length"], 1.0, seed)
     generator = torch.Generator().manual_seed(seed + 1)
     return [Example(prompt_ids=[], target_ids=torch.randint(4, config["vocab"], (length - 2,),
                                                             generator=generator).tolist(),

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from collections.abc import Callable, Sequence
 
 import torch
 
+from xdllm.data.benchmark_lengths import long_tailed_lengths
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.interfaces import Example
 from xdllm_models.mlm.collator import MLMSeq2SeqTrainCollator
@@ -58,25 +58,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
-
-
-def document_lengths(count: int, row_length: int, sigma: float, seed: int) -> list[int]:
-    """Long-tailed lengths: log-normal, clipped to [8, row_length], mean row_length / 4.
-
-    The log-normal's location is found by bisection so that the mean *after* clipping is a
-    quarter of the row.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    normal = torch.randn(count, generator=generator, dtype=torch.float64) * sigma
-
-    def lengths_at(location: float) -> torch.Tensor:
-        return (normal + location).exp().round().clamp(8, row_length)
-
-    low, high = 0.0, math.log(row_length)
-    for _ in range(60):
-        middle = (low + high) / 2
-        low, high = (middle, high) if lengths_at(middle).mean() < row_length / 4 else (low, middle)
-    return lengths_at(low).long().tolist()
 
 
 def make_examples(lengths: Sequence[int], vocab: int, seed: int) -> list[Example]:
@@ -140,7 +121,7 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     tokenizer = SymbolTokenizer([f"t{index}" for index in range(args.vocab - 4)])
-    lengths = document_lengths(args.documents, args.row_length, args.sigma, args.seed)
+    lengths = long_tailed_lengths(args.documents, args.row_length, args.sigma, args.seed)
     examples = make_examples(lengths, tokenizer.vocab_size, args.seed)
     real_tokens = sum(lengths)
 
