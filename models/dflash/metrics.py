@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from xdllm.evaluate import AnswerEvaluator
-from xdllm.evaluate.evaluation_loss import count_weighted
+from xdllm.evaluate.totals import count_weighted
 from xdllm.interfaces import LossFunction, MetricSums, PredictionDict, Tokenizer
 from xdllm_models.dflash.loss import draft_counts_per_position, position_metric
 

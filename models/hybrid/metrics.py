@@ -26,7 +26,7 @@ from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.evaluate.bounds import masked_diffusion_bound_sum, through_first_eos, with_perplexities
-from xdllm.evaluate.evaluation_loss import count_weighted, with_total_loss
+from xdllm.evaluate.totals import count_weighted, with_total_loss
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 from xdllm.losses.token_nll import next_token_nll
 from xdllm_models.hybrid.loss import AR_COUNT, DIFFUSION_COUNT, HybridLoss

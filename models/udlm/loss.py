@@ -4,7 +4,9 @@ Under uniform random-token noise a token that looks clean may be noise, so the d
 every supervised canvas position, corrupted or not, with no ``1/t`` weight
 (:class:`~xdllm.losses.BlockDiffusionCrossEntropyLoss`). The encoder learns the next token of
 the clean row (prompt and response, :func:`~xdllm.losses.encoder_ar_loss`). The total is
-``diffusion + encoder_weight · encoder``. In training each term divides by its count over the
+``diffusion + encoder_weight · encoder``; its output's ``diffusion_loss`` and ``encoder_loss``
+(``encoder_weight · encoder``) are those two shares, so they add up to ``loss`` as every global-count
+loss's terms do. In training each term divides by its count over the
 whole optimizer step (all processes and micro-batches, from
 :class:`~xdllm.interfaces.LossContext`); without a context (validation, ``xdllm eval``) by the
 batch's own counts.
@@ -76,8 +78,9 @@ class UDLMLoss:
             diffusion, encoder = self._chunked_terms(model, batch, canvas_count, encoder_count)
         else:
             diffusion, encoder = self._plain_terms(model, batch, canvas_count, encoder_count)
-        return UDLMLossDict(loss=diffusion + self.encoder_weight * encoder, diffusion_loss=diffusion.detach(),
-                            encoder_loss=encoder.detach())
+        weighted_encoder = self.encoder_weight * encoder
+        return UDLMLossDict(loss=diffusion + weighted_encoder, diffusion_loss=diffusion.detach(),
+                            encoder_loss=weighted_encoder.detach())
 
     def _plain_terms(self, model: torch.nn.Module, batch: Mapping[str, Any], canvas_count: Count | None,
                      encoder_count: Count | None) -> tuple[Tensor, Tensor]:

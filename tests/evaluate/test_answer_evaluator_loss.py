@@ -8,7 +8,8 @@ import torch
 
 from xdllm.data.tokenizer import builtin_tokenizer
 from xdllm.evaluate import AnswerEvaluator, MetricTotals
-from xdllm.evaluate.evaluation_loss import EvaluationLoss, batch_token_counts, count_weighted, with_total_loss
+from xdllm.evaluate.evaluation_loss import EvaluationLoss, batch_token_counts
+from xdllm.evaluate.totals import count_weighted, with_total_loss
 
 # per-sample token losses of 6 samples with 1, 2, 3, 1, 2, 3 supervised tokens
 TOKEN_LOSSES = [[1.0], [2.0, 4.0], [3.0, 3.0, 6.0], [0.5], [1.0, 2.0], [4.0, 4.0, 4.0]]
@@ -82,5 +83,5 @@ def test_a_batch_with_no_tokens_adds_nothing_even_where_its_mean_is_undefined():
 
 
 def test_the_total_of_terms_over_different_counts_is_added_only_when_every_term_is_there():
-    assert with_total_loss({"a": 1.0, "b": 2.0}, ("a", "b"), (1.0, 0.5)) == {"a": 1.0, "b": 2.0, "loss": 2.0}
+    assert with_total_loss({"a": 1.0, "b": 2.0}, ("a", "b")) == {"a": 1.0, "b": 2.0, "loss": 3.0}
     assert with_total_loss({"exact_match": 1.0}, ("a", "b")) == {"exact_match": 1.0}

@@ -17,7 +17,7 @@ class LossWithoutCount(MLMLoss):
 def test_a_loss_without_the_evaluators_weight_entry_is_refused_before_training(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert main(["train", *TINY, "trainer.max_steps=2", "loss._target_=test_evaluator_preflight.LossWithoutCount",
-                 f"run_dir={run_dir}"]) == 2
+                 "+evaluator.loss_weight=masked_tokens", f"run_dir={run_dir}"]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("xdllm: error: the evaluator AnswerEvaluator cannot score the loss on the batches of "
                             "collator.val: AnswerEvaluator: loss_weight='masked_tokens' is not an entry of the loss's "
@@ -25,4 +25,4 @@ def test_a_loss_without_the_evaluators_weight_entry_is_refused_before_training(t
                             "token count, or by its samples)")
     assert not (run_dir / "checkpoints").exists()
     assert main(["train", *TINY, "trainer.max_steps=2", "loss._target_=test_evaluator_preflight.LossWithoutCount",
-                 "evaluator.loss_weight=null", f"run_dir={run_dir}"]) == 0
+                 f"run_dir={run_dir}"]) == 0  # weighed by the token count the loss inherits

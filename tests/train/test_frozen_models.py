@@ -35,7 +35,7 @@ def test_frozen_teacher_is_used_never_trained_and_not_stored(tmp_path: Path):
     teacher_before = {k: v.clone() for k, v in load_trained(teacher_dir).model.state_dict().items()}
     assert main(["train", *TINY, "trainer.max_steps=3", "trainer.val_check_interval=3",
                  f"+frozen.teacher={teacher_dir}", f"run_dir={student_dir}",
-                 "loss._target_=test_frozen_models.DistillToTeacherLoss", "evaluator.loss_weight=null"]) == 0
+                 "loss._target_=test_frozen_models.DistillToTeacherLoss"]) == 0
 
     checkpoint = torch.load(student_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert all(key.startswith("model.") for key in checkpoint["state_dict"])

@@ -69,19 +69,24 @@ def test_one_process_accumulation_and_two_processes_train_identically(tmp_path: 
             torch.testing.assert_close(value, reference_weights[key], atol=1e-6, rtol=1e-5, msg=f"{name}: {key}")
 
 
-def test_a_globally_normalised_loss_logs_its_terms_as_shares_of_the_step(tmp_path: Path):
-    """The hybrid's ``ar_loss`` and ``diffusion_loss`` are shares of the global loss: logged summed
-    over micro-batches (they were divided by their number, halving them under accumulation), so
-    they are the same whatever the split and add up to ``train/loss``."""
-    hybrid = (*TINY_RUN, "model=hybrid", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
-              "trainer.max_steps=2", "trainer.val_check_interval=2", "optim.warmup_steps=0")
+@pytest.mark.parametrize("family, weighted, term", [("hybrid", "hybrid.alpha=0.5", "ar_loss"),
+                                                    ("udlm", "udlm.encoder_weight=0.5", "encoder_loss")])
+def test_a_globally_normalised_loss_logs_its_terms_as_shares_of_the_step(family, weighted, term, tmp_path: Path):
+    """A two-term loss's ``*_loss`` entries are shares of the global loss (weights included):
+    logged summed over micro-batches (they were divided by their number, halving them under
+    accumulation), so they are the same whatever the split and add up to ``train/loss`` (UDLM's
+    encoder term left its weight out), in training and in validation."""
+    base = (*TINY_RUN, f"model={family}", weighted, "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+            "trainer.max_steps=2", "trainer.val_check_interval=2", "optim.warmup_steps=0")
     single, accumulate = tmp_path / "single", tmp_path / "accumulate"
-    _train(single, "data.batch_size=8", base=hybrid)
-    _train(accumulate, "data.batch_size=4", "optim.accumulate_grad_batches=2", base=hybrid)
+    _train(single, "data.batch_size=8", base=base)
+    _train(accumulate, "data.batch_size=4", "optim.accumulate_grad_batches=2", base=base)
     for run_dir in (single, accumulate):
-        terms = [a + d for a, d in zip(_scalars(run_dir, "train/ar_loss"), _scalars(run_dir, "train/diffusion_loss"))]
-        assert terms == pytest.approx(_scalars(run_dir, "train/loss"), rel=1e-5), run_dir.name
-    for tag in ("train/loss", "train/ar_loss", "train/diffusion_loss"):
+        for split in ("train", "val"):
+            terms = [t + d for t, d in zip(_scalars(run_dir, f"{split}/{term}"),
+                                           _scalars(run_dir, f"{split}/diffusion_loss"))]
+            assert terms == pytest.approx(_scalars(run_dir, f"{split}/loss"), rel=1e-5), (run_dir.name, split)
+    for tag in ("train/loss", f"train/{term}", "train/diffusion_loss"):
         assert _scalars(accumulate, tag) == pytest.approx(_scalars(single, tag), rel=1e-4), tag
 
 

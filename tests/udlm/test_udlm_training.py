@@ -91,7 +91,7 @@ def test_loss_is_flat_canvas_ce_plus_weighted_encoder_term_over_global_counts(to
     expected_diffusion = canvas_nll.sum() / 12  # every supervised canvas position, corrupted or not
     expected_encoder = encoder_nll[pairs].sum() / pairs.sum()
     torch.testing.assert_close(local["diffusion_loss"], expected_diffusion)
-    torch.testing.assert_close(local["encoder_loss"], expected_encoder)
+    torch.testing.assert_close(local["encoder_loss"], 0.5 * expected_encoder)  # the loss's share
     torch.testing.assert_close(local["loss"], expected_diffusion + 0.5 * expected_encoder)
     doubled = {name: 2 * count for name, count in counts.items()}
     global_terms = loss(tiny_model, batch, context=LossContext(counts=doubled))
@@ -115,14 +115,13 @@ def test_loss_trains_both_roles(tokenizer):
     assert last["encoder_loss"] < 0.5 * first["encoder_loss"]
 
 
-def test_the_evaluator_sums_the_exact_terms_with_the_loss_weight_and_refuses_another(tokenizer, tiny_model):
+def test_the_evaluator_adds_up_the_exact_shares_into_the_training_loss(tokenizer, tiny_model):
     batch = UDLMCollator(tokenizer, block_size=4, seed=1)(examples(PROMPTS, TARGETS, step=2))
     loss = EvaluationLoss(UDLMLoss(block_size=4, encoder_weight=0.5))
     totals = MetricTotals()
-    totals.add(UDLMEvaluator(tokenizer, encoder_weight=0.5).loss_metrics(tiny_model, batch, loss))
-    values = UDLMEvaluator(tokenizer, encoder_weight=0.5).finalize(totals.means())
+    totals.add(UDLMEvaluator(tokenizer).loss_metrics(tiny_model, batch, loss))
+    values = UDLMEvaluator(tokenizer).finalize(totals.means())
     local = loss(tiny_model, batch)
     assert values["loss"] == pytest.approx(local["loss"].item(), rel=1e-6)
     assert values["encoder_loss"] == pytest.approx(local["encoder_loss"].item(), rel=1e-6)
-    with pytest.raises(ValueError, match="encoder_weight=1.0 but the loss weighs the encoder term by 0.5"):
-        UDLMEvaluator(tokenizer).loss_metrics(tiny_model, batch, loss)
+    assert values["diffusion_loss"] + values["encoder_loss"] == pytest.approx(values["loss"], rel=1e-12)

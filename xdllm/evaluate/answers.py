@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xdllm.evaluate.evaluation_loss import batch_token_counts, count_weighted
+from xdllm.evaluate.evaluation_loss import batch_token_counts
+from xdllm.evaluate.totals import count_weighted
 from xdllm.interfaces import LossFunction, MetricSums, PredictionDict, Tokenizer
 from xdllm.predict.metrics import match_output_regions
 
@@ -17,11 +18,11 @@ class AnswerEvaluator:
     """Validation loss, and exact match / token accuracy of the predicted answers.
 
     - ``loss``: the family loss of each batch, weighted by the count it averages over, so that
-      ``val/loss`` is the exact mean over the split's tokens whatever the batch split: with
-      ``loss_weight``, that entry of the loss's output (MLM: ``masked_tokens``); else the loss's
-      one ``token_counts`` entry (a :class:`~xdllm.interfaces.GlobalCountLoss` with a single
-      count: MDLM, BD3-LM); else (no counts, or several: give such a family its own evaluator,
-      as hybrid and UDLM have) the batch's sample count.
+      ``val/loss`` is the exact mean over the split's tokens whatever the batch split: the
+      loss's one ``token_counts`` entry (a :class:`~xdllm.interfaces.GlobalCountLoss` with a
+      single count: MLM, MDLM, BD3-LM, DFlash); with ``loss_weight``, that entry of the loss's
+      output instead (for a loss without ``token_counts``); else (no counts, or several: give
+      such a family its own evaluator, as hybrid and UDLM have) the batch's sample count.
     - ``exact_match``, ``token_accuracy``: :func:`~xdllm.predict.metrics.match_output_regions`
       against ``batch["target_ids"]``; present only when the batch has targets.
 

@@ -9,7 +9,7 @@ own); every other attribute is the loss's own, so an evaluator can read the loss
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -49,19 +49,3 @@ def batch_token_counts(loss_fn: LossFunction, batch: Mapping[str, Any]) -> Mappi
     token_counts = getattr(loss_fn, "token_counts", None)
     return None if token_counts is None else token_counts(batch)
 
-
-def count_weighted(mean: Tensor, count: Tensor) -> tuple[Tensor, Tensor]:
-    """``(mean · count, count)`` in float64, a metric's ``(sum, count)`` for a batch value that is
-    a mean over ``count`` items (0 where the batch has none, whatever its mean)."""
-    mean, count = mean.detach().double(), count.detach().to(device=mean.device, dtype=torch.float64)
-    return torch.where(count > 0, mean * count, 0.0), count
-
-
-def with_total_loss(means: Mapping[str, float], terms: Sequence[str],
-                    weights: Sequence[float] | None = None) -> dict[str, float]:
-    """``means`` with ``loss = Σ weight · term`` when every term is there: the split's value of a
-    loss whose terms are means over different counts, each term exact over the split."""
-    out = dict(means)
-    if all(term in means for term in terms):
-        out["loss"] = sum(weight * means[term] for weight, term in zip(weights or [1.0] * len(terms), terms))
-    return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -11,6 +11,22 @@ from xdllm.interfaces import MetricSums
 
 Reduce = Callable[[Tensor], Tensor]
 """Sums a tensor over processes (identity in one process)."""
+
+
+def count_weighted(mean: Tensor, count: Tensor) -> tuple[Tensor, Tensor]:
+    """``(mean · count, count)`` in float64, a metric's ``(sum, count)`` for a batch value that is
+    a mean over ``count`` items (0 where the batch has none, whatever its mean)."""
+    mean, count = mean.detach().double(), count.detach().to(device=mean.device, dtype=torch.float64)
+    return torch.where(count > 0, mean * count, 0.0), count
+
+
+def with_total_loss(means: Mapping[str, float], terms: Sequence[str]) -> dict[str, float]:
+    """``means`` with ``loss = Σ terms`` when every term is there: the split's value of a loss that
+    is a sum of shares over different counts (hybrid, UDLM), each share exact over the split."""
+    out = dict(means)
+    if all(term in means for term in terms):
+        out["loss"] = sum(means[term] for term in terms)
+    return out
 
 
 class MetricTotals:
