@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from PIL import Image
 
+from xdllm.history.image_summaries import encode_png
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import visible_token
 from xdllm.temporary_files import written_atomically
@@ -100,7 +101,8 @@ class DenoisingFigure:
                                                    edgecolor="none", zorder=5))
         self.current = self.axes.add_patch(Rectangle((-0.5, -0.5), columns, 1, fill=False,
                                                      edgecolor="black", linewidth=1.6, zorder=7))
-        self.title = self.axes.set_title(self._title(steps - 1), loc="left", fontsize=FONT_SIZE + 3)
+        self.titles = self._titles()
+        self.title = self.axes.set_title(self.titles[-1], loc="left", fontsize=FONT_SIZE + 3)
         # one full draw lays the figure out (every picture has the same elements) and draws
         # all that does not change between steps (animated artists are laid out, not drawn);
         # render() draws the rest over a copy of it
@@ -119,37 +121,42 @@ class DenoisingFigure:
     def render(self, row: int) -> np.ndarray:
         """The picture showing steps ``0..row`` (a row index, not a step number) with the later
         rows blank, ``[H, W, 3]`` uint8."""
+        return np.array(self.picture(row))
+
+    def picture(self, row: int) -> Image.Image:
+        """:meth:`render`'s picture as an RGB PIL image (a copy: later calls do not change it)."""
         if not 0 <= row < self.num_steps:
             raise IndexError(f"row {row} out of range: sample {self.sample.sample_id} ran "
                              f"{self.num_steps} steps")
         self.cover.set_y(row + 0.5)
         self.cover.set_height(self.num_steps - 1 - row)
         self.current.set_y(row - 0.5)
-        self.title.set_text(self._title(row))
+        self.title.set_text(self.titles[row])
         self.shown_through = row
         self.canvas.restore_region(self._background)
         for artist in self._changing:
             self.figure.draw_artist(artist)
-        return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()
+        return Image.fromarray(np.asarray(self.canvas.buffer_rgba()), "RGBA").convert("RGB")
 
     def save_png(self, path: Path, row: int | None = None) -> None:
         """Write the picture up to ``row`` (default: the last) to ``path`` (temporary file,
         then renamed)."""
-        pixels = self.render(self.num_steps - 1 if row is None else row)
-        with written_atomically(path) as temporary:
-            Image.fromarray(pixels).save(temporary, format="png")
+        write_png(path, encode_png(self.picture(self.num_steps - 1 if row is None else row)))
 
-    def _title(self, row: int) -> str:
+    def _titles(self) -> list[str]:
+        """The title of each row's picture (computed once: the sample's counts are tensors)."""
         sample = self.sample
-        step = int(sample.steps[row])
-        committed = int(sample.tokens_committed[row])
-        masked = int(sample.masks_remaining[row])
-        lines = (f"sample {sample.sample_id}: the canvas after step {step} ({row + 1} of "
-                 f"{sample.num_steps} steps)\n{committed} committed at this step, {masked} still masked")
         wrong = sample.wrong
-        if wrong is not None:
-            lines += f", {int(wrong[row].sum())} wrong vs target"
-        return lines
+        wrong_counts = wrong.sum(1).tolist() if wrong is not None else None
+        titles = []
+        for row, (step, committed, masked) in enumerate(zip(
+                sample.steps.tolist(), sample.tokens_committed.tolist(), sample.masks_remaining.tolist())):
+            title = (f"sample {sample.sample_id}: the canvas after step {step} ({row + 1} of "
+                     f"{sample.num_steps} steps)\n{committed} committed at this step, {masked} still masked")
+            if wrong_counts is not None:
+                title += f", {wrong_counts[row]} wrong vs target"
+            titles.append(title)
+        return titles
 
     def _draw_frame(self, steps: int, columns: int, prompt_length: int) -> None:
         axes, sample, shown = self.axes, self.sample, self.prompt_shown
@@ -257,3 +264,9 @@ def _ink(rgba: np.ndarray) -> str:
     """Black or white text, whichever reads better on ``rgba``."""
     red, green, blue = rgba[:3]
     return "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
+
+
+def write_png(path: Path, png: bytes) -> None:
+    """Write encoded ``png`` bytes to ``path`` (temporary file, then renamed)."""
+    with written_atomically(path) as temporary:
+        temporary.write_bytes(png)

@@ -43,9 +43,10 @@ from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 
 from xdllm.data.tokenizer import token_display
-from xdllm.history.figures import DenoisingFigure
+from xdllm.history.figures import DenoisingFigure, write_png
 from xdllm.history.format import HistoryError
 from xdllm.history.grid import GridFigure
+from xdllm.history.image_summaries import ImageSummaryQueue
 from xdllm.history.reader import SampleHistory, load_history
 from xdllm.history.render import (
     DEFAULT_MASKED_POSITIONS,
@@ -139,7 +140,8 @@ def write_tensorboard(
     token_text = token_display(tokenizer) if tokenizer is not None else None
     written, bad = 0, []
     statistics = DenoisingStatistics()
-    with SummaryWriter(log_dir=str(logdir), filename_suffix=EVENT_FILE_SUFFIX) as writer:
+    with (SummaryWriter(log_dir=str(logdir), filename_suffix=EVENT_FILE_SUFFIX) as writer,
+          ImageSummaryQueue(writer) as pictures):
         for file_path in (f for path in paths for f in find_history_files(path)):
             try:
                 history = load_history(file_path)
@@ -149,7 +151,7 @@ def write_tensorboard(
             statistics.add(history, history.split or UNKNOWN_SPLIT)
             remaining = None if max_samples is None else max(max_samples - written, 0)
             for sample in (history.sample(i) for i in range(len(history))[:remaining]):
-                _write_sample(writer, sample, token_text, max_frames, text, png_path(file_path, sample))
+                _write_sample(writer, pictures, sample, token_text, max_frames, text, png_path(file_path, sample))
                 if grid is not None and sample.num_steps:
                     _write_grid(writer, sample, token_text, grid, file_path)
                 written += 1
@@ -203,8 +205,8 @@ def step_cards(views: list[StepView], steps_per_card: int) -> list[list[StepView
     return [views[start:start + size] for start in range(0, len(views), size)]
 
 
-def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text, max_frames: int,
-                  text: TextOptions, png: Path) -> None:
+def _write_sample(writer: SummaryWriter, pictures: ImageSummaryQueue, sample: SampleHistory, token_text,
+                  max_frames: int, text: TextOptions, png: Path) -> None:
     tag = sample_tag(sample)
     name = token_text or sample.token
     writer.add_text(f"{tag}/overview", overview_markdown(sample, name, text.masked_positions), global_step=0)
@@ -215,20 +217,21 @@ def _write_sample(writer: SummaryWriter, sample: SampleHistory, token_text, max_
         writer.add_text(f"{tag}/steps_{first:0{width}d}-{last:0{width}d}",
                         "\n\n".join(step_markdown(view) for view in card), global_step=first)
     if sample.num_steps:
-        _write_pictures(writer, f"{tag}/denoising", DenoisingFigure(sample, token_text), max_frames, png)
+        _write_pictures(pictures, f"{tag}/denoising", DenoisingFigure(sample, token_text), max_frames, png)
 
 
-def _write_pictures(writer: SummaryWriter, tag: str, figure: DenoisingFigure, max_frames: int,
+def _write_pictures(pictures: ImageSummaryQueue, tag: str, figure: DenoisingFigure, max_frames: int,
                     png: Path) -> None:
-    """One picture per drawn row, at the row's step number; the complete one also as PNG.
+    """One picture per drawn row, at the row's step number; the complete one (the last row,
+    always drawn) also as a PNG file.
 
     The pictures are matplotlib renderings of one figure (what ``add_figure`` would log),
     handed over as pixels: ``add_figure`` redraws the whole figure for every step, while
-    :meth:`DenoisingFigure.render` redraws only what changes."""
+    :meth:`DenoisingFigure.picture` redraws only what changes; they are encoded on worker
+    threads while the next one is drawn."""
     for row in frame_rows(figure.num_steps, max_frames):
-        writer.add_image(tag, figure.render(row), global_step=int(figure.sample.steps[row]),
-                         dataformats="HWC")
-    figure.save_png(png)
+        encoded = pictures.add(tag, figure.picture(row), global_step=int(figure.sample.steps[row]))
+    write_png(png, encoded.result())
 
 
 def escape_markdown(text: str) -> str:
