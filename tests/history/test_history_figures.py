@@ -114,7 +114,7 @@ def test_wrong_tokens_are_framed_at_their_commit_and_red_after(sample, figure):
     assert wrong is not None and wrong.any()  # random targets: some outputs are wrong
     frames = [p for p in figure.axes.patches if to_rgba(p.get_edgecolor()) == to_rgba(WRONG_COLOR)]
     assert len(frames) == int((wrong & sample.committed).sum())
-    red = [t.get_text() for t in figure.axes.texts if to_rgba(t.get_color()) == to_rgba(WRONG_COLOR)]
+    red = [label.text for label in figure.cell_labels.labels if label.color == WRONG_COLOR]
     assert len(red) == int((wrong & ~sample.committed).sum())  # framed at the commit, red after
 
 
@@ -160,5 +160,5 @@ def test_tokens_that_print_nothing_are_drawn_as_escapes(sample):
         warnings.simplefilter("error")  # matplotlib warns "Glyph 22 missing from font(s)"
         figure = DenoisingFigure(sample, token_text=lambda token: "\x16" if token % 2 else "\u200b")
         figure.render(3)
-    labels = {text.get_text() for text in figure.axes.texts}
+    labels = {label.text for label in figure.cell_labels.labels}
     assert {"\\x16", "\\u200b"} <= labels and not any("\x16" in label for label in labels)

@@ -15,7 +15,8 @@ the token on the canvas after that step:
 :meth:`DenoisingFigure.render` draws the rows up to one step and blanks the later ones, so
 the TensorBoard export writes one image per step and its step slider replays the denoising.
 Token text is drawn only while cells are large enough to read it; larger grids shrink to fit
-:data:`MAX_FIGURE_INCHES` and show colours only.
+:data:`MAX_FIGURE_INCHES` and show colours only. Each distinct token text is rendered once and
+copied into its cells (:class:`~xdllm.history.cell_labels.CellLabels`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from PIL import Image
 
+from xdllm.history.cell_labels import CellLabel, CellLabels
 from xdllm.history.image_summaries import encode_png
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import visible_token
@@ -93,6 +95,7 @@ class DenoisingFigure:
         self.axes = self.figure.add_subplot()
         self.image = self.axes.imshow(self.colors, aspect="auto", interpolation="nearest")
         self._draw_frame(steps, columns, len(sample.prompt_ids))
+        self.cell_labels: CellLabels | None = None  # None: cells too small to label
         if width >= MIN_TEXT_CELL_INCHES[0] and height >= MIN_TEXT_CELL_INCHES[1]:
             self._draw_tokens(name, prompt)
         self._draw_wrong_frames()
@@ -201,23 +204,24 @@ class DenoisingFigure:
         masked = sample.masked.tolist()
         wrong = sample.wrong.tolist() if sample.wrong is not None else None
         committed = sample.committed.tolist()
-        labels: dict[int, str] = {}
+        texts: dict[int, str] = {}
 
-        def label(token: int) -> str:
-            if token not in labels:
-                labels[token] = _short(visible_token(name(token)))
-            return labels[token]
+        def text(token: int) -> str:
+            if token not in texts:
+                texts[token] = _short(visible_token(name(token)))
+            return texts[token]
 
+        labels = []
         for row in range(len(canvas)):
-            for column, token in enumerate(prompt):
-                self._text(column, row, label(token), "black")
+            labels += [CellLabel(column, row, text(token), "black") for column, token in enumerate(prompt)]
             for j, token in enumerate(canvas[row]):
                 if masked[row][j]:
                     continue
                 # a wrong commit has its red frame; red text would not read on dark colours
                 red = wrong is not None and wrong[row][j] and not committed[row][j]
                 color = WRONG_COLOR if red else _ink(self.colors[row, shown + j])
-                self._text(shown + j, row, label(token), color)
+                labels.append(CellLabel(shown + j, row, text(token), color))
+        self.cell_labels = self.axes.add_artist(CellLabels(labels, FONT_SIZE))
 
     def _draw_wrong_frames(self) -> None:
         wrong = self.sample.wrong
@@ -226,10 +230,6 @@ class DenoisingFigure:
         for row, j in (wrong & self.sample.committed).nonzero().tolist():
             self.axes.add_patch(Rectangle((self.prompt_shown + j - 0.45, row - 0.45), 0.9, 0.9,
                                           fill=False, edgecolor=WRONG_COLOR, linewidth=1.8))
-
-    def _text(self, x: int, y: int, text: str, color: str):
-        return self.axes.text(x, y, text, ha="center", va="center", fontsize=FONT_SIZE,
-                              color=color, parse_math=False, clip_on=True)
 
 
 def _cell_colors(sample: SampleHistory, prompt_shown: int) -> np.ndarray:
