@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (
         ("train", "train a model (Hydra overrides; resume=<ckpt or run dir> to continue)"),
         ("generate", "run the predictor from a checkpoint and write predictions.jsonl"),
-        ("eval", "loss and generation metrics of a checkpoint on a split"),
+        ("eval", "loss and generation metrics of a checkpoint on a split (free text: loss only)"),
     ):
         epilog = (f"{train_options_help()}\n{train_epilog}" if name == "train"
                   else f"{generate_options_help()}\n{PREDICTOR_HELP}")

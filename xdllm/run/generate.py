@@ -230,16 +230,31 @@ def config_to_print(config: DictConfig) -> DictConfig:
 
 
 def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
-    """Loss (deterministic corruption) and generation metrics on a split; writes nothing."""
+    """Loss (deterministic corruption) and generation metrics on a split; writes nothing. On
+    free text, the loss metrics only: a generation there has nothing to be scored against."""
     options = _options(config)
     _refuse_output_options(options)
     run = load_trained(options.ckpt, ema=options.ema)
     if options.prompts_file:
         raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
+    if is_free_text(run.components.task):
+        return _evaluate_free_text(run, options)
     data = held_out_data(run, options, "loss")  # one draw of the split, for the loss and the generation
     generation = check_generation(run, OmegaConf.merge(options, {"history": None}), data)
     losses = held_out_loss(run, options, data)
     return {"split": options.split, **losses, **run_generation(run, generation, write_outputs=False)}
+
+
+def _evaluate_free_text(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
+    if options.predictor:
+        keys = ", ".join(f"predictor.{key}" for key in options.predictor)
+        raise XdllmError(f"eval on free text reports the loss metrics and generates nothing (no reference to score "
+                         f"a generated text against), so {keys} does not apply; sample texts with xdllm generate "
+                         f"ckpt={options.ckpt} predictor.temperature=1.0")
+    log.info("free text: the loss metrics of the %s split; no generation (nothing to score it against); "
+             "xdllm generate ckpt=%s predictor.temperature=1.0 samples texts", options.split, options.ckpt)
+    return {"split": options.split, **held_out_loss(run, options), "checkpoint": str(run.checkpoint),
+            **({} if run.ema is None else {"ema": run.ema})}
 
 
 OUTPUT_OPTIONS = ("output_dir", "history", "history_k", "history_tensorboard_samples", "live")
