@@ -41,7 +41,7 @@ def test_mdlm_on_text_reports_its_bound_and_a_few_samples(text_folder, capsys):
                  "model=mdlm", *TINY_TEXT, "text_samples_after_train=2", f"run_dir={run_dir}"]) == 0
     summary = _summary(capsys)
     assert summary["split"] == "test" and summary["nll_bound"] > 0 and summary["ppl_bound"] > 1
-    assert "exact_match" not in summary and summary["num_samples"] == 2
+    assert "exact_match" not in summary and summary["text_samples"] == 2 and "num_samples" not in summary
     config = OmegaConf.load(run_dir / "config.yaml")
     assert config.data.validation_roles == ["loss"]
     assert (config.checkpoint.monitor, config.checkpoint.mode) == ("val/loss", "min")
@@ -64,7 +64,7 @@ def test_the_readme_text_line_works_as_written(text_folder, capsys):
     assert main(["train", "task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json",
                  "collator=packed_mlm", *TINY_TEXT, "text_samples_after_train=0", "run_dir=run"]) == 0
     summary = _summary(capsys)
-    assert summary["loss"] > 0 and "num_samples" not in summary  # no samples asked for
+    assert summary["loss"] > 0 and "text_samples" not in summary  # no samples asked for
 
 
 @pytest.mark.slow

@@ -40,5 +40,6 @@ def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int
             with open_dict(sampling):
                 sampling.predictor.temperature = text_temperature
         samples = generate(run, sampling)
+        samples["text_samples"] = samples.pop("num_samples")  # not the loss's samples: the split's
         summary.update({key: value for key, value in samples.items() if key not in summary})
     return summary
