@@ -103,6 +103,6 @@ def test_free_text_samples_may_outnumber_the_held_out_documents_but_their_loss_m
                  "data.num_val_samples=4", "data.num_test_samples=4", "history.num_samples=0", "torch_threads=1",
                  "optim.warmup_steps=1", "text_samples_after_train=6", f"run_dir={run_dir}"]) == 0
     out = capsys.readouterr().out
-    assert json.loads(out[out.index("{"):])["num_samples"] == 6
+    assert json.loads(out[out.index("{"):])["text_samples"] == 6
     assert main(["eval", f"ckpt={run_dir}", "num_samples=6"]) == 2
     assert "num_samples=6 is more than the run's 4 held-out test samples" in _error(capsys)

@@ -251,9 +251,10 @@ def _evaluate_free_text(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
         raise XdllmError(f"eval on free text reports the loss metrics and generates nothing (no reference to score "
                          f"a generated text against), so {keys} does not apply; sample texts with xdllm generate "
                          f"ckpt={options.ckpt} predictor.temperature=1.0")
+    losses = held_out_loss(run, options)
     log.info("free text: the loss metrics of the %s split; no generation (nothing to score it against); "
              "xdllm generate ckpt=%s predictor.temperature=1.0 samples texts", options.split, options.ckpt)
-    return {"split": options.split, **held_out_loss(run, options), "checkpoint": str(run.checkpoint),
+    return {"split": options.split, **losses, "checkpoint": str(run.checkpoint),
             **({} if run.ema is None else {"ema": run.ema})}
 
 
