@@ -1,5 +1,6 @@
 """Ctrl-C during `xdllm train`: the first press ends training after the step under way with that
-step saved, and the run resumes from it; a second press stops at once. DataLoader workers
+step saved, and the run resumes from it; a second press stops at once. SIGTERM (a scheduler,
+timeout, docker stop) ends it the same way, with status 143. DataLoader workers
 receive the signal too (as from a terminal) and must not break the clean stop. The handler is
 driven directly for the second press: two real presses in a row race the tiny run's steps.
 A DataLoader worker killed (as by the out-of-memory killer) is one line that says what to do."""
@@ -26,9 +27,11 @@ TRAIN = [sys.executable, "-m", "xdllm.cli.main", "train", *TINY, "trainer.max_st
          "trainer.val_check_interval=100000", "checkpoint.last_every_n_steps=5", "data.num_workers=2"]
 
 
-def _interrupt(command: list[str], presses: int, ready: Path) -> subprocess.CompletedProcess:
-    """Run ``command`` in its own process group; once ``ready`` exists, send SIGINT to the whole
-    group (the main process and its DataLoader workers, as a terminal does) ``presses`` times."""
+def _interrupt(command: list[str], presses: int, ready: Path, signum: int = signal.SIGINT,
+               group: bool = True) -> subprocess.CompletedProcess:
+    """Run ``command`` in its own process group; once ``ready`` exists, send ``signum`` to the whole
+    group (the main process and its DataLoader workers, as a terminal does), or to the main
+    process only, ``presses`` times."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     env.pop("XDLLM_RUN_DIR", None)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -38,7 +41,7 @@ def _interrupt(command: list[str], presses: int, ready: Path) -> subprocess.Comp
     while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     for _ in range(presses):
-        os.killpg(process.pid, signal.SIGINT)
+        (os.killpg if group else os.kill)(process.pid, signum)
         time.sleep(0.5)  # two signals before the handler runs would arrive as one
     stdout, stderr = process.communicate(timeout=120)
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
@@ -64,6 +67,21 @@ def test_ctrl_c_saves_the_step_under_way_and_the_run_resumes_from_it(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"(step {step})" in resumed.stderr
     assert int(read_checkpoint_file(last)["global_step"]) == step + 2
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_step_under_way_and_exits_143(tmp_path):
+    # what a job scheduler, timeout or docker stop send; Lightning alone ended the fit unsaved, status 0
+    run_dir = tmp_path / "run"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    stopped = _interrupt([*TRAIN, f"run_dir={run_dir}"], 1, last, signal.SIGTERM)  # to workers too
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    assert "Traceback" not in stopped.stderr
+    assert stopped.stderr.count("SIGTERM: stopping after this optimizer step and saving checkpoints/last.ckpt\n") == 1
+    step = int(read_checkpoint_file(last)["global_step"])
+    assert f"stopped by SIGTERM after step {step}, saved in {last}; continue with: xdllm train resume={run_dir}" \
+        in stopped.stderr
+    assert not list(run_dir.glob("generate"))
 
 
 @pytest.fixture
@@ -106,7 +124,7 @@ def test_the_handler_is_handed_back_when_the_fit_ends_and_left_alone_in_the_back
     stopper = StopOnInterrupt(save=lambda trainer: None)
     trainer, module = _trainer(), L.LightningModule()
     stopper.setup(trainer, module, "fit")
-    assert signal.getsignal(signal.SIGINT) == stopper._on_sigint
+    assert signal.getsignal(signal.SIGINT) == stopper._on_signal
     stopper.on_exception(trainer, module, RuntimeError("a failed fit"))
     assert signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # started with `&`: Ctrl-C is ignored, and stays so
@@ -115,6 +133,28 @@ def test_the_handler_is_handed_back_when_the_fit_ends_and_left_alone_in_the_back
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_sigterm_is_handled_while_training_runs_and_a_second_one_changes_nothing(capsys):
+    saved = []
+    original = signal.getsignal(signal.SIGTERM)
+    stopper = StopOnInterrupt(save=lambda trainer: saved.append(trainer.global_step))
+    trainer, module = _trainer(), L.LightningModule()
+    try:
+        stopper.setup(trainer, module, "fit")
+        signal.signal(signal.SIGTERM, lambda signum, frame: pytest.fail("Lightning's handler ran"))
+        stopper.on_train_start(trainer, module)  # over Lightning's, installed as the fit started
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
+        assert capsys.readouterr().err == ("\nSIGTERM: stopping after this optimizer step and saving "
+                                           "checkpoints/last.ckpt\n")
+        with pytest.raises(StoppedByInterrupt, match="stopped by SIGTERM after step 0") as stop:
+            stopper.on_train_batch_end(trainer, module, None, None, 0)
+        assert stop.value.cause == "SIGTERM" and saved == [0]
+        stopper.teardown(trainer, module, "fit")
+        assert signal.getsignal(signal.SIGTERM) is original  # handed back
+    finally:
+        signal.signal(signal.SIGTERM, original)
 
 
 def test_a_ctrl_c_during_validation_says_the_validation_finishes_first(capsys, sigint_at_default):
@@ -205,3 +245,15 @@ def test_under_ddp_a_ctrl_c_stops_both_processes_cleanly_with_one_message(tmp_pa
     step = int(read_checkpoint_file(last)["global_step"])
     assert stopped.stderr.count("stopped by Ctrl-C after step") == 1  # rank 0 speaks for both
     assert f"stopped by Ctrl-C after step {step}, saved in {last}" in stopped.stderr
+
+
+@pytest.mark.slow
+def test_under_ddp_a_sigterm_to_the_launching_process_alone_stops_both(tmp_path):
+    run_dir = tmp_path / "ddp"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    command = [*TRAIN[:-1], "data.num_workers=0", "trainer_strategy=ddp", f"run_dir={run_dir}"]
+    stopped = _interrupt(command, 1, last, signal.SIGTERM, group=False)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    step = int(read_checkpoint_file(last)["global_step"])
+    assert f"stopped by SIGTERM after step {step}, saved in {last}" in stopped.stderr

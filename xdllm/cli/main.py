@@ -15,6 +15,7 @@ from xdllm.registry import ModelRegistryError, discover_families
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as for any program whose reader went away
 
 
@@ -137,9 +138,9 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
         return 0
     print(f"run directory: {result.run_dir}")
     if result.stopped_at_step is not None:
-        print(f"xdllm: stopped by Ctrl-C after step {result.stopped_at_step}, saved in {result.last_checkpoint}; "
-              f"continue with: {result.continue_command}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"xdllm: stopped by {result.stopped_by} after step {result.stopped_at_step}, saved in "
+              f"{result.last_checkpoint}; continue with: {result.continue_command}", file=sys.stderr)
+        return EXIT_TERMINATED if result.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if config.generate_after_train and checkpoint is not None:
         try:

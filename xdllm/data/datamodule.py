@@ -32,6 +32,7 @@ from xdllm.data.tasks import (
     held_out_draws,
     sample_keys,
 )
+from xdllm.data.worker_signals import ignore_stop_signals
 from xdllm.interfaces import Collator, Example, Tokenizer
 
 
@@ -184,7 +185,7 @@ class DiffusionDataModule(L.LightningDataModule):
         quiet_sharer_resets()  # before the workers fork: they inherit it
         return DataLoader(stream, batch_sampler=self.train_sampler(),
                           collate_fn=MicroBatchCollate(self.train_collator, self.batch_size),
-                          num_workers=self.num_workers)
+                          num_workers=self.num_workers, worker_init_fn=ignore_stop_signals)
 
     def held_out_dataloader(self, split: str, role: str) -> DataLoader:
         """``split`` ("validation" or "test") collated for ``role``: "loss" (the val collator,
@@ -196,7 +197,7 @@ class DiffusionDataModule(L.LightningDataModule):
         rank, world_size = self._rank_and_world_size()
         batches = even_shard_batches(len(examples), self.eval_batch_size, rank, world_size)
         return DataLoader(examples, batch_sampler=FixedBatchSampler(batches), collate_fn=collators[role],
-                          num_workers=self.num_workers)
+                          num_workers=self.num_workers, worker_init_fn=ignore_stop_signals)
 
     def val_dataloader(self) -> list[DataLoader]:
         """One loader per entry of :attr:`validation_roles`, in that order."""

@@ -58,7 +58,9 @@ class TrainResult:
     is_global_zero: bool
     free_text: bool
     stopped_at_step: int | None = None
-    """The step training stopped after because of Ctrl-C (None: it ran to the end)."""
+    """The step training stopped after because of Ctrl-C or SIGTERM (None: it ran to the end)."""
+    stopped_by: str = ""
+    """What stopped it: ``Ctrl-C`` or ``SIGTERM``."""
 
 
     continue_command: str = ""
@@ -304,11 +306,11 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         _save_config(OmegaConf.create(resolved), run_dir)
         # without resume= and run_dir=: resuming this run continues it here, from any folder
         save_overrides(run_dir, [o for o in overrides if not o.startswith(("resume=", "run_dir="))])
-    stopped_at_step = None
+    stopped_at_step, stopped_by = None, ""
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
     except StoppedByInterrupt as stop:
-        stopped_at_step = stop.step
+        stopped_at_step, stopped_by = stop.step, stop.cause
     except SystemExit:  # Lightning exits after a KeyboardInterrupt: the second Ctrl-C
         if stopper.requested:
             raise TrainingInterrupted(run_dir, continuing) from None
@@ -330,4 +332,4 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     best_path = Path(best.best_model_path) if best.best_model_path else None
     last = run_dir / CHECKPOINT_DIR / LAST_NAME
     return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero,
-                       is_free_text(components.task), stopped_at_step, continuing)
+                       is_free_text(components.task), stopped_at_step, stopped_by, continue_command=continuing)

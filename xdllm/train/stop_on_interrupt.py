@@ -1,11 +1,18 @@
-"""Ctrl-C during training stops it cleanly: the first press lets the optimizer step under way
-finish (or a validation under way, then one more step), saves ``last.ckpt`` and ends training;
-a second press stops at once, as Python's default does.
+"""Ctrl-C or SIGTERM during training stops it cleanly: the first Ctrl-C (or a SIGTERM, as a job
+scheduler, ``timeout``, ``docker stop`` or ``kill`` send) lets the optimizer step under way finish
+(or a validation under way, then one more step), saves ``last.ckpt`` and ends training; a second
+Ctrl-C stops at once, as Python's default does (a second SIGTERM changes nothing: the stop is
+under way; SIGKILL is the way to stop at once).
 
 Stopping between steps, never inside one, is what makes the saved state resumable: a
 ``KeyboardInterrupt`` raised inside ``optimizer.step()`` could leave half the parameters updated.
-DataLoader workers forked while the handler is installed inherit it and ignore the signal (the
-terminal sends it to them too), so they keep serving batches until training ends.
+DataLoader workers forked while the handlers are installed inherit them and ignore the signals (a
+terminal or a scheduler signals them too), so they keep serving batches until training ends.
+
+Lightning installs a SIGTERM handler of its own when the fit starts, which calls the one it found
+after its own; its own ends the fit after the step, or in the middle of a validation, without
+saving, and the process exits with status 0. :class:`StopOnInterrupt` installs its handler before
+Lightning's and again over it when training starts, so that only its own runs.
 """
 
 from __future__ import annotations
@@ -20,53 +27,75 @@ from typing import Any
 
 import lightning as L
 
-STOP_MESSAGE = ("\nCtrl-C: stopping after {what} and saving checkpoints/last.ckpt "
-                "(press Ctrl-C again to stop at once)")
+STOP_MESSAGE = "\n{cause}: stopping after {what} and saving checkpoints/last.ckpt{again}"
+SECOND_PRESS = " (press Ctrl-C again to stop at once)"
+SIGNAL_CAUSES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
 
 class StoppedByInterrupt(Exception):
-    """Raised out of the fit after the step a Ctrl-C stopped training at, once it is saved."""
+    """Raised out of the fit after the step a Ctrl-C or SIGTERM (``cause``) stopped training at,
+    once it is saved."""
 
-    def __init__(self, step: int) -> None:
-        super().__init__(f"training stopped by Ctrl-C after step {step}")
+    def __init__(self, step: int, cause: str = "Ctrl-C") -> None:
+        super().__init__(f"training stopped by {cause} after step {step}")
         self.step = step
+        self.cause = cause
 
 
 class StopOnInterrupt(L.Callback):
-    """Installs the SIGINT handler for the fit. At the end of the step after a Ctrl-C, calls
-    ``save(trainer)`` and raises :class:`StoppedByInterrupt`. With several processes the decision
-    is shared at the logging steps (``trainer.log_every_n_steps``), where metrics are read anyway,
-    so that every process stops after the same step; a single process checks after every step
-    (a Python flag, no synchronisation)."""
+    """Installs the SIGINT and SIGTERM handlers for the fit. At the end of the step after either
+    signal, calls ``save(trainer)`` and raises :class:`StoppedByInterrupt`.
+    With several processes the decision is shared at the logging steps
+    (``trainer.log_every_n_steps``), where metrics are read anyway, so that every process stops
+    after the same step (one process receiving the signal is enough); a single process checks
+    after every step (a Python flag, no synchronisation)."""
 
     def __init__(self, save: Callable[[L.Trainer], None]) -> None:
         self.save = save
         self.requested = False
-        self._previous: Any = None
+        self.cause = ""
+        self._previous: dict[int, Any] = {}
         self._pid: int | None = None
         self._trainer: L.Trainer | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit" or threading.current_thread() is not threading.main_thread():
             return
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is signal.SIG_IGN:  # started in the background: Ctrl-C cannot reach it anyway
-            return
-        self._previous, self._pid, self._trainer = previous, os.getpid(), trainer
-        signal.signal(signal.SIGINT, self._on_sigint)
+        for signum in SIGNAL_CAUSES:
+            previous = signal.getsignal(signum)
+            if previous is signal.SIG_IGN:  # started in the background, or told to: the signal cannot stop it
+                continue
+            self._previous[signum], self._pid, self._trainer = previous, os.getpid(), trainer
+            signal.signal(signum, self._on_signal)
 
-    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning's handler, installed as the fit started, calls this one after its own, which
+        # ends the fit without saving: this one alone while training runs; Lightning puts back
+        # the one it found (this one) when it tears down, and teardown() the original
+        if signal.SIGTERM in self._previous and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._pid:  # a forked DataLoader worker: its main process decides
             return
+        if self._trainer is None:  # the fit is over (Lightning puts back the handlers it found): the defaults
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if self.requested:
-            self._restore()
-            raise KeyboardInterrupt
-        self.requested = True
+            if signum == signal.SIGINT:
+                self._restore()
+                raise KeyboardInterrupt
+            return  # another SIGTERM: the stop is under way
+        self.requested, self.cause = True, SIGNAL_CAUSES[signum]
         if self._trainer is not None and not self._trainer.is_global_zero:
             return  # every process gets the signal from a terminal; the first one says so
         validating = self._trainer is not None and self._trainer.validating
         what = "the validation under way and the next optimizer step" if validating else "this optimizer step"
-        print(STOP_MESSAGE.format(what=what), file=sys.stderr, flush=True)
+        again = SECOND_PRESS if signum == signal.SIGINT else ""
+        print(STOP_MESSAGE.format(cause=self.cause, what=what, again=again), file=sys.stderr, flush=True)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -77,7 +106,7 @@ class StopOnInterrupt(L.Callback):
             requested = trainer.strategy.reduce_boolean_decision(requested, all=False)
         if requested:
             self.save(trainer)
-            raise StoppedByInterrupt(trainer.global_step)
+            raise StoppedByInterrupt(trainer.global_step, self.cause or "a signal to another process")
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._restore()
@@ -87,6 +116,8 @@ class StopOnInterrupt(L.Callback):
             self._restore()
 
     def _restore(self) -> None:
-        if self._pid == os.getpid() and self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous, self._trainer = None, None
+        if self._pid != os.getpid():
+            return
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous, self._trainer = {}, None
