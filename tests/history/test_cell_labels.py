@@ -81,3 +81,18 @@ def test_every_distinct_text_gets_its_stamp_and_blank_texts_none():
     drawn = [stamps[key] for key in keys[:-2]]
     assert all(stamp is not None and stamp.pixels[..., 3].any() for stamp in drawn)
     assert len({stamp.pixels.tobytes() for stamp in drawn}) == len(drawn)  # no slot cut from a neighbour
+
+
+def test_vector_output_keeps_the_labels_as_text(tmp_path):
+    import matplotlib
+
+    figure = Figure(figsize=(4, 2.5))
+    axes = figure.add_subplot()
+    axes.imshow(np.ones((ROWS, COLUMNS, 3)), aspect="auto", interpolation="nearest")
+    axes.add_artist(CellLabels(_labels(), 7))
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as <text>, not glyph paths
+        figure.savefig(tmp_path / "cells.svg")
+    svg = (tmp_path / "cells.svg").read_text()
+    for text, _ in TEXTS:
+        assert svg.count(f">{text.replace('<', '&lt;').replace('>', '&gt;')}<") == ROWS * COLUMNS // len(TEXTS), text
+    assert svg.count("<image") == 1  # the cells' colours (imshow); no label drawn as pixels

@@ -5,7 +5,8 @@ tokens, at about 0.8 ms each as matplotlib ``Text`` artists, most of the time a 
 The same token repeats down its column on every later step, so :class:`CellLabels` renders each
 distinct (text, colour) once, as ``Text`` on a scratch canvas, and copies those pixels into
 every cell that shows it (``renderer.draw_image``: alpha-blended, clipped to the axes): the
-same glyphs, at most half a pixel from where a ``Text`` per cell would put them.
+same glyphs, at most half a pixel from where a ``Text`` per cell would put them. Saved as vector
+graphics (PDF, SVG), the labels are drawn as ``Text``, as before.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.artist import Artist
-from matplotlib.backend_bases import RendererBase
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.transforms import IdentityTransform
 
 TEXT_ZORDER = 3  # where Axes.text draws
@@ -89,9 +90,14 @@ class CellLabels(Artist):
         self.fontsize = fontsize
         self.set_zorder(TEXT_ZORDER)
         self._stamps: dict[float, dict[tuple[str, str], Stamp | None]] = {}
+        self._text_artists: list[Text] | None = None
 
-    def draw(self, renderer: RendererBase) -> None:
+    def draw(self, renderer) -> None:  # RendererAgg, or a vector backend's (not all are RendererBase)
         if not self.get_visible() or not self.labels:
+            return
+        if not isinstance(renderer, RendererAgg):  # vector output (PDF, SVG): text stays text
+            for text in self._texts():
+                text.draw(renderer)
             return
         dpi = renderer.points_to_pixels(72.0)
         if dpi not in self._stamps:
@@ -107,3 +113,16 @@ class CellLabels(Artist):
                 renderer.draw_image(gc, x + stamp.left, y + stamp.bottom, stamp.pixels)
         gc.restore()
         self.stale = False
+
+    def _texts(self) -> list[Text]:
+        """A ``Text`` per label, as ``Axes.text(..., clip_on=True)`` makes it (built once)."""
+        if self._text_artists is None:
+            self._text_artists = []
+            for label in self.labels:
+                text = Text(label.column, label.row, label.text, ha="center", va="center", fontsize=self.fontsize,
+                            color=label.color, parse_math=False, clip_on=True)
+                text.set_figure(self.get_figure(root=False))
+                text.set_transform(self.axes.transData)
+                text.set_clip_path(self.axes.patch)
+                self._text_artists.append(text)
+        return self._text_artists
