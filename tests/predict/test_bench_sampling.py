@@ -20,7 +20,7 @@ def test_reports_every_setting_per_vocabulary(capsys):
     report = json.loads(line)
     assert [r["vocab"] for r in report["results"]] == [46, 300]
     for result in report["results"]:
-        for name in ("argmax", "sample", "top_k_50", "top_p_0.9", "lookup", "counted_lookup"):
+        for name in ("argmax", "sample", "top_k_50", "top_p_0.9", "top_p_0.9_peaked", "lookup", "counted_lookup"):
             assert result[f"{name}_ms"] > 0
         assert result["counted_over_lookup"] > 0
 

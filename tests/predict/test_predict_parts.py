@@ -8,7 +8,7 @@ import torch
 
 from xdllm.data.tokenizer import builtin_tokenizer
 from xdllm.diffusion.schedules import CosineSchedule, LinearSchedule, LogLinearSchedule
-from xdllm.predict import blocks, streams
+from xdllm.predict import blocks, sampling, streams
 from xdllm.predict.confidence import check_confidence_options, token_confidence
 from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
@@ -32,6 +32,38 @@ def test_top_k_top_p_and_temperature_shape_the_distribution():
     assert torch.allclose(final_distribution(logits, 0.5, None, None, ()), squared[None])
     assert torch.allclose(final_distribution(logits, 0.0, None, None, (1,)),
                           probs_row(1 / 6, 0.0, 2 / 6, 3 / 6))
+
+
+def _nucleus_by_definition(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Which tokens top-p keeps, as defined: sort, keep while the mass before a token is below top_p."""
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(-1)
+    kept_sorted = probs.cumsum(-1) - probs < top_p
+    return torch.zeros_like(kept_sorted).scatter(-1, order, kept_sorted)
+
+
+def test_top_p_keeps_the_nucleus_whether_it_lies_among_the_candidates_or_past_them(monkeypatch):
+    generator = torch.Generator().manual_seed(0)
+    vocab = 4 * sampling.NUCLEUS_CANDIDATES
+    # peaked rows (the nucleus within the top candidates) and flat ones (far past them)
+    scales = torch.tensor([12.0, 6.0, 3.0, 1.0, 0.3, 0.01]).repeat(3)[:, None, None]
+    logits = torch.randn(18, 2, vocab, generator=generator) * scales
+    logits[..., 5] = float("-inf")  # a banned token
+    for top_p in (0.5, 0.9, 0.99):
+        kept = sampling._keep_top_p(logits, top_p) > float("-inf")
+        assert torch.equal(kept, _nucleus_by_definition(logits, top_p)), top_p
+        sizes = kept.sum(-1)
+        assert (sizes < sampling.NUCLEUS_CANDIDATES).any() and (sizes > sampling.NUCLEUS_CANDIDATES).any()
+        monkeypatch.setattr(sampling, "NUCLEUS_CANDIDATES", vocab)  # every row sorted in full: the same
+        assert torch.equal(sampling._keep_top_p(logits, top_p), logits.masked_fill(~kept, float("-inf")))
+        monkeypatch.undo()
+
+
+def test_top_p_keeps_every_token_tied_with_the_last_one_it_needs():
+    logits = torch.tensor([[3.0, 1.0, 1.0, 1.0, 0.0]])
+    # 3.0 and two 1.0s reach 0.8 (0.69, 0.78, 0.87); the third 1.0 ties with the last one needed
+    kept = final_distribution(logits, 0.0, None, 0.8, ()) > 0
+    assert kept.tolist() == [[True, True, True, True, False]]
 
 
 def test_never_generated_ids_are_mask_padding_and_bos_but_never_eos():

@@ -19,6 +19,8 @@ from torch import Tensor
 
 from xdllm.interfaces import Tokenizer
 
+NUCLEUS_CANDIDATES = 1024  # logits the top-p set is first looked for among, on the CPU
+
 
 def check_sampling_options(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Reject meaningless sampling settings up front, naming the offending option."""
@@ -37,14 +39,35 @@ def _keep_top_k(logits: Tensor, top_k: int) -> Tensor:
 
 
 def _keep_top_p(logits: Tensor, top_p: float) -> Tensor:
-    """Keep the smallest most-probable set whose mass reaches ``top_p`` (never empty)."""
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    sorted_probs = sorted_logits.softmax(-1)
-    mass_before = sorted_probs.cumsum(-1) - sorted_probs
-    drop_sorted = mass_before >= top_p
-    drop_sorted[..., 0] = False
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
+    """Keep the smallest most-probable set whose mass reaches ``top_p`` (never empty), and any
+    token tied with the least probable one kept.
+
+    Sorting every position's whole vocabulary dominates a sampled step on the CPU (0.64 s for 256
+    positions of a 32k vocabulary, one thread). There the set is first looked for among the
+    :data:`NUCLEUS_CANDIDATES` largest logits (``topk``, 17 times cheaper), and only the
+    positions whose set reaches past them are sorted in full: the same tokens either way, since
+    both read the same leading values in the same order. On a GPU the sort is cheap and the
+    check of which positions need it would cost a host synchronisation: every position is sorted.
+    """
+    log_total = logits.logsumexp(-1, keepdim=True)
+    if logits.device.type != "cpu" or logits.shape[-1] <= NUCLEUS_CANDIDATES:
+        threshold, _ = _nucleus_threshold(logits.sort(-1, descending=True).values, log_total, top_p)
+    else:
+        threshold, complete = _nucleus_threshold(logits.topk(NUCLEUS_CANDIDATES, dim=-1).values, log_total, top_p)
+        if not bool(complete.all()):  # a CPU tensor: reading it is no device synchronisation
+            beyond = ~complete
+            threshold[beyond], _ = _nucleus_threshold(logits[beyond].sort(-1, descending=True).values,
+                                                      log_total[beyond], top_p)
+    return logits.masked_fill(logits < threshold, float("-inf"))
+
+
+def _nucleus_threshold(descending: Tensor, log_total: Tensor, top_p: float) -> tuple[Tensor, Tensor]:
+    """From the largest logits in descending order (all of them, or the leading ones) and the log
+    of the whole softmax normaliser: the smallest logit the top-``top_p`` set keeps (``[..., 1]``)
+    and whether the set ends among the given logits (``[...]``)."""
+    probs = (descending - log_total).exp()
+    kept = (probs.cumsum(-1) - probs < top_p).sum(-1, keepdim=True)  # the mass before a kept token < top_p
+    return descending.gather(-1, kept - 1), kept.squeeze(-1) < descending.shape[-1]
 
 
 def never_generated_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
