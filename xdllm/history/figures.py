@@ -139,7 +139,7 @@ class DenoisingFigure:
         self.canvas.restore_region(self._background)
         for artist in self._changing:
             self.figure.draw_artist(artist)
-        return Image.fromarray(np.asarray(self.canvas.buffer_rgba()), "RGBA").convert("RGB")
+        return Image.fromarray(np.asarray(self.canvas.buffer_rgba())).convert("RGB")  # [H, W, 4]: RGBA
 
     def save_png(self, path: Path, row: int | None = None) -> None:
         """Write the picture up to ``row`` (default: the last) to ``path`` (temporary file,
