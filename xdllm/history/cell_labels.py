@@ -121,7 +121,7 @@ class CellLabels(Artist):
             for label in self.labels:
                 text = Text(label.column, label.row, label.text, ha="center", va="center", fontsize=self.fontsize,
                             color=label.color, parse_math=False, clip_on=True)
-                text.set_figure(self.get_figure(root=False))
+                text.set_figure(self.figure)
                 text.set_transform(self.axes.transData)
                 text.set_clip_path(self.axes.patch)
                 self._text_artists.append(text)
