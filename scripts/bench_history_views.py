@@ -14,7 +14,7 @@ MLM model (so the tokens are arbitrary, but the shapes are those of a real run):
 For each it reports the fastest of ``--repeats`` writes: seconds per sample, per picture, the
 pictures written, and the generation itself for comparison (``views / generation``: what the
 views cost relative to producing the samples). Prints a table, then one JSON line.
-Usage: ``python scripts/bench_history_views.py [--settings text] [--repeats 3]``.
+Usage: ``python scripts/bench_history_views.py [--settings text] [--samples 8] [--repeats 3]``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import argparse
 import json
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -87,15 +87,18 @@ def time_views(histories: Path, logdir: Path, repeats: int) -> float:
     return min(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", nargs="+", choices=[s.name for s in SETTINGS],
                         default=[s.name for s in SETTINGS])
+    parser.add_argument("--samples", type=int, default=None, help="samples per setting (default: 8)")
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)  # the generation's own time, steady on a shared machine
     results = []
     for setting in (s for s in SETTINGS if s.name in args.settings):
+        if args.samples is not None:
+            setting = replace(setting, samples=args.samples)
         with tempfile.TemporaryDirectory() as tmp:
             histories = Path(tmp) / "history"
             generation = record_histories(setting, histories)
