@@ -135,3 +135,18 @@ def test_a_refused_generation_removes_only_what_it_made(trained_run, tmp_path, c
     assert sorted(path.name for path in kept.iterdir()) == ["notes.txt"]
     assert main(["generate", f"ckpt={trained_run}", *refused, f"output_dir={kept}"]) == 2
     assert sorted(path.name for path in kept.iterdir()) == ["notes.txt"]
+
+
+def test_a_long_generation_says_how_far_it_got(trained_run, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("xdllm.run.generation_progress.PROGRESS_EVERY_SECONDS", 0.0)  # a line per batch
+    assert main(["generate", f"ckpt={trained_run}", "num_samples=10", "batch_size=4",
+                 f"output_dir={tmp_path / 'gen'}"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("generated ")]
+    assert [line.split(" in ")[0] for line in lines] == [  # batches of at most 4, evened out: 4, 3, 3
+        "generated 4 samples (1 batch)", "generated 7 samples (2 batches)", "generated 10 samples (3 batches)"]
+    assert all(line.endswith(" tokens/s") for line in lines)
+    assert main(["eval", f"ckpt={trained_run}", "num_samples=4", "batch_size=4"]) == 0
+    assert "generated 4 samples (1 batch)" in capsys.readouterr().err
+    monkeypatch.setattr("xdllm.run.generation_progress.PROGRESS_EVERY_SECONDS", 10.0)
+    assert main(["generate", f"ckpt={trained_run}", "num_samples=4", f"output_dir={tmp_path / 'quick'}"]) == 0
+    assert "generated " not in capsys.readouterr().err  # a short generation stays quiet

@@ -32,6 +32,7 @@ from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_c
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
 from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished, write_jsonl
+from xdllm.run.generation_progress import GenerationProgress
 from xdllm.run.generation_record import (
     generation_settings,
     predictor_config,
@@ -165,11 +166,12 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     records: list[dict[str, Any]] = []
     totals = MetricTotals()
     generated_tokens, started = 0, time.perf_counter()
+    progress = None if options.get("live") else GenerationProgress()  # the live view owns stderr
     extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
     # unprompted: whether every output so far is the first one (one text written N times)
     one_text, first_output = is_free_text(run.components.task) and not options.prompts_file, None
     with torch.inference_mode(), autocast(device, dtype):
-        for batch in checked.batches:
+        for batches_done, batch in enumerate(checked.batches, start=1):
             batch = batch_to(batch, device)
             try:
                 prediction = predictor.predict(batch, model=run.model, history=recorder, **extras)
@@ -181,6 +183,8 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
             if one_text:
                 first_output = prediction["ids"][0] if first_output is None else first_output
                 one_text = same_rows(prediction["ids"], first_output)
+            if progress is not None:
+                progress.batch_done(len(records), batches_done, generated_tokens)
     elapsed = time.perf_counter() - started
     if one_text and len(records) > 1:
         log.warning(ONE_TEXT_WARNING, len(records))
