@@ -3,9 +3,10 @@
 ``SummaryWriter.add_image`` converts each picture to float32 and back, then PNG-encodes it at
 zlib level 6 on the calling thread: about 77 ms for a 1942 x 1268 denoising picture on one CPU
 core. :class:`ImageSummaryQueue` encodes each picture once at level 1 (within a few percent of
-the size for these flat-coloured pictures, in half the time) on a small thread pool (Pillow's
-encoder releases the GIL) while the caller draws the next picture, and writes the summaries to
-the event file in the order they were added: TensorBoard sees the same image entries.
+the size for these flat-coloured pictures, in two thirds of the time: 39 ms against 59 ms for
+that picture with Pillow alone) on a small thread pool (Pillow's encoder releases the GIL) while
+the caller draws the next picture, and writes the summaries to the event file in the order they
+were added: TensorBoard sees the same image entries.
 """
 
 from __future__ import annotations
