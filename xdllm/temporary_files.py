@@ -44,6 +44,12 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
         temporary.write_text(text)
 
 
+def write_bytes_atomically(path: str | os.PathLike, data: bytes) -> None:
+    """``path.write_bytes(data)``, but ``path`` is never seen half-written."""
+    with written_atomically(path) as temporary:
+        temporary.write_bytes(data)
+
+
 def torch_save_atomically(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to ``path``, flushed to disk before the rename: ``path`` is either the old
     file or the complete new one, even after a power cut."""

@@ -2,6 +2,7 @@
 the README's text line works as written."""
 
 import json
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -70,14 +71,18 @@ def test_the_readme_text_line_works_as_written(text_folder, capsys):
 @pytest.mark.slow
 def test_eval_of_free_text_reports_the_loss_and_generates_nothing(text_folder, capsys):
     assert main(["train", "task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json",
-                 "model=mdlm", *TINY_TEXT, "text_samples_after_train=0", "run_dir=run"]) == 0
+                 "model=mdlm", *TINY_TEXT, "text_samples_after_train=0", "optim.ema_decay=0.9",
+                 "run_dir=run"]) == 0
     after_training = _summary(capsys)
+    assert after_training["ema"] is True  # which weights the figures come from, samples or not
     assert main(["eval", "ckpt=run"]) == 0
     captured = capsys.readouterr()
     summary = _summary_of(captured.out)
     assert {key: summary[key] for key in ("loss", "nll_bound", "ppl_bound")} == pytest.approx(
         {key: after_training[key] for key in ("loss", "nll_bound", "ppl_bound")}, rel=1e-6)
     assert not {"num_samples", "mean_steps", "tokens_per_second"} & set(summary)  # nothing generated
+    assert summary["ema"] is True
+    assert Path(summary["checkpoint"]).resolve() == Path(after_training["checkpoint"]).resolve()
     assert "same text" not in captured.err and "no generation" in captured.err
     assert main(["eval", "ckpt=run", "predictor.temperature=1.0"]) == 2
     assert "predictor.temperature does not apply" in capsys.readouterr().err

@@ -4,7 +4,12 @@ whole new one, and a failed write leaves no temporary file behind."""
 import pytest
 import torch
 
-from xdllm.temporary_files import torch_save_atomically, write_text_atomically, written_atomically
+from xdllm.temporary_files import (
+    torch_save_atomically,
+    write_bytes_atomically,
+    write_text_atomically,
+    written_atomically,
+)
 
 
 def test_a_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -24,3 +29,11 @@ def test_writes_replace_the_file_whole_and_make_its_folder(tmp_path):
     torch_save_atomically({"step": 2, "weights": torch.ones(3)}, path)
     assert torch.load(path, weights_only=False)["step"] == 2
     assert sorted(p.name for p in path.parent.iterdir()) == ["state.pt"]
+
+
+def test_bytes_replace_the_file_whole(tmp_path):
+    path = tmp_path / "pictures" / "sample.png"
+    write_bytes_atomically(path, b"old picture")
+    write_bytes_atomically(path, b"new")
+    assert path.read_bytes() == b"new"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["sample.png"]

@@ -38,7 +38,7 @@ from xdllm.history.cell_labels import CellLabel, CellLabels
 from xdllm.history.image_summaries import encode_png
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import visible_token
-from xdllm.temporary_files import written_atomically
+from xdllm.temporary_files import write_bytes_atomically
 
 CONFIDENCE_COLORMAP = "viridis"
 MASKED_COLOR = "#4a4a4a"
@@ -144,7 +144,7 @@ class DenoisingFigure:
     def save_png(self, path: Path, row: int | None = None) -> None:
         """Write the picture up to ``row`` (default: the last) to ``path`` (temporary file,
         then renamed)."""
-        write_png(path, encode_png(self.picture(self.num_steps - 1 if row is None else row)))
+        write_bytes_atomically(path, encode_png(self.picture(self.num_steps - 1 if row is None else row)))
 
     def _titles(self) -> list[str]:
         """The title of each row's picture (computed once: the sample's counts are tensors)."""
@@ -264,9 +264,3 @@ def _ink(rgba: np.ndarray) -> str:
     """Black or white text, whichever reads better on ``rgba``."""
     red, green, blue = rgba[:3]
     return "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
-
-
-def write_png(path: Path, png: bytes) -> None:
-    """Write encoded ``png`` bytes to ``path`` (temporary file, then renamed)."""
-    with written_atomically(path) as temporary:
-        temporary.write_bytes(png)

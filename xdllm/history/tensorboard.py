@@ -43,7 +43,7 @@ from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 
 from xdllm.data.tokenizer import token_display
-from xdllm.history.figures import DenoisingFigure, write_png
+from xdllm.history.figures import DenoisingFigure
 from xdllm.history.format import HistoryError
 from xdllm.history.grid import GridFigure
 from xdllm.history.image_summaries import ImageSummaryQueue
@@ -61,6 +61,7 @@ from xdllm.history.render import (
 from xdllm.history.statistics import DenoisingStatistics
 from xdllm.history.storage import find_history_files
 from xdllm.interfaces import Tokenizer
+from xdllm.temporary_files import write_bytes_atomically
 
 DEFAULT_MAX_SAMPLES = 16
 DEFAULT_MAX_FRAMES = 32
@@ -231,7 +232,7 @@ def _write_pictures(pictures: ImageSummaryQueue, tag: str, figure: DenoisingFigu
     threads while the next one is drawn."""
     for row in frame_rows(figure.num_steps, max_frames):
         encoded = pictures.add(tag, figure.picture(row), global_step=int(figure.sample.steps[row]))
-    write_png(png, encoded.result())
+    write_bytes_atomically(png, encoded.result())
 
 
 def escape_markdown(text: str) -> str:

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf, open_dict
 
 from xdllm.config.compose import compose_config
 from xdllm.run.checkpoint import load_trained
-from xdllm.run.generate import generate, generate_from_config, held_out_loss
+from xdllm.run.generate import checkpoint_fields, generate, generate_from_config, held_out_loss
 from xdllm.run.generation_record import write_scalars
 
 
@@ -33,7 +33,7 @@ def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int
     losses = held_out_loss(run, options)
     write_scalars(run.run_dir / "tensorboard", {f"test/{name}": value for name, value in losses.items()},
                   run.global_step)
-    summary: dict[str, Any] = {"checkpoint": str(run.checkpoint), "split": "test", **losses}
+    summary: dict[str, Any] = {**checkpoint_fields(run), "split": "test", **losses}
     if text_samples > 0:
         sampling = OmegaConf.merge(options, {"num_samples": text_samples})
         if text_temperature is not None:

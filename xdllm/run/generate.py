@@ -189,8 +189,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     if one_text and len(records) > 1:
         log.warning(ONE_TEXT_WARNING, len(records))
     summary: dict[str, Any] = {
-        "checkpoint": str(run.checkpoint),
-        **({} if run.ema is None else {"ema": run.ema}),  # averaged weights or trained ones
+        **checkpoint_fields(run),
         "device": str(device),
         "num_samples": len(records),
         "mean_steps": sum(r["steps_taken"] for r in records) / max(1, len(records)),
@@ -211,6 +210,12 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
         write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
         summary["tensorboard"] = str(output_dir / "tensorboard")
     return summary
+
+
+def checkpoint_fields(run: TrainedRun) -> dict[str, Any]:
+    """Which weights a summary's figures come from: the checkpoint, and for a run trained with
+    ``optim.ema_decay`` whether its averaged weights (``ema``) or its trained ones."""
+    return {"checkpoint": str(run.checkpoint), **({} if run.ema is None else {"ema": run.ema})}
 
 
 def generate_from_config(config: DictConfig, run: TrainedRun | None = None,
@@ -258,8 +263,7 @@ def _evaluate_free_text(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     losses = held_out_loss(run, options)
     log.info("free text: the loss metrics of the %s split; no generation (nothing to score it against); "
              "xdllm generate ckpt=%s predictor.temperature=1.0 samples texts", options.split, options.ckpt)
-    return {"split": options.split, **losses, "checkpoint": str(run.checkpoint),
-            **({} if run.ema is None else {"ema": run.ema})}
+    return {**checkpoint_fields(run), "split": options.split, **losses}
 
 
 OUTPUT_OPTIONS = ("output_dir", "history", "history_k", "history_tensorboard_samples", "live")
