@@ -7,9 +7,9 @@ under way; SIGKILL is the way to stop at once).
 Stopping between steps, never inside one, is what makes the saved state resumable: a
 ``KeyboardInterrupt`` raised inside ``optimizer.step()`` could leave half the parameters updated.
 A terminal or a scheduler signals DataLoader workers too: xdllm's workers ignore both signals
-(:mod:`xdllm.data.worker_signals`), and any other process forked from the trainer while the
-handlers are installed leaves the decision to its parent, so batches keep coming until
-training ends.
+unless the trainer sends them (:mod:`xdllm.data.worker_signals`), and any other process forked
+from the trainer while the handlers are installed leaves the decision to its parent, so batches
+keep coming until training ends.
 
 Lightning installs a SIGTERM handler of its own when the fit starts, which calls the one it found
 after its own; its own ends the fit after the step, or in the middle of a validation, without
