@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
 from xdllm.errors import XdllmError
 from xdllm.registry import ModelRegistryError, discover_families
 
@@ -150,6 +151,10 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
             raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
                              f"training failed: {error}. Generate again with xdllm generate "
                              f"ckpt={result.run_dir} once that is fixed") from error
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM
+            print(f"xdllm: training finished (checkpoints in {checkpoint.parent}); the generation after it was "
+                  f"stopped: generate again with: xdllm generate ckpt={result.run_dir}", file=sys.stderr)
+            raise
         print(json.dumps(summary, indent=2))
     return 0
 
@@ -279,7 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         refuse_multirun(argv)
         arguments = _parser().parse_args(flags_first(argv))
         _configure_output()
-        status = _run_command(arguments)
+        with sigterm_raises_terminated():
+            status = _run_command(arguments)
         sys.stdout.flush()  # a reader that went away is found here, not in the flush at exit
         return status
     except (XdllmError, ModelRegistryError) as error:
@@ -295,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f": {error.filename}" if error.filename else ""
         print(f"xdllm: error: {error.strerror or error}{where}", file=sys.stderr)
         return EXIT_USAGE
+    except Terminated:
+        print("xdllm: stopped by SIGTERM", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt as interrupt:
         print(f"\nxdllm: interrupted{_interrupted_run_hint(interrupt)}", file=sys.stderr)
         return EXIT_INTERRUPTED

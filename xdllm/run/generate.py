@@ -2,7 +2,8 @@
 
 Prompts come from a split of the run's task or from a text file (one prompt per line).
 Outputs go to one folder: ``predictions.jsonl`` (written atomically), and with
-``history=topk`` the denoising history files and their TensorBoard views.
+``history=topk`` the denoising history files and their TensorBoard views. A generation stopped
+part-way keeps its finished batches' predictions in ``predictions.partial.jsonl``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from xdllm.run.build import instantiate_component
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
-from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished, write_jsonl
+from xdllm.run.generation_folder import (
+    PARTIAL_PREDICTIONS,
+    PREDICTIONS,
+    claim_output_dir,
+    discard_unfinished,
+    write_jsonl,
+)
 from xdllm.run.generation_progress import GenerationProgress
 from xdllm.run.generation_record import (
     generation_settings,
@@ -170,21 +177,26 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
     # unprompted: whether every output so far is the first one (one text written N times)
     one_text, first_output = is_free_text(run.components.task) and not options.prompts_file, None
-    with torch.inference_mode(), autocast(device, dtype):
-        for batches_done, batch in enumerate(checked.batches, start=1):
-            batch = batch_to(batch, device)
-            try:
-                prediction = predictor.predict(batch, model=run.model, history=recorder, **extras)
-            except ValueError as error:  # predictors refuse options that do not fit the prompts this way
-                raise XdllmError(f"{type(predictor).__name__}: {error}") from error
-            totals.add(evaluator.prediction_metrics(batch, prediction))
-            records.extend(evaluator.records(batch, prediction))
-            generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
-            if one_text:
-                first_output = prediction["ids"][0] if first_output is None else first_output
-                one_text = same_rows(prediction["ids"], first_output)
-            if progress is not None:
-                progress.batch_done(len(records), batches_done, generated_tokens)
+    try:
+        with torch.inference_mode(), autocast(device, dtype):
+            for batches_done, batch in enumerate(checked.batches, start=1):
+                batch = batch_to(batch, device)
+                try:
+                    prediction = predictor.predict(batch, model=run.model, history=recorder, **extras)
+                except ValueError as error:  # predictors refuse options that do not fit the prompts this way
+                    raise XdllmError(f"{type(predictor).__name__}: {error}") from error
+                totals.add(evaluator.prediction_metrics(batch, prediction))
+                records.extend(evaluator.records(batch, prediction))
+                generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
+                if one_text:
+                    first_output = prediction["ids"][0] if first_output is None else first_output
+                    one_text = same_rows(prediction["ids"], first_output)
+                if progress is not None:
+                    progress.batch_done(len(records), batches_done, generated_tokens)
+    except BaseException:  # Ctrl-C, SIGTERM, an error: what the finished batches made is kept
+        if output_dir is not None and records:
+            _keep_finished(output_dir, records, history)
+        raise
     elapsed = time.perf_counter() - started
     if one_text and len(records) > 1:
         log.warning(ONE_TEXT_WARNING, len(records))
@@ -201,15 +213,29 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
         summary["predictions"] = str(predictions_path)
     summary.update(evaluator.finalize(totals.means()))
     if history is not None:
-        tensorboard_dir = output_dir / "tensorboard"
-        write_tensorboard([output_dir / "history"], tensorboard_dir,
-                          max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer,
-                          grid=getattr(run.components.task, "grid_shape", None))
+        try:
+            write_tensorboard([output_dir / "history"], output_dir / "tensorboard",
+                              max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer,
+                              grid=getattr(run.components.task, "grid_shape", None))
+        except BaseException:
+            log.warning("the predictions are in %s, but the TensorBoard views of their history were not finished; "
+                        "write them with: xdllm history tensorboard %s", summary["predictions"], output_dir)
+            raise
         summary["history"] = str(output_dir / "history")
     if write_outputs:
         write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
         summary["tensorboard"] = str(output_dir / "tensorboard")
     return summary
+
+
+def _keep_finished(output_dir: Path, records: list[dict[str, Any]], history: HistoryTopKPlugin | None) -> None:
+    """A generation stopped part-way: the finished batches' predictions go to
+    ``predictions.partial.jsonl``, and a line on stderr says where they and their history are."""
+    path = output_dir / PARTIAL_PREDICTIONS
+    write_jsonl(records, path)
+    recorded = (f"; their denoising history is in {history.output_dir} (view it with: xdllm history tensorboard "
+                f"{history.output_dir})") if history is not None and history.files_written else ""
+    log.warning("generation stopped after %d samples: their predictions are in %s%s", len(records), path, recorded)
 
 
 def checkpoint_fields(run: TrainedRun) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """A generation's folder: claimed for it alone (``output_dir``, or a new
 ``<run>/generate/<time>``), its ``predictions.jsonl`` written atomically, and what a failed
-generation wrote removed if it finished nothing."""
+generation wrote removed if it finished nothing. A generation stopped part-way (Ctrl-C, SIGTERM,
+an error) keeps the predictions of the batches it finished in ``predictions.partial.jsonl``, beside
+their history files; never in ``predictions.jsonl``, which only a finished generation writes."""
 
 from __future__ import annotations
 
@@ -15,7 +17,13 @@ from xdllm.run.generation_record import GENERATE_CONFIG
 from xdllm.temporary_files import remove_stale_temporaries, written_atomically
 
 PREDICTIONS = "predictions.jsonl"
-GENERATION_CONTENT = (PREDICTIONS, GENERATE_CONFIG, "history", "tensorboard")  # what a generation writes
+PARTIAL_PREDICTIONS = "predictions.partial.jsonl"
+GENERATION_CONTENT = (PREDICTIONS, PARTIAL_PREDICTIONS, GENERATE_CONFIG, "history", "tensorboard")  # what one writes
+
+
+def generation_content_in(folder: Path) -> list[str]:
+    """What of :data:`GENERATION_CONTENT` ``folder`` holds already."""
+    return [name for name in GENERATION_CONTENT if (folder / name).exists()]
 
 
 def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "") -> tuple[Path, Path | None]:
@@ -31,7 +39,7 @@ def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "")
             remove_stale_temporaries(folder)
     if requested:
         folder = Path(requested).expanduser()
-        held = [name for name in GENERATION_CONTENT if (folder / name).exists()]
+        held = generation_content_in(folder)
         if held:
             raise XdllmError(f"output_dir {folder} already holds {', '.join(held)}; a generation writes those "
                              "there and would overwrite or mix with them: choose another folder")
@@ -64,11 +72,12 @@ def make_output_dir(folder: Path) -> Path | None:
 
 
 def discard_unfinished(folder: Path, made: Path | None) -> None:
-    """After a generation failed: if it produced nothing (no predictions, no history file), remove
-    the ``generate.yaml`` it wrote, and the folders it made if they are then empty. Anything a
-    finished batch wrote stays."""
+    """After a generation failed: if it produced nothing (no predictions, finished or partial, no
+    history file), remove the ``generate.yaml`` it wrote, and the folders it made if they are then
+    empty. Anything a finished batch wrote stays."""
     history_dir = folder / "history"
-    if (folder / PREDICTIONS).exists() or (history_dir.is_dir() and any(history_dir.iterdir())):
+    if any((folder / name).exists() for name in (PREDICTIONS, PARTIAL_PREDICTIONS)) or (
+            history_dir.is_dir() and any(history_dir.iterdir())):
         return
     if history_dir.is_dir():
         history_dir.rmdir()

@@ -28,7 +28,7 @@ from xdllm.config.compose import compose_config, first_swept_override
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import load_trained
 from xdllm.run.generate import check_generation, run_generation
-from xdllm.run.generation_folder import PREDICTIONS, discard_unfinished, make_output_dir
+from xdllm.run.generation_folder import discard_unfinished, generation_content_in, make_output_dir
 from xdllm.run.generation_record import settings_name
 from xdllm.temporary_files import write_text_atomically
 
@@ -96,8 +96,9 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     names = [settings_name({_display_key(k): v for k, v in combination.items()})
              for combination in combinations]
     for name in names:
-        if (sweep_dir / name / PREDICTIONS).exists():
-            raise XdllmError(f"{sweep_dir / name} already holds {PREDICTIONS}; choose another output_dir")
+        held = generation_content_in(sweep_dir / name)
+        if held:
+            raise XdllmError(f"{sweep_dir / name} already holds {', '.join(held)}; choose another output_dir")
     path = sweep_dir / SWEEP_SUMMARY
     results: list[dict[str, Any]] = []
     try:

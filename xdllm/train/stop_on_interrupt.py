@@ -57,6 +57,7 @@ class StopOnInterrupt(L.Callback):
         self.requested = False
         self.cause = ""
         self._previous: dict[int, Any] = {}
+        self._outside: dict[int, Any] = {}  # the handlers found at setup, kept after the fit
         self._pid: int | None = None
         self._trainer: L.Trainer | None = None
 
@@ -67,7 +68,8 @@ class StopOnInterrupt(L.Callback):
             previous = signal.getsignal(signum)
             if previous is signal.SIG_IGN:  # started in the background, or told to: the signal cannot stop it
                 continue
-            self._previous[signum], self._pid, self._trainer = previous, os.getpid(), trainer
+            self._previous[signum], self._outside[signum] = previous, previous
+            self._pid, self._trainer = os.getpid(), trainer
             signal.signal(signum, self._on_signal)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -80,9 +82,11 @@ class StopOnInterrupt(L.Callback):
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._pid:  # a forked DataLoader worker: its main process decides
             return
-        if self._trainer is None:  # the fit is over (Lightning puts back the handlers it found): the defaults
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
+        if self._trainer is None:  # the fit is over (Lightning puts back the handlers it found): those before it
+            outside = self._outside.get(signum, signal.SIG_DFL)
+            if callable(outside):  # Python's KeyboardInterrupt for SIGINT; xdllm's Terminated for SIGTERM
+                outside(signum, frame)
+                return
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return

@@ -1,0 +1,189 @@
+"""A generation stopped part-way (Ctrl-C, SIGTERM, an error) keeps the predictions of the batches
+it finished in predictions.partial.jsonl, beside their history; SIGTERM stops any xdllm command
+as Ctrl-C does, with status 143 (Python's default died on the spot: no cleanup, no word)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from tiny_run import TINY
+
+from xdllm.cli.main import main
+from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
+from xdllm.run import generate as generate_module
+
+GENERATE = ["num_samples=12", "batch_size=4", "history=topk"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("stopped") / "run"
+    assert main(["train", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=2", "data.num_test_samples=64",
+                 f"run_dir={run_dir}"]) == 0
+    return run_dir
+
+
+class _StopsAtCall:
+    """The run's predictor, raising ``stop`` at its ``call``-th batch."""
+
+    def __init__(self, predictor, stop: BaseException, call: int) -> None:
+        self.predictor, self.stop, self.call, self.calls = predictor, stop, call, 0
+
+    def predict(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.call:
+            raise self.stop
+        return self.predictor.predict(*args, **kwargs)
+
+
+def _stop_at_call(monkeypatch, stop: BaseException, call: int) -> None:
+    build = generate_module._build_predictor
+    monkeypatch.setattr(generate_module, "_build_predictor",
+                        lambda run, options: _StopsAtCall(build(run, options), stop, call))
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(("stop", "status", "said"), [(KeyboardInterrupt(), 130, "\nxdllm: interrupted\n"),
+                                                      (Terminated(), 143, "xdllm: stopped by SIGTERM\n")])
+def test_a_stopped_generation_keeps_the_batches_it_finished(run, tmp_path, monkeypatch, capsys, stop, status, said):
+    whole = tmp_path / "whole"
+    assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={whole}"]) == 0
+    capsys.readouterr()
+    _stop_at_call(monkeypatch, stop, 3)
+    stopped = tmp_path / "stopped"
+    assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={stopped}"]) == status
+    error = capsys.readouterr().err
+    partial = stopped / "predictions.partial.jsonl"
+    assert [(r["sample_index"], r["ids"]) for r in _lines(partial)] == \
+        [(r["sample_index"], r["ids"]) for r in _lines(whole / "predictions.jsonl")[:8]]
+    assert not (stopped / "predictions.jsonl").exists()  # only a finished generation writes that
+    assert len(list((stopped / "history").glob("history-*.pt"))) == 2
+    assert (f"generation stopped after 8 samples: their predictions are in {partial}; their denoising history is "
+            f"in {stopped / 'history'} (view it with: xdllm history tensorboard {stopped / 'history'})") in error
+    assert error.endswith(said)
+    monkeypatch.undo()
+    assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={stopped}"]) == 2  # never mixed with
+    assert "already holds predictions.partial.jsonl, generate.yaml, history" in capsys.readouterr().err
+
+
+def test_a_stopped_sweep_keeps_what_finished_and_is_not_run_again_over_it(run, tmp_path, monkeypatch, capsys):
+    _stop_at_call(monkeypatch, KeyboardInterrupt(), 2)  # each generation's predictor: its second batch
+    sweep = ["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",
+             f"output_dir={tmp_path / 'sweep'}"]
+    assert main(sweep) == 130
+    first = tmp_path / "sweep" / "max_steps=5"
+    assert len(_lines(first / "predictions.partial.jsonl")) == 2
+    assert not (tmp_path / "sweep" / "max_steps=3").exists()
+    capsys.readouterr()
+    monkeypatch.undo()
+    assert main(sweep) == 2
+    assert f"{first} already holds predictions.partial.jsonl, generate.yaml" in capsys.readouterr().err
+
+
+def test_an_error_part_way_keeps_the_finished_batches_too(run, tmp_path, monkeypatch, capsys):
+    _stop_at_call(monkeypatch, RuntimeError("CUDA out of memory"), 2)
+    stopped = tmp_path / "stopped"
+    with pytest.raises(RuntimeError, match="out of memory"):
+        main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={stopped}"])
+    assert len(_lines(stopped / "predictions.partial.jsonl")) == 4
+    assert "generation stopped after 4 samples" in capsys.readouterr().err
+
+
+def test_nothing_finished_leaves_nothing(run, tmp_path, monkeypatch):
+    _stop_at_call(monkeypatch, KeyboardInterrupt(), 1)
+    assert main(["generate", f"ckpt={run}", *GENERATE]) == 130
+    assert not list((run / "generate").glob("*"))
+
+
+def test_stopped_while_writing_the_views_the_predictions_are_whole(run, tmp_path, monkeypatch, capsys):
+    def stopped_views(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate_module, "write_tensorboard", stopped_views)
+    out = tmp_path / "gen"
+    assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={out}"]) == 130
+    assert len(_lines(out / "predictions.jsonl")) == 12
+    assert (f"the predictions are in {out / 'predictions.jsonl'}, but the TensorBoard views of their history were "
+            f"not finished; write them with: xdllm history tensorboard {out}") in capsys.readouterr().err
+
+
+def test_a_stopped_generation_after_training_says_the_training_finished(tmp_path, monkeypatch, capsys):
+    def stopped(*args, **kwargs):
+        raise Terminated
+
+    monkeypatch.setattr("xdllm.run.after_training.generate_after_training", stopped)
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=2", "generate_after_train=true",
+                 f"run_dir={run_dir}"]) == 143
+    assert (f"xdllm: training finished (checkpoints in {run_dir / 'checkpoints'}); the generation after it was "
+            f"stopped: generate again with: xdllm generate ckpt={run_dir}\nxdllm: stopped by SIGTERM\n"
+            ) in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_sigterm_keeps_what_the_generation_finished(run, tmp_path):
+    out = tmp_path / "gen"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    process = subprocess.Popen([sys.executable, "-m", "xdllm.cli.main", "generate", f"ckpt={run}", "batch_size=1",
+                                "history=topk", f"output_dir={out}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    deadline = time.monotonic() + 120
+    # a batch's history file is written before its predictions are kept: two files, one batch kept
+    while len(list((out / "history").glob("history-*.pt"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr[-2000:]
+    assert stderr.endswith("xdllm: stopped by SIGTERM\n") and "Traceback" not in stderr
+    kept = _lines(out / "predictions.partial.jsonl")
+    assert 1 <= len(kept) < 64 and [r["sample_index"] for r in kept] == list(range(len(kept)))
+
+
+def test_sigterm_raises_terminated_once_and_the_handler_is_put_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with sigterm_raises_terminated():
+        with pytest.raises(Terminated):
+            signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # a second one while the first is handled: nothing
+    assert signal.getsignal(signal.SIGTERM) is before
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # told to ignore it: left so
+    try:
+        with sigterm_raises_terminated():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+AFTER_THE_FIT = textwrap.dedent("""
+    import signal
+    import lightning as L
+    from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
+    from xdllm.train.stop_on_interrupt import StopOnInterrupt
+    with sigterm_raises_terminated():
+        stopper, module = StopOnInterrupt(save=lambda trainer: None), L.LightningModule()
+        trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, accelerator="cpu", devices=1)
+        stopper.setup(trainer, module, "fit")
+        stopper.on_train_start(trainer, module)
+        stopper.teardown(trainer, module, "fit")
+        signal.signal(signal.SIGTERM, stopper._on_signal)  # Lightning puts back the handler it found, later
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except Terminated:
+            print("Terminated")
+""")
+
+
+def test_after_the_fit_sigterm_goes_to_the_handler_found_before_it():
+    # the generation after training: SIGTERM's default (death on the spot) lost its finished batches
+    result = subprocess.run([sys.executable, "-c", AFTER_THE_FIT], capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout) == (0, "Terminated\n"), result.stderr[-2000:]
