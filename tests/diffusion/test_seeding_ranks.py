@@ -138,3 +138,28 @@ def test_one_step_per_row_equals_one_call_per_step():
     for row, step in zip(rows, steps):
         alone = _corrupt_rows(corrupt_uniform, {"mask_token_id": 0}, ids, loss_mask, [row], step)
         assert all(torch.equal(m[row], a[0]) for m, a in zip(mixed, alone))
+
+
+@pytest.mark.parametrize("kernel, kwargs", KERNELS_PER_SEQUENCE)
+def test_each_row_is_its_kernel_call_over_its_extent(kernel, kwargs):
+    # the definition, row by row: noise over the columns through the last supervised one (rounded
+    # up to whole blocks), from the row's own seeded generator; a row with nothing supervised
+    # keeps its tokens with p_mask 1; past the extent p_mask repeats its last value
+    ids, loss_mask = _global_batch()
+    loss_mask[:, 25:] = 0
+    loss_mask[3] = 0
+    loss_mask[5, 7:] = 0
+    rows = list(range(8))
+    noisy, noise_mask, p_mask = _corrupt_rows(kernel, kwargs, ids, loss_mask, rows, step=2)
+    block = kwargs.get("block_size")
+    for row, generator in zip(rows, sample_generators(BASE_SEED, 2, rows)):
+        supervised = loss_mask[row].nonzero()
+        if supervised.numel() == 0:
+            assert torch.equal(noisy[row], ids[row]) and not noise_mask[row].any() and (p_mask[row] == 1).all()
+            continue
+        extent = int(supervised[-1]) + 1
+        extent = min(-(-extent // block) * block, SEQ_LEN) if block else extent
+        alone = kernel(ids[row:row + 1, :extent], loss_mask[row:row + 1, :extent], generator=generator, **kwargs)
+        assert torch.equal(noisy[row, :extent], alone[0][0]) and torch.equal(noisy[row, extent:], ids[row, extent:])
+        assert torch.equal(noise_mask[row, :extent], alone[1][0]) and not noise_mask[row, extent:].any()
+        assert torch.equal(p_mask[row, :extent], alone[2][0]) and (p_mask[row, extent:] == alone[2][0, -1]).all()

@@ -47,18 +47,16 @@ def sample_generators(base_seed: int, global_step: int, sample_indices: Sequence
     return generators
 
 
-def _row_extent(loss_mask: Tensor | None, row: int, seq_len: int, block_size: int | None) -> int:
-    """Columns a row's noise is drawn over: through its last supervised position, rounded up to
-    whole blocks; the padded batch width never enters."""
+def _row_extents(loss_mask: Tensor | None, batch: int, seq_len: int, block_size: int | None) -> list[int]:
+    """Columns each row's noise is drawn over: through its last supervised position, rounded up
+    to whole blocks; the padded batch width never enters (0: a row with nothing supervised)."""
     if loss_mask is None:
-        return seq_len
-    supervised = loss_mask[row].nonzero()
-    if supervised.numel() == 0:
-        return 0
-    extent = int(supervised[-1]) + 1
+        return [seq_len] * batch
+    columns = torch.arange(1, seq_len + 1, device=loss_mask.device)
+    extents = (loss_mask * columns).amax(-1)  # the last supervised column, counted from 1; 0 if none
     if block_size:
-        extent = -(-extent // block_size) * block_size
-    return min(extent, seq_len)
+        extents = (-(-extents // block_size) * block_size).clamp(max=seq_len)
+    return extents.tolist()
 
 
 def corrupt_per_sample(
@@ -98,11 +96,13 @@ def corrupt_per_sample(
         return kernel(input_ids, loss_mask, **kernel_kwargs)
     if loss_mask is not None:
         loss_mask = loss_mask.bool()
+    extents = _row_extents(loss_mask, batch, seq_len, kernel_kwargs.get("block_size"))
+    # each row's outputs over its extent, padded to the full width (a row with nothing supervised:
+    # its tokens, no noise, p_mask 1), then placed with three copies rather than four per row
     noisy, noise_mask = input_ids.clone(), torch.zeros(input_ids.shape, dtype=torch.bool,
                                                        device=input_ids.device)
     p_mask = torch.ones(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    for row, (index, step) in enumerate(zip(indices, steps)):
-        extent = _row_extent(loss_mask, row, seq_len, kernel_kwargs.get("block_size"))
+    for row, (index, step, extent) in enumerate(zip(indices, steps, extents)):
         if extent == 0:
             continue
         generator = torch.Generator(device=input_ids.device)
@@ -111,8 +111,11 @@ def corrupt_per_sample(
             input_ids[row:row + 1, :extent],
             None if loss_mask is None else loss_mask[row:row + 1, :extent],
             generator=generator, **kernel_kwargs)
-        noisy[row, :extent] = row_noisy[0]
-        noise_mask[row, :extent] = row_noise[0]
-        p_mask[row, :extent] = row_p[0]
-        p_mask[row, extent:] = row_p[0, -1]
+        if extent == seq_len:
+            noisy[row], noise_mask[row], p_mask[row] = row_noisy[0], row_noise[0], row_p[0]
+        else:
+            noisy[row, :extent] = row_noisy[0]
+            noise_mask[row, :extent] = row_noise[0]
+            p_mask[row, :extent] = row_p[0]
+            p_mask[row, extent:] = row_p[0, -1]
     return noisy, noise_mask, p_mask
