@@ -16,6 +16,7 @@ from tiny_run import TINY
 
 from xdllm.cli.main import main
 from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
+from xdllm.history import read_history_file
 from xdllm.run import generate as generate_module
 
 GENERATE = ["num_samples=12", "batch_size=4", "history=topk"]
@@ -52,27 +53,101 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _summary(capsys) -> dict:
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{"):])
+
+
+SUMMARY_FIGURES = ("num_samples", "mean_steps", "exact_match", "token_accuracy")
+
+
 @pytest.mark.parametrize(("stop", "status", "said"), [(KeyboardInterrupt(), 130, "\nxdllm: interrupted\n"),
                                                       (Terminated(), 143, "xdllm: stopped by SIGTERM\n")])
-def test_a_stopped_generation_keeps_the_batches_it_finished(run, tmp_path, monkeypatch, capsys, stop, status, said):
+def test_a_stopped_generation_keeps_its_batches_and_resume_finishes_it(run, tmp_path, monkeypatch, capsys, stop,
+                                                                        status, said):
     whole = tmp_path / "whole"
     assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={whole}"]) == 0
-    capsys.readouterr()
+    whole_summary = _summary(capsys)
+    whole_records = _lines(whole / "predictions.jsonl")
     _stop_at_call(monkeypatch, stop, 3)
     stopped = tmp_path / "stopped"
     assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={stopped}"]) == status
     error = capsys.readouterr().err
     partial = stopped / "predictions.partial.jsonl"
     assert [(r["sample_index"], r["ids"]) for r in _lines(partial)] == \
-        [(r["sample_index"], r["ids"]) for r in _lines(whole / "predictions.jsonl")[:8]]
+        [(r["sample_index"], r["ids"]) for r in whole_records[:8]]
     assert not (stopped / "predictions.jsonl").exists()  # only a finished generation writes that
     assert len(list((stopped / "history").glob("history-*.pt"))) == 2
     assert (f"generation stopped after 8 samples: their predictions are in {partial}; their denoising history is "
-            f"in {stopped / 'history'} (view it with: xdllm history tensorboard {stopped / 'history'})") in error
+            f"in {stopped / 'history'}; continue it with: xdllm generate resume={stopped}") in error
     assert error.endswith(said)
     monkeypatch.undo()
     assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={stopped}"]) == 2  # never mixed with
-    assert "already holds predictions.partial.jsonl, generate.yaml, history" in capsys.readouterr().err
+    assert f"or continue the stopped one with: xdllm generate resume={stopped}" in capsys.readouterr().err
+    assert main(["generate", f"resume={stopped}"]) == 0
+    resumed = _summary(capsys)
+    assert {k: resumed[k] for k in SUMMARY_FIGURES} == {k: whole_summary[k] for k in SUMMARY_FIGURES}
+    assert [(r["sample_index"], r["ids"], r["exact_match"]) for r in _lines(stopped / "predictions.jsonl")] == \
+        [(r["sample_index"], r["ids"], r["exact_match"]) for r in whole_records]
+    assert sorted(path.name for path in stopped.iterdir()) == ["generate.yaml", "history", "predictions.jsonl",
+                                                               "tensorboard"]
+    assert len(list((stopped / "history").glob("history-*.pt"))) == 3
+
+
+class _StopsAfterCall(_StopsAtCall):
+    """Raises ``stop`` once its ``call``-th batch is generated: its history file is written, its
+    predictions not yet kept."""
+
+    def predict(self, *args, **kwargs):
+        self.calls += 1
+        prediction = self.predictor.predict(*args, **kwargs)
+        if self.calls == self.call:
+            raise self.stop
+        return prediction
+
+
+def test_the_history_of_the_batch_under_way_goes_with_it(run, tmp_path, monkeypatch, capsys):
+    build = generate_module._build_predictor
+    monkeypatch.setattr(generate_module, "_build_predictor",
+                        lambda run, options: _StopsAfterCall(build(run, options), KeyboardInterrupt(), 2))
+    stopped = tmp_path / "stopped"
+    assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={stopped}"]) == 130
+    assert len(_lines(stopped / "predictions.partial.jsonl")) == 4
+    (kept,) = (stopped / "history").glob("history-*.pt")  # the second batch's file was written, then removed
+    assert read_history_file(kept)["sample_ids"].tolist() == [0, 1, 2, 3]
+    monkeypatch.undo()
+    assert main(["generate", f"resume={stopped}"]) == 0
+    recorded = [read_history_file(path)["sample_ids"].tolist()
+                for path in sorted((stopped / "history").glob("history-*.pt"))]
+    assert recorded == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+
+
+def test_resume_is_refused_where_it_cannot_finish_the_same_generation(run, tmp_path, monkeypatch, capsys):
+    _stop_at_call(monkeypatch, KeyboardInterrupt(), 2)
+    stopped = tmp_path / "stopped"
+    assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={stopped}"]) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+
+    def refused(*arguments: str) -> str:
+        assert main(list(arguments)) == 2
+        return capsys.readouterr().err
+
+    assert "only device= and live= may be given with it, not batch_size=2" in refused(
+        "generate", f"resume={stopped}", "batch_size=2")
+    assert "it takes no -m" in refused("generate", "-m", f"resume={stopped}", "device=cpu,auto")
+    assert "xdllm eval writes nothing and has nothing to continue" in refused("eval", f"resume={stopped}")
+    assert f"{tmp_path} is not a generation folder (no generate.yaml)" in refused("generate", f"resume={tmp_path}")
+    record = stopped / "generate.yaml"
+    record.write_text(record.read_text().replace("global_step: 2", "global_step: 1"))
+    assert "now holds training step 2, but the generation" in refused("generate", f"resume={stopped}")
+    record.write_text(record.read_text().replace("global_step: 1", "global_step: 2"))
+    assert main(["generate", f"resume={stopped}", "device=cpu"]) == 0
+    assert "holds a finished generation (predictions.jsonl)" in refused("generate", f"resume={stopped}")
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "generate.yaml").write_text(record.read_text())
+    assert "holds no stopped generation to continue (no generation.partial.json or predictions.partial.jsonl)" \
+        in refused("generate", f"resume={tmp_path / 'gen'}")
 
 
 def test_a_stopped_sweep_keeps_what_finished_and_is_not_run_again_over_it(run, tmp_path, monkeypatch, capsys):
@@ -86,7 +161,8 @@ def test_a_stopped_sweep_keeps_what_finished_and_is_not_run_again_over_it(run, t
     capsys.readouterr()
     monkeypatch.undo()
     assert main(sweep) == 2
-    assert f"{first} already holds predictions.partial.jsonl, generate.yaml" in capsys.readouterr().err
+    assert f"{first} already holds predictions.partial.jsonl, generation.partial.json, generate.yaml" in \
+        capsys.readouterr().err
 
 
 def test_an_error_part_way_keeps_the_finished_batches_too(run, tmp_path, monkeypatch, capsys):
@@ -130,7 +206,7 @@ def test_a_stopped_generation_after_training_says_the_training_finished(tmp_path
 
 
 @pytest.mark.slow
-def test_a_real_sigterm_keeps_what_the_generation_finished(run, tmp_path):
+def test_a_real_sigterm_keeps_what_the_generation_finished_and_resume_finishes_it(run, tmp_path):
     out = tmp_path / "gen"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     process = subprocess.Popen([sys.executable, "-m", "xdllm.cli.main", "generate", f"ckpt={run}", "batch_size=1",
@@ -146,6 +222,13 @@ def test_a_real_sigterm_keeps_what_the_generation_finished(run, tmp_path):
     assert stderr.endswith("xdllm: stopped by SIGTERM\n") and "Traceback" not in stderr
     kept = _lines(out / "predictions.partial.jsonl")
     assert 1 <= len(kept) < 64 and [r["sample_index"] for r in kept] == list(range(len(kept)))
+    assert len(list((out / "history").glob("history-*.pt"))) == len(kept)  # one per batch of 1, none unfinished
+    assert main(["generate", f"resume={out}"]) == 0
+    whole = tmp_path / "whole"
+    assert main(["generate", f"ckpt={run}", "batch_size=1", f"output_dir={whole}"]) == 0
+    assert [r["ids"] for r in _lines(out / "predictions.jsonl")] == \
+        [r["ids"] for r in _lines(whole / "predictions.jsonl")]
+    assert len(list((out / "history").glob("history-*.pt"))) == 64
 
 
 def test_sigterm_raises_terminated_once_and_the_handler_is_put_back():

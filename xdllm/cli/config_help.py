@@ -150,10 +150,18 @@ def train_options_help() -> str:
         "  task and experiment; print them with: xdllm train --cfg experiment=NAME\n")
 
 
-def generate_options_help() -> str:
-    """The ``xdllm generate`` / ``xdllm eval`` options: every key of generate.yaml."""
-    return "options (KEY=VALUE, shown with their defaults):\n\n" + format_sections(
-        [config_section(ROOT_CONFIG_DIR / "generate.yaml")])
+GENERATE_RESUME = ConfigKey("resume", "null", "the folder of a generation that was stopped part-way: finish it "
+                            "with the options it started with (its generate.yaml); only device= and live= "
+                            "may be given with it")
+
+
+def generate_options_help(command: str = "generate") -> str:
+    """The ``xdllm generate`` / ``xdllm eval`` options: every key of generate.yaml (and for
+    generate, ``resume``)."""
+    section = config_section(ROOT_CONFIG_DIR / "generate.yaml")
+    if command == "generate":
+        section = ConfigSection(section.title, section.description, [GENERATE_RESUME, *section.keys])
+    return "options (KEY=VALUE, shown with their defaults):\n\n" + format_sections([section])
 
 
 def _resolve_each(config: DictConfig, node: Any, prefix: str) -> Any:

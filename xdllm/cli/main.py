@@ -9,6 +9,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
 from xdllm.errors import XdllmError
@@ -76,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         ("eval", "loss and generation metrics of a checkpoint on a split (free text: loss only)"),
     ):
         epilog = (f"{train_options_help()}\n{train_epilog}" if name == "train"
-                  else f"{generate_options_help()}\n{PREDICTOR_HELP}")
+                  else f"{generate_options_help(name)}\n{PREDICTOR_HELP}")
         sub = commands.add_parser(name, help=text, description=text, epilog=epilog,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
@@ -165,6 +166,9 @@ def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: b
     from xdllm.run.generate import config_to_print, generate_from_config
     from xdllm.run.sweep import refuse_sweep_without_multirun, run_sweep, sweep_configs
 
+    overrides, resume = _split_resume(overrides)
+    if resume is not None:
+        return _continue_generation(resume, overrides, print_config, sweep)
     if sweep and print_config:  # one YAML document per combination
         print("---\n".join(composed_yaml(config_to_print(config)) for config in sweep_configs(overrides)[1]), end="")
         return 0
@@ -180,12 +184,30 @@ def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: b
     return 0
 
 
+def _continue_generation(folder: str, overrides: Sequence[str], print_config: bool, sweep: bool) -> int:
+    from xdllm.run.generate import RESUME_OPTIONS, continue_generation
+
+    if sweep or print_config:
+        raise XdllmError(f"resume= continues one stopped generation with the options it started with; it takes no "
+                         f"{'-m' if sweep else '--cfg'} (its options are in {folder}/generate.yaml)")
+    others = [override for override in overrides if override.partition("=")[0].lstrip("+~") not in RESUME_OPTIONS]
+    if others:
+        raise XdllmError(f"resume= continues a generation with the options it started with ({folder}/generate.yaml); "
+                         f"only {'= and '.join(RESUME_OPTIONS)}= may be given with it, not {' '.join(others)}: start a "
+                         "new generation for other options")
+    print(json.dumps(continue_generation(Path(folder), overrides), indent=2))
+    return 0
+
+
 def _cmd_eval(overrides: Sequence[str], print_config: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
     from xdllm.run.generate import evaluate_from_config
 
     refuse_several_values("eval", overrides)
+    if any(override.startswith("resume=") for override in overrides):
+        raise XdllmError("resume= continues a stopped xdllm generate; xdllm eval writes nothing and has nothing to "
+                         "continue: run it again")
     config = compose_config("generate", overrides)
     if print_config:
         print(composed_yaml(config), end="")

@@ -54,11 +54,30 @@ class MetricTotals:
         """``Σ sum / Σ count`` per name (a name with no count gives 0.0)."""
         if not self._sums:
             return {}
-        names = sorted(self._sums)
-        device = self._sums[names[0]][0].device
-        stacked = torch.stack([torch.stack([self._sums[n][0].to(device), self._sums[n][1].to(device)])
-                               for n in names])
+        names, stacked = self._stacked()
         if reduce is not None:
             stacked = reduce(stacked)
         values = stacked.tolist()
         return {name: total / count if count > 0 else 0.0 for name, (total, count) in zip(names, values)}
+
+    def state(self) -> dict[str, list[float]]:
+        """``{name: [sum, count]}`` on the host (one copy), what :meth:`from_state` restores."""
+        if not self._sums:
+            return {}
+        names, stacked = self._stacked()
+        return dict(zip(names, stacked.tolist()))
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Sequence[float]], device: torch.device | str = "cpu") -> MetricTotals:
+        """Totals holding the sums and counts of :meth:`state`, on ``device`` (where later sums arrive)."""
+        totals = cls()
+        for name, (total, count) in state.items():
+            totals._sums[name] = (torch.tensor(float(total), dtype=torch.float64, device=device),
+                                  torch.tensor(float(count), dtype=torch.float64, device=device))
+        return totals
+
+    def _stacked(self) -> tuple[list[str], Tensor]:
+        names = sorted(self._sums)
+        device = self._sums[names[0]][0].device
+        return names, torch.stack([torch.stack([self._sums[n][0].to(device), self._sums[n][1].to(device)])
+                                   for n in names])

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
-from xdllm.config.compose import ROOT_CONFIG_DIR
+from xdllm.config.compose import ROOT_CONFIG_DIR, compose_config
 from xdllm.config.schema import check_component
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError
@@ -32,15 +32,10 @@ from xdllm.run.build import instantiate_component
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
-from xdllm.run.generation_folder import (
-    PARTIAL_PREDICTIONS,
-    PREDICTIONS,
-    claim_output_dir,
-    discard_unfinished,
-    write_jsonl,
-)
+from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished, write_jsonl
 from xdllm.run.generation_progress import GenerationProgress
 from xdllm.run.generation_record import (
+    GENERATE_CONFIG,
     generation_settings,
     predictor_config,
     resolved_options,
@@ -49,6 +44,7 @@ from xdllm.run.generation_record import (
     write_generation_config,
     write_generation_scalars,
 )
+from xdllm.run.partial_generation import FinishedBatches, read_partial, remove_partial, write_partial
 from xdllm.run.prompt_sources import (
     check_canvas_fits,
     drawn_when_iterated,
@@ -154,12 +150,14 @@ def run_generation(run: TrainedRun, checked: CheckedGeneration, write_outputs: b
 
 
 def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGeneration, device: torch.device,
-                   dtype: torch.dtype | None, settings: dict[str, Any]) -> dict[str, Any]:
+                   dtype: torch.dtype | None, settings: dict[str, Any],
+                   resumed: FinishedBatches | None = None) -> dict[str, Any]:
     """Run the predictor over the batches; write the generation's files into ``output_dir``
-    (nothing when it is None); return the summary."""
+    (nothing when it is None); return the summary. ``resumed``: the batches a stopped generation
+    into ``output_dir`` finished, skipped here and counted in."""
     options, predictor = checked.options, checked.predictor
     write_outputs = output_dir is not None
-    if write_outputs:
+    if write_outputs and resumed is None:
         write_generation_config(output_dir, options, run.config, run.checkpoint, run.global_step)
     history = None
     if options.history == "topk" and write_outputs:  # one recorder: one file per batch
@@ -170,48 +168,54 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     if options.get("live"):  # the first sample drawn as it denoises, on stderr
         recorder = LiveRecorder(Console(stderr=True), run.tokenizer, inner=history)
     evaluator = run.components.evaluator
-    records: list[dict[str, Any]] = []
-    totals = MetricTotals()
-    generated_tokens, started = 0, time.perf_counter()
+    # unprompted: whether every output so far is the first one (one text written N times)
+    done = resumed or FinishedBatches(one_text=is_free_text(run.components.task) and not options.prompts_file)
+    skipped, started = done.batches, time.perf_counter()
     progress = None if options.get("live") else GenerationProgress()  # the live view owns stderr
     extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
-    # unprompted: whether every output so far is the first one (one text written N times)
-    one_text, first_output = is_free_text(run.components.task) and not options.prompts_file, None
     try:
         with torch.inference_mode(), autocast(device, dtype):
-            for batches_done, batch in enumerate(checked.batches, start=1):
+            for batches_drawn, batch in enumerate(checked.batches, start=1):
+                if batches_drawn <= skipped:  # finished before the generation was stopped
+                    continue
                 batch = batch_to(batch, device)
                 try:
                     prediction = predictor.predict(batch, model=run.model, history=recorder, **extras)
                 except ValueError as error:  # predictors refuse options that do not fit the prompts this way
                     raise XdllmError(f"{type(predictor).__name__}: {error}") from error
-                totals.add(evaluator.prediction_metrics(batch, prediction))
-                records.extend(evaluator.records(batch, prediction))
-                generated_tokens += int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
-                if one_text:
-                    first_output = prediction["ids"][0] if first_output is None else first_output
-                    one_text = same_rows(prediction["ids"], first_output)
+                totals, records = evaluator.prediction_metrics(batch, prediction), evaluator.records(batch, prediction)
+                tokens = int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
+                if done.one_text:
+                    done.first_output = prediction["ids"][0] if done.first_output is None else done.first_output
+                    done.one_text = same_rows(prediction["ids"], done.first_output)
+                done.totals.add(totals)
+                done.records.extend(records)
+                done.generated_tokens += tokens
+                done.batches += 1
                 if progress is not None:
-                    progress.batch_done(len(records), batches_done, generated_tokens)
+                    progress.batch_done(len(done.records), done.batches, done.generated_tokens)
     except BaseException:  # Ctrl-C, SIGTERM, an error: what the finished batches made is kept
-        if output_dir is not None and records:
-            _keep_finished(output_dir, records, history)
+        if output_dir is not None and done.records:
+            done.seconds += time.perf_counter() - started
+            _keep_finished(output_dir, done, history, done.batches - skipped)
         raise
-    elapsed = time.perf_counter() - started
-    if one_text and len(records) > 1:
-        log.warning(ONE_TEXT_WARNING, len(records))
+    done.seconds += time.perf_counter() - started
+    if done.one_text and len(done.records) > 1:
+        log.warning(ONE_TEXT_WARNING, len(done.records))
+    records = done.records
     summary: dict[str, Any] = {
         **checkpoint_fields(run),
         "device": str(device),
         "num_samples": len(records),
         "mean_steps": sum(r["steps_taken"] for r in records) / max(1, len(records)),
-        "tokens_per_second": generated_tokens / max(elapsed, 1e-9),
+        "tokens_per_second": done.generated_tokens / max(done.seconds, 1e-9),
     }
     if write_outputs:
         predictions_path = output_dir / PREDICTIONS
         write_jsonl(records, predictions_path)
+        remove_partial(output_dir)
         summary["predictions"] = str(predictions_path)
-    summary.update(evaluator.finalize(totals.means()))
+    summary.update(evaluator.finalize(done.totals.means()))
     if history is not None:
         try:
             write_tensorboard([output_dir / "history"], output_dir / "tensorboard",
@@ -228,14 +232,54 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     return summary
 
 
-def _keep_finished(output_dir: Path, records: list[dict[str, Any]], history: HistoryTopKPlugin | None) -> None:
-    """A generation stopped part-way: the finished batches' predictions go to
-    ``predictions.partial.jsonl``, and a line on stderr says where they and their history are."""
-    path = output_dir / PARTIAL_PREDICTIONS
-    write_jsonl(records, path)
-    recorded = (f"; their denoising history is in {history.output_dir} (view it with: xdllm history tensorboard "
-                f"{history.output_dir})") if history is not None and history.files_written else ""
-    log.warning("generation stopped after %d samples: their predictions are in %s%s", len(records), path, recorded)
+def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopKPlugin | None,
+                   finished_here: int) -> None:
+    """A generation stopped part-way: the finished batches' predictions and totals go to
+    ``predictions.partial.jsonl`` and ``generation.partial.json``; a history file of the batch
+    under way (written before its predictions were kept) is removed; a line on stderr says where
+    things are and how to continue."""
+    if history is not None:
+        for unfinished in history.files_written[finished_here:]:
+            unfinished.unlink(missing_ok=True)
+    path = write_partial(output_dir, done)
+    recorded = f"; their denoising history is in {history.output_dir}" if history is not None else ""
+    log.warning("generation stopped after %d samples: their predictions are in %s%s; continue it with: "
+                "xdllm generate resume=%s", len(done.records), path, recorded, output_dir)
+
+
+RESUME_OPTIONS = ("device", "live")  # what a continued generation may set anew: not what it generates
+
+
+def continue_generation(folder: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """``xdllm generate resume=<folder>``: finish the generation stopped in ``folder`` with the
+    options it started with (its ``generate.yaml``) and the checkpoint file it read, at the same
+    training step; ``overrides`` may set only :data:`RESUME_OPTIONS`. Returns the whole
+    generation's summary, as if it had never stopped."""
+    folder = Path(folder).expanduser()
+    if (folder / PREDICTIONS).exists():
+        raise XdllmError(f"{folder} holds a finished generation ({PREDICTIONS}): there is nothing to continue")
+    if not (folder / GENERATE_CONFIG).is_file():
+        raise XdllmError(f"{folder} is not a generation folder (no {GENERATE_CONFIG}); resume= takes the folder "
+                         "a stopped xdllm generate named")
+    record = OmegaConf.load(folder / GENERATE_CONFIG)
+    options = compose_config("generate", [f"ckpt={record.checkpoint}", *overrides])
+    with open_dict(options):
+        for key in options:
+            if key not in ("ckpt", "predictor", *RESUME_OPTIONS) and key in record:
+                options[key] = record[key]
+        options.predictor = record.predictor_overrides
+        options.output_dir = str(folder)
+    options = _options(options)
+    run = load_trained(options.ckpt, ema=options.ema)
+    if run.global_step != record.global_step:
+        raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the generation in {folder} "
+                         f"started from step {record.global_step}: the rest would come from other weights; start "
+                         "a new generation")
+    checked = check_generation(run, options)
+    device, dtype = place_run(run, options)
+    finished = read_partial(folder, device)
+    log.info("continuing the generation in %s after its %d finished samples", folder, len(finished.records))
+    return _generate_into(folder, run, checked, device, dtype, generation_settings(options), resumed=finished)
 
 
 def checkpoint_fields(run: TrainedRun) -> dict[str, Any]:

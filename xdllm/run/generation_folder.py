@@ -2,7 +2,8 @@
 ``<run>/generate/<time>``), its ``predictions.jsonl`` written atomically, and what a failed
 generation wrote removed if it finished nothing. A generation stopped part-way (Ctrl-C, SIGTERM,
 an error) keeps the predictions of the batches it finished in ``predictions.partial.jsonl``, beside
-their history files; never in ``predictions.jsonl``, which only a finished generation writes."""
+their history files (:mod:`xdllm.run.partial_generation`); never in ``predictions.jsonl``, which
+only a finished generation writes."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from typing import Any
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generation_record import GENERATE_CONFIG
+from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE
 from xdllm.temporary_files import remove_stale_temporaries, written_atomically
 
 PREDICTIONS = "predictions.jsonl"
-PARTIAL_PREDICTIONS = "predictions.partial.jsonl"
-GENERATION_CONTENT = (PREDICTIONS, PARTIAL_PREDICTIONS, GENERATE_CONFIG, "history", "tensorboard")  # what one writes
+GENERATION_CONTENT = (PREDICTIONS, PARTIAL_PREDICTIONS, PARTIAL_STATE, GENERATE_CONFIG, "history",
+                      "tensorboard")  # what a generation writes
 
 
 def generation_content_in(folder: Path) -> list[str]:
@@ -42,7 +44,7 @@ def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "")
         held = generation_content_in(folder)
         if held:
             raise XdllmError(f"output_dir {folder} already holds {', '.join(held)}; a generation writes those "
-                             "there and would overwrite or mix with them: choose another folder")
+                             f"there and would overwrite or mix with them: choose another folder{stopped_hint(folder)}")
         return folder, make_output_dir(folder)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"_{settings}" if settings else "")
     generated.mkdir(parents=True, exist_ok=True)
@@ -54,6 +56,13 @@ def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "")
         except FileExistsError:
             continue
     raise XdllmError(f"could not make a new generation folder in {generated}")
+
+
+def stopped_hint(folder: Path) -> str:
+    """How to continue the stopped generation ``folder`` holds, if it holds one."""
+    if not (folder / PARTIAL_STATE).is_file():
+        return ""
+    return f", or continue the stopped one with: xdllm generate resume={folder}"
 
 
 def make_output_dir(folder: Path) -> Path | None:

@@ -28,7 +28,7 @@ from xdllm.config.compose import compose_config, first_swept_override
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import load_trained
 from xdllm.run.generate import check_generation, run_generation
-from xdllm.run.generation_folder import discard_unfinished, generation_content_in, make_output_dir
+from xdllm.run.generation_folder import discard_unfinished, generation_content_in, make_output_dir, stopped_hint
 from xdllm.run.generation_record import settings_name
 from xdllm.temporary_files import write_text_atomically
 
@@ -98,7 +98,8 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     for name in names:
         held = generation_content_in(sweep_dir / name)
         if held:
-            raise XdllmError(f"{sweep_dir / name} already holds {', '.join(held)}; choose another output_dir")
+            raise XdllmError(f"{sweep_dir / name} already holds {', '.join(held)}; choose another output_dir"
+                             f"{stopped_hint(sweep_dir / name)}")
     path = sweep_dir / SWEEP_SUMMARY
     results: list[dict[str, Any]] = []
     try:

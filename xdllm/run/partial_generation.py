@@ -1,0 +1,75 @@
+"""What a generation has finished, kept when it stops part-way so that it can be continued.
+
+A generation stopped by Ctrl-C, SIGTERM or an error writes, in its folder, the predictions of
+the batches it finished (``predictions.partial.jsonl``) and what its summary needs of them
+(``generation.partial.json``: batches, metric sums and counts, tokens, seconds).
+``xdllm generate resume=<folder>`` reads both, skips those batches and generates the rest: a
+sample's result depends only on the seed, its index and the step (never on its batch), so the
+finished generation equals one that was never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from xdllm.errors import XdllmError
+from xdllm.evaluate import MetricTotals
+from xdllm.temporary_files import write_text_atomically
+
+PARTIAL_PREDICTIONS = "predictions.partial.jsonl"
+PARTIAL_STATE = "generation.partial.json"
+
+
+@dataclass
+class FinishedBatches:
+    """A generation's finished batches: their records and running totals. ``one_text`` and
+    ``first_output`` follow whether every unprompted output so far is the first one."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    totals: MetricTotals = field(default_factory=MetricTotals)
+    batches: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    one_text: bool = False
+    first_output: torch.Tensor | None = None
+
+
+def write_partial(folder: Path, finished: FinishedBatches) -> Path:
+    """Write the finished batches into ``folder`` (the state first: predictions without it cannot
+    be continued, and are refused as such); return the predictions' path."""
+    state = {"batches": finished.batches, "samples": len(finished.records), "totals": finished.totals.state(),
+             "generated_tokens": finished.generated_tokens, "seconds": finished.seconds,
+             "one_text": finished.one_text,
+             "first_output": None if finished.first_output is None else finished.first_output.tolist()}
+    write_text_atomically(folder / PARTIAL_STATE, json.dumps(state))
+    path = folder / PARTIAL_PREDICTIONS
+    write_text_atomically(path, "".join(json.dumps(record) + "\n" for record in finished.records))
+    return path
+
+
+def read_partial(folder: Path, device: torch.device) -> FinishedBatches:
+    """The finished batches a stopped generation left in ``folder``; sums on ``device``."""
+    missing = [name for name in (PARTIAL_STATE, PARTIAL_PREDICTIONS) if not (folder / name).is_file()]
+    if missing:
+        raise XdllmError(f"{folder} holds no stopped generation to continue (no {' or '.join(missing)}); "
+                         "xdllm generate resume=<folder> continues a generation that was stopped part-way")
+    state = json.loads((folder / PARTIAL_STATE).read_text())
+    records = [json.loads(line) for line in (folder / PARTIAL_PREDICTIONS).read_text().splitlines()]
+    if len(records) != state["samples"]:
+        raise XdllmError(f"{folder / PARTIAL_PREDICTIONS} holds {len(records)} predictions, but "
+                         f"{PARTIAL_STATE} says {state['samples']}: the two were not written together")
+    first = state["first_output"]
+    return FinishedBatches(records, MetricTotals.from_state(state["totals"], device), state["batches"],
+                           state["generated_tokens"], state["seconds"], state["one_text"],
+                           None if first is None else torch.tensor(first, device=device))
+
+
+def remove_partial(folder: Path) -> None:
+    """Once the generation has finished (its ``predictions.jsonl`` written)."""
+    for name in (PARTIAL_PREDICTIONS, PARTIAL_STATE):
+        (folder / name).unlink(missing_ok=True)
