@@ -1,11 +1,13 @@
 """`xdllm generate` and `xdllm eval` on a briefly trained run."""
 
 import json
+import logging
 
 import pytest
 from held_out_draw_counter import count_held_out_draws
 
 from xdllm.cli.main import main
+from xdllm.run.generation_progress import GenerationProgress
 
 
 def test_training_ends_by_generating_on_the_test_split(trained_run):
@@ -150,3 +152,11 @@ def test_a_long_generation_says_how_far_it_got(trained_run, tmp_path, capsys, mo
     monkeypatch.setattr("xdllm.run.generation_progress.PROGRESS_EVERY_SECONDS", 10.0)
     assert main(["generate", f"ckpt={trained_run}", "num_samples=4", f"output_dir={tmp_path / 'quick'}"]) == 0
     assert "generated " not in capsys.readouterr().err  # a short generation stays quiet
+
+
+def test_a_resumed_generation_s_progress_counts_the_time_before_its_stop(caplog):
+    times = iter([100.0, 130.0])
+    progress = GenerationProgress(every_seconds=0.0, clock=lambda: next(times), earlier_seconds=20.0)
+    with caplog.at_level(logging.INFO, logger="xdllm.run.generation_progress"):
+        progress.batch_done(samples=40, batches=10, tokens=500)  # 500 tokens over 20 s before and 30 s now
+    assert caplog.messages == ["generated 40 samples (10 batches) in 50 s, 10 tokens/s"]

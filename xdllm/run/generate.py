@@ -171,7 +171,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     # unprompted: whether every output so far is the first one (one text written N times)
     done = resumed or FinishedBatches(one_text=is_free_text(run.components.task) and not options.prompts_file)
     skipped, started = done.batches, time.perf_counter()
-    progress = None if options.get("live") else GenerationProgress()  # the live view owns stderr
+    progress = None if options.get("live") else GenerationProgress(earlier_seconds=done.seconds)  # live owns stderr
     extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
     try:
         with torch.inference_mode(), autocast(device, dtype):

@@ -16,12 +16,15 @@ PROGRESS_EVERY_SECONDS = 10.0
 
 
 class GenerationProgress:
-    """Call :meth:`batch_done` after each batch with the running totals."""
+    """Call :meth:`batch_done` after each batch with the running totals. ``earlier_seconds``: the
+    time a resumed generation spent before it stopped, counted in as its totals are."""
 
-    def __init__(self, every_seconds: float | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, every_seconds: float | None = None, clock: Callable[[], float] = time.perf_counter,
+                 earlier_seconds: float = 0.0) -> None:
         self.every_seconds = PROGRESS_EVERY_SECONDS if every_seconds is None else every_seconds
         self.clock = clock
-        self.started = self.last = clock()
+        self.last = clock()
+        self.started = self.last - earlier_seconds
 
     def batch_done(self, samples: int, batches: int, tokens: int) -> None:
         now = self.clock()
