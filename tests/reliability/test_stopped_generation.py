@@ -19,7 +19,7 @@ from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
 from xdllm.history import read_history_file
 from xdllm.run import generate as generate_module
 
-GENERATE = ["num_samples=12", "batch_size=4", "history=topk"]
+GENERATE = ["num_samples=12", "batch_size=4", "history=topk", "history_tensorboard_samples=1"]
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,8 @@ def test_a_real_sigterm_keeps_what_the_generation_finished_and_resume_finishes_i
     out = tmp_path / "gen"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     process = subprocess.Popen([sys.executable, "-m", "xdllm.cli.main", "generate", f"ckpt={run}", "batch_size=1",
-                                "history=topk", f"output_dir={out}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                "history=topk", "history_tensorboard_samples=1", f"output_dir={out}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=env)
     deadline = time.monotonic() + 120
     # a batch's history file is written before its predictions are kept: two files, one batch kept
