@@ -142,7 +142,10 @@ def test_resume_is_refused_where_it_cannot_finish_the_same_generation(run, tmp_p
     record.write_text(record.read_text().replace("global_step: 2", "global_step: 1"))
     assert "now holds training step 2, but the generation" in refused("generate", f"resume={stopped}")
     record.write_text(record.read_text().replace("global_step: 1", "global_step: 2"))
+    stale = stopped / "history" / ".history-00001.pt.tmp-999999999"  # a write killed outright
+    stale.write_bytes(b"half a history file")
     assert main(["generate", f"resume={stopped}", "device=cpu"]) == 0
+    assert not stale.exists()
     assert "holds a finished generation (predictions.jsonl)" in refused("generate", f"resume={stopped}")
     (tmp_path / "gen").mkdir()
     (tmp_path / "gen" / "generate.yaml").write_text(record.read_text())

@@ -52,6 +52,7 @@ from xdllm.run.prompt_sources import (
     prompt_batches,
     prompt_file_examples,
 )
+from xdllm.temporary_files import remove_stale_temporaries
 from xdllm.train.module import takes_frozen
 
 HISTORY_CHOICES = (None, "topk")
@@ -277,6 +278,8 @@ def continue_generation(folder: Path, overrides: Sequence[str] = ()) -> dict[str
                          "a new generation")
     checked = check_generation(run, options)
     device, dtype = place_run(run, options)
+    for written in (folder, folder / "history"):  # what a write killed outright left
+        remove_stale_temporaries(written)
     finished = read_partial(folder, device)
     log.info("continuing the generation in %s after its %d finished samples", folder, len(finished.records))
     return _generate_into(folder, run, checked, device, dtype, generation_settings(options), resumed=finished)
