@@ -177,8 +177,14 @@ def test_an_error_part_way_keeps_the_finished_batches_too(run, tmp_path, monkeyp
     assert "generation stopped after 4 samples" in capsys.readouterr().err
 
 
-def test_nothing_finished_leaves_nothing(run, tmp_path, monkeypatch):
-    _stop_at_call(monkeypatch, KeyboardInterrupt(), 1)
+@pytest.mark.parametrize("stopping", ["before", "after"])
+def test_nothing_finished_leaves_nothing(run, tmp_path, monkeypatch, stopping):
+    # stopped before the first batch generated, or after it wrote its history but before its
+    # predictions were kept
+    build = generate_module._build_predictor
+    wrapper = _StopsAtCall if stopping == "before" else _StopsAfterCall
+    monkeypatch.setattr(generate_module, "_build_predictor",
+                        lambda run, options: wrapper(build(run, options), KeyboardInterrupt(), 1))
     assert main(["generate", f"ckpt={run}", *GENERATE]) == 130
     assert not list((run / "generate").glob("*"))
 

@@ -44,7 +44,13 @@ from xdllm.run.generation_record import (
     write_generation_config,
     write_generation_scalars,
 )
-from xdllm.run.partial_generation import FinishedBatches, read_partial, remove_partial, write_partial
+from xdllm.run.partial_generation import (
+    FinishedBatch,
+    FinishedBatches,
+    read_partial,
+    remove_partial,
+    write_partial,
+)
 from xdllm.run.prompt_sources import (
     check_canvas_fits,
     drawn_when_iterated,
@@ -171,8 +177,10 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     evaluator = run.components.evaluator
     # unprompted: whether every output so far is the first one (one text written N times)
     done = resumed or FinishedBatches(one_text=is_free_text(run.components.task) and not options.prompts_file)
+    finished: list[FinishedBatch] = []  # this run's batches, each appended whole
     skipped, started = done.batches, time.perf_counter()
     progress = None if options.get("live") else GenerationProgress(earlier_seconds=done.seconds)  # live owns stderr
+    samples, tokens = len(done.records), done.generated_tokens  # for the progress lines alone
     extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
     try:
         with torch.inference_mode(), autocast(device, dtype):
@@ -184,22 +192,23 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                     prediction = predictor.predict(batch, model=run.model, history=recorder, **extras)
                 except ValueError as error:  # predictors refuse options that do not fit the prompts this way
                     raise XdllmError(f"{type(predictor).__name__}: {error}") from error
-                totals, records = evaluator.prediction_metrics(batch, prediction), evaluator.records(batch, prediction)
-                tokens = int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum())
-                if done.one_text:
+                result = FinishedBatch(evaluator.records(batch, prediction),
+                                       evaluator.prediction_metrics(batch, prediction),
+                                       int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum()))
+                if done.one_text:  # for a warning alone
                     done.first_output = prediction["ids"][0] if done.first_output is None else done.first_output
                     done.one_text = same_rows(prediction["ids"], done.first_output)
-                done.totals.add(totals)
-                done.records.extend(records)
-                done.generated_tokens += tokens
-                done.batches += 1
+                finished.append(result)
+                samples, tokens = samples + len(result.records), tokens + result.generated_tokens
                 if progress is not None:
-                    progress.batch_done(len(done.records), done.batches, done.generated_tokens)
+                    progress.batch_done(samples, skipped + len(finished), tokens)
     except BaseException:  # Ctrl-C, SIGTERM, an error: what the finished batches made is kept
-        if output_dir is not None and done.records:
+        if output_dir is not None:
+            done.add(finished)
             done.seconds += time.perf_counter() - started
-            _keep_finished(output_dir, done, history, done.batches - skipped)
+            _keep_finished(output_dir, done, history, len(finished))
         raise
+    done.add(finished)
     done.seconds += time.perf_counter() - started
     if done.one_text and len(done.records) > 1:
         log.warning(ONE_TEXT_WARNING, len(done.records))
@@ -242,6 +251,8 @@ def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopK
     if history is not None:
         for unfinished in history.files_written[finished_here:]:
             unfinished.unlink(missing_ok=True)
+    if not done.records:
+        return
     path = write_partial(output_dir, done)
     recorded = f"; their denoising history is in {history.output_dir}" if history is not None else ""
     log.warning("generation stopped after %d samples: their predictions are in %s%s; continue it with: "

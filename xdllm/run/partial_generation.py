@@ -19,6 +19,7 @@ import torch
 
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
+from xdllm.interfaces import MetricSums
 from xdllm.temporary_files import write_text_atomically
 
 PARTIAL_PREDICTIONS = "predictions.partial.jsonl"
@@ -37,6 +38,25 @@ class FinishedBatches:
     seconds: float = 0.0
     one_text: bool = False
     first_output: torch.Tensor | None = None
+
+    def add(self, batches: list[FinishedBatch]) -> None:
+        """Count ``batches`` in (after the ones counted already)."""
+        for batch in batches:
+            self.records.extend(batch.records)
+            self.totals.add(batch.sums)
+            self.generated_tokens += batch.generated_tokens
+            self.batches += 1
+
+
+@dataclass(frozen=True)
+class FinishedBatch:
+    """One batch's records, metric sums and generated tokens. The generation loop appends each
+    to a list in one call, so a stop (a signal raises between any two Python operations) finds
+    every batch either kept whole or not at all: never its records without its count."""
+
+    records: list[dict[str, Any]]
+    sums: MetricSums
+    generated_tokens: int
 
 
 def write_partial(folder: Path, finished: FinishedBatches) -> Path:
