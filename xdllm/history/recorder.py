@@ -70,7 +70,8 @@ class HistoryTopKPlugin:
         self.split = split
         self.files_written: list[Path] = []
         self.samples_recorded = 0
-        self._next_index = next_file_index(self.output_dir)
+        self.first_index = next_file_index(self.output_dir)  # of this recorder's files, one per batch
+        self._next_index = self.first_index
         self._batch: _BatchRecording | None = None
         self._skipping = False
 

@@ -41,6 +41,14 @@ def next_file_index(directory: Path) -> int:
     return max(indices, default=-1) + 1
 
 
+def remove_files_from(directory: Path, first: int) -> None:
+    """Delete the history files numbered ``first`` and on in ``directory``."""
+    for path in directory.glob("history-*.pt"):
+        match = FILE_PATTERN.match(path.name)
+        if match and int(match.group(1)) >= first:
+            path.unlink(missing_ok=True)
+
+
 def write_history_file(payload: Mapping[str, Any], path: Path) -> None:
     """Validate ``payload`` (adding its checksums) and write it atomically to ``path``."""
     record = dict(payload)

@@ -28,6 +28,7 @@ from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
+from xdllm.history.storage import remove_files_from
 from xdllm.run.build import instantiate_component
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
@@ -248,9 +249,8 @@ def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopK
     ``predictions.partial.jsonl`` and ``generation.partial.json``; a history file of the batch
     under way (written before its predictions were kept) is removed; a line on stderr says where
     things are and how to continue."""
-    if history is not None:
-        for unfinished in history.files_written[finished_here:]:
-            unfinished.unlink(missing_ok=True)
+    if history is not None:  # by number: a stop between writing a file and listing it still finds it
+        remove_files_from(history.output_dir, history.first_index + finished_here)
     if not done.records:
         return
     path = write_partial(output_dir, done)
