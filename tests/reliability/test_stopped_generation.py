@@ -138,6 +138,7 @@ def test_resume_is_refused_where_it_cannot_finish_the_same_generation(run, tmp_p
     assert "it takes no -m" in refused("generate", "-m", f"resume={stopped}", "device=cpu,auto")
     assert "xdllm eval writes nothing and has nothing to continue" in refused("eval", f"resume={stopped}")
     assert f"{tmp_path} is not a generation folder (no generate.yaml)" in refused("generate", f"resume={tmp_path}")
+    assert f"resume={tmp_path / 'nowhere'}: no such folder" in refused("generate", f"resume={tmp_path / 'nowhere'}")
     record = stopped / "generate.yaml"
     record.write_text(record.read_text().replace("global_step: 2", "global_step: 1"))
     assert "now holds training step 2, but the generation" in refused("generate", f"resume={stopped}")

@@ -268,6 +268,8 @@ def continue_generation(folder: Path, overrides: Sequence[str] = ()) -> dict[str
     training step; ``overrides`` may set only :data:`RESUME_OPTIONS`. Returns the whole
     generation's summary, as if it had never stopped."""
     folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise XdllmError(f"resume={folder}: no such folder; give the folder a stopped xdllm generate named")
     if (folder / PREDICTIONS).exists():
         raise XdllmError(f"{folder} holds a finished generation ({PREDICTIONS}): there is nothing to continue")
     if not (folder / GENERATE_CONFIG).is_file():
