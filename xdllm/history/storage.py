@@ -35,18 +35,21 @@ def next_file_index(directory: Path) -> int:
     A recorder starts numbering there, so a second generation into the same directory adds
     files instead of overwriting the first one's.
     """
-    if not directory.is_dir():
-        return 0
-    indices = [int(m.group(1)) for p in directory.iterdir() if (m := FILE_PATTERN.match(p.name))]
-    return max(indices, default=-1) + 1
+    return max(_numbered_files(directory), default=-1) + 1
 
 
 def remove_files_from(directory: Path, first: int) -> None:
     """Delete the history files numbered ``first`` and on in ``directory``."""
-    for path in directory.glob("history-*.pt"):
-        match = FILE_PATTERN.match(path.name)
-        if match and int(match.group(1)) >= first:
+    for index, path in _numbered_files(directory).items():
+        if index >= first:
             path.unlink(missing_ok=True)
+
+
+def _numbered_files(directory: Path) -> dict[int, Path]:
+    """The history files directly in ``directory``, by number (none if it does not exist)."""
+    if not directory.is_dir():
+        return {}
+    return {int(m.group(1)): p for p in directory.iterdir() if (m := FILE_PATTERN.match(p.name))}
 
 
 def write_history_file(payload: Mapping[str, Any], path: Path) -> None:

@@ -56,8 +56,7 @@ class StopOnInterrupt(L.Callback):
         self.save = save
         self.requested = False
         self.cause = ""
-        self._previous: dict[int, Any] = {}
-        self._outside: dict[int, Any] = {}  # the handlers found at setup, kept after the fit
+        self._outside: dict[int, Any] = {}  # the handlers found at setup: put back after the fit
         self._pid: int | None = None
         self._trainer: L.Trainer | None = None
 
@@ -68,7 +67,7 @@ class StopOnInterrupt(L.Callback):
             previous = signal.getsignal(signum)
             if previous is signal.SIG_IGN:  # started in the background, or told to: the signal cannot stop it
                 continue
-            self._previous[signum], self._outside[signum] = previous, previous
+            self._outside[signum] = previous
             self._pid, self._trainer = os.getpid(), trainer
             signal.signal(signum, self._on_signal)
 
@@ -76,7 +75,7 @@ class StopOnInterrupt(L.Callback):
         # Lightning's handler, installed as the fit started, calls this one after its own, which
         # ends the fit without saving: this one alone while training runs; Lightning puts back
         # the one it found (this one) when it tears down, and teardown() the original
-        if signal.SIGTERM in self._previous and threading.current_thread() is threading.main_thread():
+        if signal.SIGTERM in self._outside and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -124,6 +123,6 @@ class StopOnInterrupt(L.Callback):
     def _restore(self) -> None:
         if self._pid != os.getpid():
             return
-        for signum, previous in self._previous.items():
+        for signum, previous in self._outside.items():
             signal.signal(signum, previous)
-        self._previous, self._trainer = {}, None
+        self._trainer = None
