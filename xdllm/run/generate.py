@@ -205,12 +205,10 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                     progress.batch_done(samples, skipped + len(finished), tokens)
     except BaseException:  # Ctrl-C, SIGTERM, an error: what the finished batches made is kept
         if output_dir is not None:
-            done.add(finished)
-            done.seconds += time.perf_counter() - started
+            done.add(finished, time.perf_counter() - started)
             _keep_finished(output_dir, done, history, len(finished))
         raise
-    done.add(finished)
-    done.seconds += time.perf_counter() - started
+    done.add(finished, time.perf_counter() - started)
     if done.one_text and len(done.records) > 1:
         log.warning(ONE_TEXT_WARNING, len(done.records))
     records = done.records

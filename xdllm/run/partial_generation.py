@@ -39,8 +39,9 @@ class FinishedBatches:
     one_text: bool = False
     first_output: torch.Tensor | None = None
 
-    def add(self, batches: list[FinishedBatch]) -> None:
-        """Count ``batches`` in (after the ones counted already)."""
+    def add(self, batches: list[FinishedBatch], seconds: float) -> None:
+        """Count ``batches``, generated in ``seconds``, in (after the ones counted already)."""
+        self.seconds += seconds
         for batch in batches:
             self.records.extend(batch.records)
             self.totals.add(batch.sums)
