@@ -8,8 +8,9 @@ start that writes into the same folder removes it, unless its writer is still ru
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,13 @@ def write_bytes_atomically(path: str | os.PathLike, data: bytes) -> None:
     """``path.write_bytes(data)``, but ``path`` is never seen half-written."""
     with written_atomically(path) as temporary:
         temporary.write_bytes(data)
+
+
+def write_jsonl_atomically(path: str | os.PathLike, records: Iterable[Any]) -> None:
+    """``records`` as JSON lines in ``path``, which is never seen half-written."""
+    with written_atomically(path) as temporary, open(temporary, "w") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
 
 
 def torch_save_atomically(obj: Any, path: str | os.PathLike) -> None:

@@ -33,7 +33,7 @@ from xdllm.run.build import instantiate_component
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
-from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished, write_jsonl
+from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished
 from xdllm.run.generation_progress import GenerationProgress
 from xdllm.run.generation_record import (
     GENERATE_CONFIG,
@@ -59,7 +59,7 @@ from xdllm.run.prompt_sources import (
     prompt_batches,
     prompt_file_examples,
 )
-from xdllm.temporary_files import remove_stale_temporaries
+from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically
 from xdllm.train.module import takes_frozen
 
 HISTORY_CHOICES = (None, "topk")
@@ -221,7 +221,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     }
     if write_outputs:
         predictions_path = output_dir / PREDICTIONS
-        write_jsonl(records, predictions_path)
+        write_jsonl_atomically(predictions_path, records)
         remove_partial(output_dir)
         summary["predictions"] = str(predictions_path)
     summary.update(evaluator.finalize(done.totals.means()))

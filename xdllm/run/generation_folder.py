@@ -7,16 +7,14 @@ only a finished generation writes."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generation_record import GENERATE_CONFIG
 from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE
-from xdllm.temporary_files import remove_stale_temporaries, written_atomically
+from xdllm.temporary_files import remove_stale_temporaries
 
 PREDICTIONS = "predictions.jsonl"
 GENERATION_CONTENT = (PREDICTIONS, PARTIAL_PREDICTIONS, PARTIAL_STATE, GENERATE_CONFIG, "history",
@@ -100,9 +98,3 @@ def discard_unfinished(folder: Path, made: Path | None) -> None:
         if candidate == made:
             return
 
-
-def write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
-    """``records`` as JSON lines in ``path``, through a temporary file renamed into place."""
-    with written_atomically(path) as temporary, open(temporary, "w") as handle:
-        for record in records:
-            handle.write(json.dumps(record) + "\n")

@@ -20,7 +20,7 @@ import torch
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.interfaces import MetricSums
-from xdllm.temporary_files import write_text_atomically
+from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
 
 PARTIAL_PREDICTIONS = "predictions.partial.jsonl"
 PARTIAL_STATE = "generation.partial.json"
@@ -69,7 +69,7 @@ def write_partial(folder: Path, finished: FinishedBatches) -> Path:
              "first_output": None if finished.first_output is None else finished.first_output.tolist()}
     write_text_atomically(folder / PARTIAL_STATE, json.dumps(state))
     path = folder / PARTIAL_PREDICTIONS
-    write_text_atomically(path, "".join(json.dumps(record) + "\n" for record in finished.records))
+    write_jsonl_atomically(path, finished.records)
     return path
 
 

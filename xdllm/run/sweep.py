@@ -14,7 +14,6 @@ drawing its held-out samples once.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -30,7 +29,7 @@ from xdllm.run.checkpoint import load_trained
 from xdllm.run.generate import check_generation, run_generation
 from xdllm.run.generation_folder import discard_unfinished, generation_content_in, make_output_dir, stopped_hint
 from xdllm.run.generation_record import settings_name
-from xdllm.temporary_files import write_text_atomically
+from xdllm.temporary_files import write_jsonl_atomically
 
 SWEEP_SUMMARY = "sweep.jsonl"
 
@@ -110,13 +109,10 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
                                  if not key.lstrip("+~").startswith("predictor.")}
             summary = run_generation(run, generation, swept=outside_predictor)
             results.append({"settings": settings, "folder": name, **summary})
-            _write_summary(path, results)  # after each, so a failed sweep keeps what finished
+            write_jsonl_atomically(path, results)  # after each, so a failed sweep keeps what finished
     except BaseException:
         if made is not None and not results:
             discard_unfinished(sweep_dir, made)
         raise
     return {"sweep": str(sweep_dir), "summary": str(path), "runs": results}
 
-
-def _write_summary(path: Path, results: list[dict[str, Any]]) -> None:
-    write_text_atomically(path, "".join(json.dumps(result) + "\n" for result in results))
