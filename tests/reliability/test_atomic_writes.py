@@ -7,6 +7,7 @@ import torch
 from xdllm.temporary_files import (
     torch_save_atomically,
     write_bytes_atomically,
+    write_jsonl_atomically,
     write_text_atomically,
     written_atomically,
 )
@@ -37,3 +38,11 @@ def test_bytes_replace_the_file_whole(tmp_path):
     write_bytes_atomically(path, b"new")
     assert path.read_bytes() == b"new"
     assert sorted(p.name for p in path.parent.iterdir()) == ["sample.png"]
+
+
+def test_json_lines_replace_the_file_whole(tmp_path):
+    path = tmp_path / "gen" / "predictions.jsonl"
+    write_jsonl_atomically(path, [{"a": 1}, {"a": 2}])
+    write_jsonl_atomically(path, ({"b": index} for index in range(3)))
+    assert path.read_text() == '{"b": 0}\n{"b": 1}\n{"b": 2}\n'
+    assert sorted(p.name for p in path.parent.iterdir()) == ["predictions.jsonl"]
