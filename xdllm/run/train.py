@@ -43,6 +43,7 @@ from xdllm.train.latest_checkpoint import LAST_NAME, LatestCheckpoint
 from xdllm.train.metric_lines import MetricLines
 from xdllm.train.module import DiffusionLMModule
 from xdllm.train.optim import OptimConfig
+from xdllm.train.progress_bar import training_progress_bar
 from xdllm.train.step_logger import OptimizerStepLogger
 from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
 
@@ -283,6 +284,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     if progress_as_lines(config.get("progress", "auto"), trainer_args.get("enable_progress_bar", True)):
         trainer_args["enable_progress_bar"] = False
         callbacks.append(MetricLines(config.progress_every_n_steps))
+    elif trainer_args.get("enable_progress_bar", True):
+        callbacks.append(training_progress_bar(config.progress_every_n_steps))
     try:
         trainer = L.Trainer(
             **trainer_args,

@@ -208,8 +208,8 @@ class DiffusionLMModule(L.LightningModule):
         if shares:
             summed = self._sum_over_processes(torch.stack([logged[name] for name in shares]))
             values.update(zip(shares, summed.unbind()))
-        for name, value in values.items():
-            self.log(f"train/{name}", value, prog_bar=name == "loss", batch_size=batch_size)
+        for name, value in values.items():  # no prog_bar: see xdllm.train.progress_bar
+            self.log(f"train/{name}", value, batch_size=batch_size)
         per_step = sum(batch["input_ids"].shape[0] for batch in micro_batches) * self.trainer.world_size
         self.log("train/samples_seen", float(self.global_step * per_step), batch_size=batch_size)
 
