@@ -154,6 +154,24 @@ def test_resume_is_refused_where_it_cannot_finish_the_same_generation(run, tmp_p
         in refused("generate", f"resume={tmp_path / 'gen'}")
 
 
+def test_resume_refuses_a_prompts_file_that_changed(run, tmp_path, monkeypatch, capsys):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("3 1 2 0\n9 9 1 5\n0 0 0 1\n2 2 1 1\n")
+    _stop_at_call(monkeypatch, KeyboardInterrupt(), 2)
+    stopped = tmp_path / "stopped"
+    assert main(["generate", f"ckpt={run}", f"prompts_file={prompts}", "batch_size=2",
+                 f"output_dir={stopped}"]) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    prompts.write_text("3 1 2 0\n9 9 1 5\n0 0 0 1\n2 2 1 7\n")  # the unfinished half edited
+    assert main(["generate", f"resume={stopped}"]) == 2
+    assert f"prompts_file {prompts} has changed since the generation in {stopped} started" in capsys.readouterr().err
+    prompts.write_text("3 1 2 0\n9 9 1 5\n0 0 0 1\n2 2 1 1\n")  # put back as it was
+    assert main(["generate", f"resume={stopped}"]) == 0
+    assert [r["prompt"] for r in _lines(stopped / "predictions.jsonl")] == ["3 1 2 0", "9 9 1 5", "0 0 0 1",
+                                                                           "2 2 1 1"]
+
+
 def test_a_stopped_sweep_keeps_what_finished_and_is_not_run_again_over_it(run, tmp_path, monkeypatch, capsys):
     _stop_at_call(monkeypatch, KeyboardInterrupt(), 2)  # each generation's predictor: its second batch
     sweep = ["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",

@@ -57,7 +57,7 @@ from xdllm.run.prompt_sources import (
     drawn_when_iterated,
     held_out_data,
     prompt_batches,
-    prompt_file_examples,
+    read_prompts_file,
 )
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically
 from xdllm.train.module import takes_frozen
@@ -96,41 +96,38 @@ def place_run(run: TrainedRun, options: DictConfig) -> tuple[torch.device, torch
     return device, autocast_dtype(run.config.trainer.get("precision"), device)
 
 
-def _predictor_and_batches(run: TrainedRun, options: DictConfig,
-                           data: DiffusionDataModule | None = None) -> tuple[Any, Iterator[Mapping[str, Any]]]:
-    """The predictor and the prompt batches a generation runs, checked (predictor options,
-    canvas length, held-out samples) before anything is written; held-out samples are drawn
-    only when the batches are iterated, from ``data`` when given (``eval`` shares its loss's)."""
-    predictor = _build_predictor(run, options)
-    if options.prompts_file:
-        examples = prompt_file_examples(run, Path(options.prompts_file))
-        check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in examples))
-        return predictor, prompt_batches(run, examples, options.batch_size)
-    check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
-    if data is None:
-        data = held_out_data(run, options, "prediction")
-    batches = drawn_when_iterated(data, options.split)
-    return predictor, without_targets(batches) if is_free_text(run.components.task) else batches
-
-
 @dataclass(frozen=True)
 class CheckedGeneration:
     """A generation ``generate`` accepts: its options, its predictor and its prompt batches
-    (held-out samples not drawn until it runs)."""
+    (held-out samples not drawn until it runs); for a ``prompts_file``, the SHA-256 of the file
+    as read."""
 
     options: DictConfig
     predictor: Any
     batches: Iterator[Mapping[str, Any]]
+    prompts_sha256: str | None = None
 
 
 def check_generation(run: TrainedRun, config: DictConfig,
                      data: DiffusionDataModule | None = None) -> CheckedGeneration:
-    """Refuse a composed ``configs/generate.yaml`` that ``generate`` would refuse, drawing, writing
-    and generating nothing; else the generation, ready for :func:`run_generation` (a sweep checks
-    every combination this way first, then runs what it checked). ``data``: the split's
-    datamodule, when built already."""
+    """Refuse a composed ``configs/generate.yaml`` that ``generate`` would refuse (predictor
+    options, canvas length, held-out samples), drawing, writing and generating nothing; else the
+    generation, ready for :func:`run_generation` (a sweep checks every combination this way
+    first, then runs what it checked). Held-out samples are drawn only when the batches are
+    iterated, from ``data`` when given (``eval`` shares its loss's)."""
     options = _options(config)
-    return CheckedGeneration(options, *_predictor_and_batches(run, options, data))
+    predictor = _build_predictor(run, options)
+    if options.prompts_file:
+        prompts = read_prompts_file(run, Path(options.prompts_file))
+        check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in prompts.examples))
+        return CheckedGeneration(options, predictor, prompt_batches(run, prompts.examples, options.batch_size),
+                                 prompts.sha256)
+    check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
+    if data is None:
+        data = held_out_data(run, options, "prediction")
+    batches = drawn_when_iterated(data, options.split)
+    return CheckedGeneration(options, predictor,
+                             without_targets(batches) if is_free_text(run.components.task) else batches)
 
 
 def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True,
@@ -166,7 +163,8 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     options, predictor = checked.options, checked.predictor
     write_outputs = output_dir is not None
     if write_outputs and resumed is None:
-        write_generation_config(output_dir, options, run.config, run.checkpoint, run.global_step)
+        write_generation_config(output_dir, options, run.config, run.checkpoint, run.global_step,
+                                checked.prompts_sha256)
     history = None
     if options.history == "topk" and write_outputs:  # one recorder: one file per batch
         history = HistoryTopKPlugin(k=options.history_k, output_dir=output_dir / "history",
@@ -288,6 +286,11 @@ def continue_generation(folder: Path, overrides: Sequence[str] = ()) -> dict[str
                          f"started from step {record.global_step}: the rest would come from other weights; start "
                          "a new generation")
     checked = check_generation(run, options)
+    recorded_prompts = record.get("prompts_sha256")
+    if recorded_prompts is not None and checked.prompts_sha256 != recorded_prompts:
+        raise XdllmError(f"prompts_file {options.prompts_file} has changed since the generation in {folder} started "
+                         f"(sha256 {recorded_prompts[:12]}..., now {checked.prompts_sha256[:12]}...): the rest "
+                         "would answer other prompts; put the file back as it was, or start a new generation")
     device, dtype = place_run(run, options)
     for written in (folder, folder / "history"):  # what a write killed outright left
         remove_stale_temporaries(written)

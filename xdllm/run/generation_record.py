@@ -73,11 +73,14 @@ def resolved_options(options: DictConfig, run_config: DictConfig) -> dict[str, A
 
 
 def write_generation_config(folder: Path, options: DictConfig, run_config: DictConfig,
-                            checkpoint: Path, global_step: int) -> Path:
+                            checkpoint: Path, global_step: int, prompts_sha256: str | None = None) -> Path:
     """``generate.yaml``: the options as given (``predictor_overrides``), the predictor they
-    resolve to, and the checkpoint (file and training step)."""
+    resolve to, the checkpoint (file and training step), and for a ``prompts_file`` the SHA-256
+    of the prompts read (``prompts_sha256``)."""
     record = resolved_options(options, run_config)
     record.update(checkpoint=str(checkpoint), global_step=global_step)
+    if prompts_sha256 is not None:
+        record["prompts_sha256"] = prompts_sha256
     path = folder / GENERATE_CONFIG
     write_text_atomically(path, OmegaConf.to_yaml(OmegaConf.create(record)))
     return path

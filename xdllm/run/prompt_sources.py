@@ -5,8 +5,9 @@ of training), and the check that the longest prompt and the new tokens fit the m
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,23 @@ from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.free_text import is_free_text
 
 
-def prompt_file_examples(run: TrainedRun, path: Path) -> list[Example]:
+@dataclass(frozen=True)
+class PromptsFile:
+    """The prompts of a ``prompts_file`` and the SHA-256 of the bytes they were read from (a
+    stopped generation's ``generate.yaml`` records it, so that ``resume=`` can tell whether the
+    file still holds the same prompts)."""
+
+    examples: list[Example]
+    sha256: str
+
+
+def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
     """One example per non-empty line of a UTF-8 file, tokenized with the run's tokenizer."""
     if not path.is_file():
         raise XdllmError(f"prompts_file not found: {path}")
+    content = path.read_bytes()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = content.decode("utf-8").splitlines()
     except UnicodeDecodeError as error:
         raise XdllmError(f"prompts_file {path} is not UTF-8 text: {error}") from error
     examples: list[Example] = []
@@ -40,7 +52,7 @@ def prompt_file_examples(run: TrainedRun, path: Path) -> list[Example]:
         examples.append(Example(prompt_ids=prompt_ids, target_ids=[], sample_index=len(examples), step=0))
     if not examples:
         raise XdllmError(f"prompts_file {path} holds no prompts")
-    return examples
+    return PromptsFile(examples, hashlib.sha256(content).hexdigest())
 
 
 def prompt_batches(run: TrainedRun, examples: list[Example], batch_size: int) -> Iterator[Mapping[str, Any]]:
