@@ -172,19 +172,81 @@ def test_resume_refuses_a_prompts_file_that_changed(run, tmp_path, monkeypatch, 
                                                                            "2 2 1 1"]
 
 
-def test_a_stopped_sweep_keeps_what_finished_and_is_not_run_again_over_it(run, tmp_path, monkeypatch, capsys):
-    _stop_at_call(monkeypatch, KeyboardInterrupt(), 2)  # each generation's predictor: its second batch
-    sweep = ["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",
-             f"output_dir={tmp_path / 'sweep'}"]
-    assert main(sweep) == 130
-    first = tmp_path / "sweep" / "max_steps=5"
-    assert len(_lines(first / "predictions.partial.jsonl")) == 2
-    assert not (tmp_path / "sweep" / "max_steps=3").exists()
+class _StopsAtSweepCall:
+    """Every predictor of a sweep, sharing one count of batches: ``stop`` at the ``call``-th."""
+
+    def __init__(self, stop: BaseException, call: int) -> None:
+        self.stop, self.call, self.calls = stop, call, 0
+
+    def wrap(self, predictor):
+        sweep = self
+
+        class Stopping:
+            def predict(self, *args, **kwargs):
+                sweep.calls += 1
+                if sweep.calls == sweep.call:
+                    raise sweep.stop
+                return predictor.predict(*args, **kwargs)
+        return Stopping()
+
+
+def _sweep_lines(folder: Path) -> list[tuple]:
+    return [(line["folder"], line["settings"], line["num_samples"], line["exact_match"])
+            for line in _lines(folder / "sweep.jsonl")]
+
+
+@pytest.mark.parametrize("stop_call", [2, 3])  # in the first generation; at the start of the second
+def test_a_stopped_sweep_resumes_as_a_whole(run, tmp_path, monkeypatch, capsys, stop_call):
+    def sweep(folder: Path) -> list[str]:
+        return ["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",
+                f"output_dir={folder}"]
+
+    assert main(sweep(tmp_path / "whole")) == 0
+    stopping = _StopsAtSweepCall(KeyboardInterrupt(), stop_call)
+    build = generate_module._build_predictor
+    monkeypatch.setattr(generate_module, "_build_predictor", lambda run, options: stopping.wrap(build(run, options)))
+    stopped = tmp_path / "stopped"
     capsys.readouterr()
+    assert main(sweep(stopped)) == 130
+    error = capsys.readouterr().err
+    finished = stop_call // 3
+    kept = f" (their results are in {stopped / 'sweep.jsonl'})" if finished else ""
+    assert (f"the sweep stopped with {finished} of 2 generations finished{kept}; "
+            f"continue it with: xdllm generate resume={stopped}") in error
+    assert "continue it with: xdllm generate resume=" + str(stopped / "max_steps=5") not in error  # one way on
     monkeypatch.undo()
-    assert main(sweep) == 2
-    assert f"{first} already holds predictions.partial.jsonl, generation.partial.json, generate.yaml" in \
+    assert main(sweep(stopped)) == 2  # never run again over it
+    assert f"or, if that sweep stopped part-way, continue it with: xdllm generate resume={stopped}" in \
         capsys.readouterr().err
+    assert main(["generate", f"resume={stopped / 'max_steps=5'}"]) == 2
+    assert (f"is one generation of the sweep in {stopped}: continue the sweep with: xdllm generate "
+            f"resume={stopped}") in capsys.readouterr().err
+    assert main(["generate", f"resume={stopped}"]) == 0
+    assert _sweep_lines(stopped) == _sweep_lines(tmp_path / "whole")
+    for name in ("max_steps=5", "max_steps=3"):
+        assert [r["ids"] for r in _lines(stopped / name / "predictions.jsonl")] == \
+            [r["ids"] for r in _lines(tmp_path / "whole" / name / "predictions.jsonl")]
+        assert not (stopped / name / "predictions.partial.jsonl").exists()
+    capsys.readouterr()
+    assert main(["generate", f"resume={stopped}"]) == 2
+    assert f"the sweep in {stopped} has finished all 2 generations" in capsys.readouterr().err
+
+
+def test_a_sweep_resumes_only_from_the_weights_it_started_with(run, tmp_path, monkeypatch, capsys):
+    stopping = _StopsAtSweepCall(KeyboardInterrupt(), 3)
+    build = generate_module._build_predictor
+    monkeypatch.setattr(generate_module, "_build_predictor", lambda run, options: stopping.wrap(build(run, options)))
+    stopped = tmp_path / "stopped"
+    assert main(["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",
+                 f"output_dir={stopped}"]) == 130
+    monkeypatch.undo()
+    record = stopped / "sweep.yaml"
+    record.write_text(record.read_text().replace("global_step: 2", "global_step: 1"))
+    capsys.readouterr()
+    assert main(["generate", f"resume={stopped}"]) == 2
+    assert f"now holds training step 2, but the sweep in {stopped} started from step 1" in capsys.readouterr().err
+    assert main(["generate", f"resume={stopped}", "predictor.max_steps=4"]) == 2
+    assert "only device= and live= may be given with it" in capsys.readouterr().err
 
 
 def test_an_error_part_way_keeps_the_finished_batches_too(run, tmp_path, monkeypatch, capsys):

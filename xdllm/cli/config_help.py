@@ -150,9 +150,9 @@ def train_options_help() -> str:
         "  task and experiment; print them with: xdllm train --cfg experiment=NAME\n")
 
 
-GENERATE_RESUME = ConfigKey("resume", "null", "the folder of a generation that was stopped part-way: finish it "
-                            "with the options it started with (its generate.yaml); only device= and live= "
-                            "may be given with it")
+GENERATE_RESUME = ConfigKey("resume", "null", "the folder of a generation or sweep (-m) that was stopped "
+                            "part-way: finish it with the options it started with (its generate.yaml, or "
+                            "sweep.yaml); only device= and live= may be given with it")
 
 
 def generate_options_help(command: str = "generate") -> str:

@@ -185,17 +185,19 @@ def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: b
 
 
 def _continue_generation(folder: str, overrides: Sequence[str], print_config: bool, sweep: bool) -> int:
-    from xdllm.run.generate import RESUME_OPTIONS, continue_generation
+    from xdllm.run.generate import RESUME_OPTIONS
+    from xdllm.run.sweep import continue_stopped
 
     if sweep or print_config:
-        raise XdllmError(f"resume= continues one stopped generation with the options it started with; it takes no "
-                         f"{'-m' if sweep else '--cfg'} (its options are in {folder}/generate.yaml)")
+        raise XdllmError(f"resume= continues a stopped generation or sweep with the options it started with; it "
+                         f"takes no {'-m' if sweep else '--cfg'} (its options are in {folder}/generate.yaml, or "
+                         "sweep.yaml for a sweep)")
     others = [override for override in overrides if override.partition("=")[0].lstrip("+~") not in RESUME_OPTIONS]
     if others:
-        raise XdllmError(f"resume= continues a generation with the options it started with ({folder}/generate.yaml); "
+        raise XdllmError(f"resume= continues a generation with the options it started with (in {folder}); "
                          f"only {'= and '.join(RESUME_OPTIONS)}= may be given with it, not {' '.join(others)}: start a "
                          "new generation for other options")
-    print(json.dumps(continue_generation(Path(folder), overrides), indent=2))
+    print(json.dumps(continue_stopped(Path(folder), overrides), indent=2))
     return 0
 
 

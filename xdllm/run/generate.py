@@ -33,7 +33,7 @@ from xdllm.run.build import instantiate_component
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
-from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished
+from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished, sweep_of
 from xdllm.run.generation_progress import GenerationProgress
 from xdllm.run.generation_record import (
     GENERATE_CONFIG,
@@ -251,21 +251,22 @@ def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopK
         return
     path = write_partial(output_dir, done)
     recorded = f"; their denoising history is in {history.output_dir}" if history is not None else ""
-    log.warning("generation stopped after %d samples: their predictions are in %s%s; continue it with: "
-                "xdllm generate resume=%s", len(done.records), path, recorded, output_dir)
+    how = "" if sweep_of(output_dir) else f"; continue it with: xdllm generate resume={output_dir}"  # a sweep says
+    log.warning("generation stopped after %d samples: their predictions are in %s%s%s", len(done.records), path,
+                recorded, how)
 
 
 RESUME_OPTIONS = ("device", "live")  # what a continued generation may set anew: not what it generates
 
 
-def continue_generation(folder: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def continue_generation(folder: Path, overrides: Sequence[str] = (), run: TrainedRun | None = None,
+                        swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``xdllm generate resume=<folder>``: finish the generation stopped in ``folder`` with the
     options it started with (its ``generate.yaml``) and the checkpoint file it read, at the same
-    training step; ``overrides`` may set only :data:`RESUME_OPTIONS`. Returns the whole
-    generation's summary, as if it had never stopped."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise XdllmError(f"resume={folder}: no such folder; give the folder a stopped xdllm generate named")
+    training step; ``overrides`` may set only :data:`RESUME_OPTIONS`. ``run``: that checkpoint,
+    when a sweep has loaded it; ``swept``: the sweep's values outside ``predictor`` (as
+    :func:`generate` takes them). Returns the whole generation's summary, as if it had never
+    stopped."""
     if (folder / PREDICTIONS).exists():
         raise XdllmError(f"{folder} holds a finished generation ({PREDICTIONS}): there is nothing to continue")
     if not (folder / GENERATE_CONFIG).is_file():
@@ -280,7 +281,7 @@ def continue_generation(folder: Path, overrides: Sequence[str] = ()) -> dict[str
         options.predictor = record.predictor_overrides
         options.output_dir = str(folder)
     options = _options(options)
-    run = load_trained(options.ckpt, ema=options.ema)
+    run = run or load_trained(options.ckpt, ema=options.ema)
     if run.global_step != record.global_step:
         raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the generation in {folder} "
                          f"started from step {record.global_step}: the rest would come from other weights; start "
@@ -296,7 +297,8 @@ def continue_generation(folder: Path, overrides: Sequence[str] = ()) -> dict[str
         remove_stale_temporaries(written)
     finished = read_partial(folder, device)
     log.info("continuing the generation in %s after its %d finished samples", folder, len(finished.records))
-    return _generate_into(folder, run, checked, device, dtype, generation_settings(options), resumed=finished)
+    return _generate_into(folder, run, checked, device, dtype, {**generation_settings(options), **(swept or {})},
+                          resumed=finished)
 
 
 def checkpoint_fields(run: TrainedRun) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE
 from xdllm.temporary_files import remove_stale_temporaries
 
 PREDICTIONS = "predictions.jsonl"
+SWEEP_RECORD = "sweep.yaml"  # a sweep folder's overrides and checkpoint, for resume=
 GENERATION_CONTENT = (PREDICTIONS, PARTIAL_PREDICTIONS, PARTIAL_STATE, GENERATE_CONFIG, "history",
                       "tensorboard")  # what a generation writes
 
@@ -56,10 +57,20 @@ def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "")
     raise XdllmError(f"could not make a new generation folder in {generated}")
 
 
+def sweep_of(folder: Path) -> Path | None:
+    """The sweep folder ``folder`` is one generation of (its parent holds ``sweep.yaml``), if any."""
+    return folder.parent if (folder.parent / SWEEP_RECORD).is_file() else None
+
+
 def stopped_hint(folder: Path) -> str:
-    """How to continue the stopped generation ``folder`` holds, if it holds one."""
+    """How to continue the stopped generation or sweep ``folder`` holds, if it holds one."""
+    if (folder / SWEEP_RECORD).is_file():
+        return f", or, if that sweep stopped part-way, continue it with: xdllm generate resume={folder}"
     if not (folder / PARTIAL_STATE).is_file():
         return ""
+    sweep = sweep_of(folder)
+    if sweep is not None:
+        return f", or continue the stopped sweep with: xdllm generate resume={sweep}"
     return f", or continue the stopped one with: xdllm generate resume={folder}"
 
 

@@ -4,17 +4,22 @@ a folder named by its settings, all under one sweep folder::
     <run_dir>/generate/sweep-<time>/threshold=0.5/   predictions.jsonl, generate.yaml, tensorboard/
     <run_dir>/generate/sweep-<time>/threshold=0.7/
     <run_dir>/generate/sweep-<time>/sweep.jsonl      one line per generation: settings and results
+    <run_dir>/generate/sweep-<time>/sweep.yaml       the overrides and checkpoint, for resume=
 
 Values are swept with Hydra's override grammar (``a=1,2,3``, ``a=range(1,4)``, ``a=choice(x,y)``);
 several swept keys give their Cartesian product. The checkpoint is loaded once. Every combination
 is checked before the first runs (a bad value wastes no generation); each then runs as checked,
-drawing its held-out samples once.
+drawing its held-out samples once. A sweep stopped part-way is continued as a whole with
+``xdllm generate resume=<sweep folder>`` (:func:`continue_sweep`).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,13 +30,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.compose import compose_config, first_swept_override
 from xdllm.errors import XdllmError
-from xdllm.run.checkpoint import load_trained
-from xdllm.run.generate import check_generation, run_generation
-from xdllm.run.generation_folder import discard_unfinished, generation_content_in, make_output_dir, stopped_hint
+from xdllm.run.checkpoint import TrainedRun, load_trained
+from xdllm.run.generate import CheckedGeneration, check_generation, continue_generation, run_generation
+from xdllm.run.generation_folder import (
+    PREDICTIONS,
+    SWEEP_RECORD,
+    discard_unfinished,
+    generation_content_in,
+    make_output_dir,
+    stopped_hint,
+    sweep_of,
+)
 from xdllm.run.generation_record import settings_name
-from xdllm.temporary_files import write_jsonl_atomically
+from xdllm.run.partial_generation import PARTIAL_STATE
+from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 
 SWEEP_SUMMARY = "sweep.jsonl"
+log = logging.getLogger(__name__)
 
 
 def _display_key(key: str) -> str:
@@ -82,6 +97,21 @@ def sweep_configs(overrides: Sequence[str]) -> tuple[list[dict[str, str]], list[
                           for combination in combinations]
 
 
+def _folder_names(combinations: Sequence[dict[str, str]]) -> list[str]:
+    return [settings_name({_display_key(k): v for k, v in combination.items()}) for combination in combinations]
+
+
+@dataclass
+class _Planned:
+    """One generation of a sweep: its swept values, its folder's name, its composed config, and
+    either the checked generation to run or (None) a stopped generation in its folder to continue."""
+
+    combination: dict[str, str]
+    name: str
+    config: DictConfig
+    generation: CheckedGeneration | None
+
+
 def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     """Generate once per combination; return the sweep folder and each generation's results."""
     combinations, configs = sweep_configs(overrides)
@@ -92,27 +122,107 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     # held-out samples drawn once, when it runs)
     generations = [check_generation(run, config) for config in configs]
     sweep_dir, made = _sweep_dir(configs[0].output_dir, run.run_dir)
-    names = [settings_name({_display_key(k): v for k, v in combination.items()})
-             for combination in combinations]
+    if (sweep_dir / SWEEP_RECORD).exists():
+        raise XdllmError(f"{sweep_dir} holds a sweep already ({SWEEP_RECORD}); choose another output_dir"
+                         f"{stopped_hint(sweep_dir)}")
+    names = _folder_names(combinations)
     for name in names:
         held = generation_content_in(sweep_dir / name)
         if held:
             raise XdllmError(f"{sweep_dir / name} already holds {', '.join(held)}; choose another output_dir"
                              f"{stopped_hint(sweep_dir / name)}")
+    write_text_atomically(sweep_dir / SWEEP_RECORD, OmegaConf.to_yaml(OmegaConf.create(
+        {"overrides": list(overrides), "checkpoint": str(run.checkpoint), "global_step": run.global_step})))
+    plan = [_Planned(*planned) for planned in zip(combinations, names, configs, generations)]
+    return _run_planned(run, sweep_dir, plan, [], made=made)
+
+
+def continue_stopped(folder: Path, overrides: Sequence[str]) -> dict[str, Any]:
+    """``xdllm generate resume=<folder>``: continue the stopped sweep (a folder with ``sweep.yaml``)
+    or the stopped generation ``folder`` holds; a generation of a sweep is continued with its
+    sweep, so that ``sweep.jsonl`` covers it."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise XdllmError(f"resume={folder}: no such folder; give the folder a stopped xdllm generate named")
+    if (folder / SWEEP_RECORD).is_file():
+        return continue_sweep(folder, overrides)
+    sweep = sweep_of(folder)
+    if sweep is not None:
+        raise XdllmError(f"{folder} is one generation of the sweep in {sweep}: continue the sweep with: "
+                         f"xdllm generate resume={sweep}")
+    return continue_generation(folder, overrides)
+
+
+def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
+    """``xdllm generate resume=<sweep folder>``: finish a stopped sweep with the overrides it
+    started with (its ``sweep.yaml``) and the same checkpoint file at the same training step;
+    ``overrides`` may set only ``RESUME_OPTIONS``. Generations it finished are kept (their lines
+    of ``sweep.jsonl``), a stopped one is continued, the others are run. Returns what
+    :func:`run_sweep` returns, for the whole sweep."""
+    record = OmegaConf.load(sweep_dir / SWEEP_RECORD)
+    given = {override.partition("=")[0].lstrip("+~") for override in overrides}
+    started = [override for override in record.overrides if override.partition("=")[0].lstrip("+~") not in given]
+    combinations, configs = sweep_configs([*started, *overrides])
+    run = load_trained(record.checkpoint, ema=configs[0].ema)
+    if run.global_step != record.global_step:
+        raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the sweep in {sweep_dir} "
+                         f"started from step {record.global_step}: the rest would come from other weights; start "
+                         "a new sweep")
+    summary_path = sweep_dir / SWEEP_SUMMARY
+    earlier = {}
+    if summary_path.is_file():
+        earlier = {line["folder"]: line for line in map(json.loads, summary_path.read_text().splitlines())}
+    results, plan = [], []
+    for combination, name, config in zip(combinations, _folder_names(combinations), configs):
+        folder = sweep_dir / name
+        if name in earlier:
+            results.append(earlier[name])
+        elif (folder / PREDICTIONS).exists():
+            raise XdllmError(f"{folder} holds finished predictions whose results {summary_path} lacks (the sweep "
+                             "stopped while it wrote their TensorBoard views): move that folder away and resume "
+                             "again to generate it anew")
+        elif (folder / PARTIAL_STATE).is_file():
+            plan.append(_Planned(combination, name, config, None))
+        elif generation_content_in(folder):
+            raise XdllmError(f"{folder} holds {', '.join(generation_content_in(folder))} but no generation the "
+                             "sweep can keep or continue: move it away and resume again")
+        else:  # checked now, before anything runs, as a new sweep checks its combinations
+            plan.append(_Planned(combination, name, config, check_generation(run, config)))
+    if not plan:
+        raise XdllmError(f"the sweep in {sweep_dir} has finished all {len(results)} generations: there is nothing "
+                         "to continue")
+    remove_stale_temporaries(sweep_dir)
+    log.info("continuing the sweep in %s: %d of %d generations finished", sweep_dir, len(results),
+             len(combinations))
+    return _run_planned(run, sweep_dir, plan, results, resume_overrides=overrides)
+
+
+def _run_planned(run: TrainedRun, sweep_dir: Path, plan: Sequence[_Planned], results: list[dict[str, Any]],
+                 made: Path | None = None, resume_overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Run (or continue) each planned generation into its folder of ``sweep_dir``, adding its
+    results to ``results`` and rewriting ``sweep.jsonl`` after each."""
     path = sweep_dir / SWEEP_SUMMARY
-    results: list[dict[str, Any]] = []
+    total = len(results) + len(plan)
     try:
-        for combination, name, generation in zip(combinations, names, generations):
-            generation.options.output_dir = str(sweep_dir / name)
-            settings = {key: OmegaConf.select(generation.options, key.lstrip("+~")) for key in combination}
+        for planned in plan:
+            folder = sweep_dir / planned.name
+            settings = {key: OmegaConf.select(planned.config, key.lstrip("+~")) for key in planned.combination}
             outside_predictor = {key.lstrip("+~"): value for key, value in settings.items()
                                  if not key.lstrip("+~").startswith("predictor.")}
-            summary = run_generation(run, generation, swept=outside_predictor)
-            results.append({"settings": settings, "folder": name, **summary})
+            if planned.generation is None:
+                summary = continue_generation(folder, resume_overrides, run=run, swept=outside_predictor)
+            else:
+                planned.generation.options.output_dir = str(folder)
+                summary = run_generation(run, planned.generation, swept=outside_predictor)
+            results.append({"settings": settings, "folder": planned.name, **summary})
             write_jsonl_atomically(path, results)  # after each, so a failed sweep keeps what finished
     except BaseException:
-        if made is not None and not results:
+        if made is not None and not results and not any(generation_content_in(sweep_dir / p.name) for p in plan):
+            (sweep_dir / SWEEP_RECORD).unlink(missing_ok=True)
             discard_unfinished(sweep_dir, made)
+        elif len(results) < total:
+            kept = f" (their results are in {path})" if results else ""
+            log.warning("the sweep stopped with %d of %d generations finished%s; continue it with: xdllm generate "
+                        "resume=%s", len(results), total, kept, sweep_dir)
         raise
     return {"sweep": str(sweep_dir), "summary": str(path), "runs": results}
-
