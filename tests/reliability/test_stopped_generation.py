@@ -361,3 +361,38 @@ def test_after_the_fit_sigterm_goes_to_the_handler_found_before_it():
     # the generation after training: SIGTERM's default (death on the spot) lost its finished batches
     result = subprocess.run([sys.executable, "-c", AFTER_THE_FIT], capture_output=True, text=True, timeout=120)
     assert (result.returncode, result.stdout) == (0, "Terminated\n"), result.stderr[-2000:]
+
+
+def test_resume_refuses_edited_records_in_one_line(run, tmp_path, monkeypatch, capsys):
+    stopping = _StopsAtSweepCall(KeyboardInterrupt(), 3)
+    build = generate_module._build_predictor
+    monkeypatch.setattr(generate_module, "_build_predictor", lambda run, options: stopping.wrap(build(run, options)))
+    sweep = tmp_path / "sweep"
+    assert main(["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",
+                 f"output_dir={sweep}"]) == 130
+    stopping.calls = 0
+    single = tmp_path / "single"
+    assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={single}"]) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    broken = [
+        (single / "generate.yaml", "bad: [", "generate.yaml cannot be read (while parsing a flow node)"),
+        (single / "generate.yaml", "foo: 1", "generate.yaml lacks checkpoint, global_step, predictor_overrides"),
+        (single / "generation.partial.json", "", "generation.partial.json is not JSON"),
+        (single / "generation.partial.json", '{"batches": 1}', "generation.partial.json lacks samples, totals"),
+        (single / "predictions.partial.jsonl", "{bad", "predictions.partial.jsonl:1 is not JSON"),
+        (sweep / "sweep.yaml", "overrides: [", "sweep.yaml cannot be read"),
+        (sweep / "sweep.yaml", "foo: 1", "sweep.yaml lacks overrides, checkpoint, global_step"),
+        (sweep / "sweep.jsonl", "{bad", "sweep.jsonl:1 is not a JSON line"),
+        (sweep / "sweep.jsonl", "[1]", "sweep.jsonl:1 names no folder"),
+    ]
+    for path, text, said in broken:
+        kept = path.read_text()
+        path.write_text(text)
+        assert main(["generate", f"resume={path.parent}"]) == 2, path
+        error = capsys.readouterr().err
+        assert said in error and "it was edited or not written by xdllm" in error, error
+        assert error.count("\n") == 1  # one line, no traceback
+        path.write_text(kept)
+    for folder in (single, sweep):
+        assert main(["generate", f"resume={folder}"]) == 0

@@ -39,6 +39,7 @@ from xdllm.run.generation_record import (
     GENERATE_CONFIG,
     generation_settings,
     predictor_config,
+    read_record,
     resolved_options,
     settings_name,
     show_value,
@@ -272,7 +273,7 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
     if not (folder / GENERATE_CONFIG).is_file():
         raise XdllmError(f"{folder} is not a generation folder (no {GENERATE_CONFIG}); resume= takes the folder "
                          "a stopped xdllm generate named")
-    record = OmegaConf.load(folder / GENERATE_CONFIG)
+    record = read_record(folder / GENERATE_CONFIG, ("checkpoint", "global_step", "predictor_overrides"))
     options = compose_config("generate", [f"ckpt={record.checkpoint}", *overrides])
     with open_dict(options):
         for key in options:

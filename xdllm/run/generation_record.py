@@ -12,12 +12,15 @@ forward passes over every generation of a run.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from xdllm.errors import XdllmError
 from xdllm.temporary_files import write_text_atomically
 
 GENERATE_CONFIG = "generate.yaml"
@@ -84,6 +87,20 @@ def write_generation_config(folder: Path, options: DictConfig, run_config: DictC
     path = folder / GENERATE_CONFIG
     write_text_atomically(path, OmegaConf.to_yaml(OmegaConf.create(record)))
     return path
+
+
+def read_record(path: Path, required: Sequence[str]) -> DictConfig:
+    """A YAML record xdllm wrote (``generate.yaml``, ``sweep.yaml``), refused in one line naming
+    the file when it cannot be parsed or lacks one of the ``required`` keys."""
+    try:
+        record = OmegaConf.load(path)
+    except (OSError, yaml.YAMLError, OmegaConfBaseException) as error:
+        raise XdllmError(f"{path} cannot be read ({str(error).splitlines()[0]}): it was edited or not written "
+                         "by xdllm") from error
+    missing = [key for key in required if not isinstance(record, DictConfig) or key not in record]
+    if missing:
+        raise XdllmError(f"{path} lacks {', '.join(missing)}: it was edited or not written by xdllm")
+    return record
 
 
 def scalar_results(summary: Mapping[str, Any]) -> dict[str, float]:

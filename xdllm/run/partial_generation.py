@@ -60,13 +60,16 @@ class FinishedBatch:
     generated_tokens: int
 
 
+STATE_KEYS = ("batches", "samples", "totals", "generated_tokens", "seconds", "one_text", "first_output")
+
+
 def write_partial(folder: Path, finished: FinishedBatches) -> Path:
     """Write the finished batches into ``folder`` (the state first: predictions without it cannot
     be continued, and are refused as such); return the predictions' path."""
-    state = {"batches": finished.batches, "samples": len(finished.records), "totals": finished.totals.state(),
-             "generated_tokens": finished.generated_tokens, "seconds": finished.seconds,
-             "one_text": finished.one_text,
-             "first_output": None if finished.first_output is None else finished.first_output.tolist()}
+    state = dict(zip(STATE_KEYS, (
+        finished.batches, len(finished.records), finished.totals.state(), finished.generated_tokens,
+        finished.seconds, finished.one_text,
+        None if finished.first_output is None else finished.first_output.tolist())))
     write_text_atomically(folder / PARTIAL_STATE, json.dumps(state))
     path = folder / PARTIAL_PREDICTIONS
     write_jsonl_atomically(path, finished.records)
@@ -79,8 +82,12 @@ def read_partial(folder: Path, device: torch.device) -> FinishedBatches:
     if missing:
         raise XdllmError(f"{folder} holds no stopped generation to continue (no {' or '.join(missing)}); "
                          "xdllm generate resume=<folder> continues a generation that was stopped part-way")
-    state = json.loads((folder / PARTIAL_STATE).read_text())
-    records = [json.loads(line) for line in (folder / PARTIAL_PREDICTIONS).read_text().splitlines()]
+    state = _json(folder / PARTIAL_STATE, (folder / PARTIAL_STATE).read_text())
+    lacking = [key for key in STATE_KEYS if not isinstance(state, dict) or key not in state]
+    if lacking:
+        raise XdllmError(f"{folder / PARTIAL_STATE} lacks {', '.join(lacking)}: it was edited or not written by xdllm")
+    records = [_json(f"{folder / PARTIAL_PREDICTIONS}:{number}", line)
+               for number, line in enumerate((folder / PARTIAL_PREDICTIONS).read_text().splitlines(), start=1)]
     if len(records) != state["samples"]:
         raise XdllmError(f"{folder / PARTIAL_PREDICTIONS} holds {len(records)} predictions, but "
                          f"{PARTIAL_STATE} says {state['samples']}: the two were not written together")
@@ -88,6 +95,13 @@ def read_partial(folder: Path, device: torch.device) -> FinishedBatches:
     return FinishedBatches(records, MetricTotals.from_state(state["totals"], device), state["batches"],
                            state["generated_tokens"], state["seconds"], state["one_text"],
                            None if first is None else torch.tensor(first, device=device))
+
+
+def _json(where: Path | str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise XdllmError(f"{where} is not JSON ({error}): it was edited or not written by xdllm") from error
 
 
 def remove_partial(folder: Path) -> None:

@@ -41,7 +41,7 @@ from xdllm.run.generation_folder import (
     stopped_hint,
     sweep_of,
 )
-from xdllm.run.generation_record import settings_name
+from xdllm.run.generation_record import read_record, settings_name
 from xdllm.run.partial_generation import PARTIAL_STATE
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 
@@ -159,7 +159,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     ``overrides`` may set only ``RESUME_OPTIONS``. Generations it finished are kept (their lines
     of ``sweep.jsonl``), a stopped one is continued, the others are run. Returns what
     :func:`run_sweep` returns, for the whole sweep."""
-    record = OmegaConf.load(sweep_dir / SWEEP_RECORD)
+    record = read_record(sweep_dir / SWEEP_RECORD, ("overrides", "checkpoint", "global_step"))
     given = {override.partition("=")[0].lstrip("+~") for override in overrides}
     started = [override for override in record.overrides if override.partition("=")[0].lstrip("+~") not in given]
     combinations, configs = sweep_configs([*started, *overrides])
@@ -169,9 +169,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
                          f"started from step {record.global_step}: the rest would come from other weights; start "
                          "a new sweep")
     summary_path = sweep_dir / SWEEP_SUMMARY
-    earlier = {}
-    if summary_path.is_file():
-        earlier = {line["folder"]: line for line in map(json.loads, summary_path.read_text().splitlines())}
+    earlier = {line["folder"]: line for line in _summary_lines(summary_path)}
     results, plan = [], []
     for combination, name, config in zip(combinations, _folder_names(combinations), configs):
         folder = sweep_dir / name
@@ -195,6 +193,22 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     log.info("continuing the sweep in %s: %d of %d generations finished", sweep_dir, len(results),
              len(combinations))
     return _run_planned(run, sweep_dir, plan, results, resume_overrides=overrides)
+
+
+def _summary_lines(path: Path) -> list[dict[str, Any]]:
+    """The lines of a stopped sweep's ``sweep.jsonl`` (none if it finished no generation)."""
+    if not path.is_file():
+        return []
+    lines = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise XdllmError(f"{path}:{number} is not a JSON line ({error}): it was edited or not written by "
+                             "xdllm") from error
+        if not isinstance(lines[-1], dict) or "folder" not in lines[-1]:
+            raise XdllmError(f"{path}:{number} names no folder: it was edited or not written by xdllm")
+    return lines
 
 
 def _run_planned(run: TrainedRun, sweep_dir: Path, plan: Sequence[_Planned], results: list[dict[str, Any]],
