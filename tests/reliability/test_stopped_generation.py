@@ -190,6 +190,19 @@ class _StopsAtSweepCall:
         return Stopping()
 
 
+def _sweep(run: Path, folder: Path) -> list[str]:
+    return ["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",
+            f"output_dir={folder}"]
+
+
+def _stop_sweeps_at_call(monkeypatch, call: int) -> _StopsAtSweepCall:
+    """Every predictor built from now on stops at the ``call``-th batch counted over all of them."""
+    stopping = _StopsAtSweepCall(KeyboardInterrupt(), call)
+    build = generate_module._build_predictor
+    monkeypatch.setattr(generate_module, "_build_predictor", lambda run, options: stopping.wrap(build(run, options)))
+    return stopping
+
+
 def _sweep_lines(folder: Path) -> list[tuple]:
     return [(line["folder"], line["settings"], line["num_samples"], line["exact_match"])
             for line in _lines(folder / "sweep.jsonl")]
@@ -197,17 +210,11 @@ def _sweep_lines(folder: Path) -> list[tuple]:
 
 @pytest.mark.parametrize("stop_call", [2, 3])  # in the first generation; at the start of the second
 def test_a_stopped_sweep_resumes_as_a_whole(run, tmp_path, monkeypatch, capsys, stop_call):
-    def sweep(folder: Path) -> list[str]:
-        return ["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",
-                f"output_dir={folder}"]
-
-    assert main(sweep(tmp_path / "whole")) == 0
-    stopping = _StopsAtSweepCall(KeyboardInterrupt(), stop_call)
-    build = generate_module._build_predictor
-    monkeypatch.setattr(generate_module, "_build_predictor", lambda run, options: stopping.wrap(build(run, options)))
+    assert main(_sweep(run, tmp_path / "whole")) == 0
+    _stop_sweeps_at_call(monkeypatch, stop_call)
     stopped = tmp_path / "stopped"
     capsys.readouterr()
-    assert main(sweep(stopped)) == 130
+    assert main(_sweep(run, stopped)) == 130
     error = capsys.readouterr().err
     finished = stop_call // 3
     kept = f" (their results are in {stopped / 'sweep.jsonl'})" if finished else ""
@@ -215,7 +222,7 @@ def test_a_stopped_sweep_resumes_as_a_whole(run, tmp_path, monkeypatch, capsys, 
             f"continue it with: xdllm generate resume={stopped}") in error
     assert "continue it with: xdllm generate resume=" + str(stopped / "max_steps=5") not in error  # one way on
     monkeypatch.undo()
-    assert main(sweep(stopped)) == 2  # never run again over it
+    assert main(_sweep(run, stopped)) == 2  # never run again over it
     assert f"or, if that sweep stopped part-way, continue it with: xdllm generate resume={stopped}" in \
         capsys.readouterr().err
     assert main(["generate", f"resume={stopped / 'max_steps=5'}"]) == 2
@@ -233,12 +240,9 @@ def test_a_stopped_sweep_resumes_as_a_whole(run, tmp_path, monkeypatch, capsys, 
 
 
 def test_a_sweep_resumes_only_from_the_weights_it_started_with(run, tmp_path, monkeypatch, capsys):
-    stopping = _StopsAtSweepCall(KeyboardInterrupt(), 3)
-    build = generate_module._build_predictor
-    monkeypatch.setattr(generate_module, "_build_predictor", lambda run, options: stopping.wrap(build(run, options)))
+    _stop_sweeps_at_call(monkeypatch, 3)
     stopped = tmp_path / "stopped"
-    assert main(["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",
-                 f"output_dir={stopped}"]) == 130
+    assert main(_sweep(run, stopped)) == 130
     monkeypatch.undo()
     record = stopped / "sweep.yaml"
     record.write_text(record.read_text().replace("global_step: 2", "global_step: 1"))
@@ -364,12 +368,9 @@ def test_after_the_fit_sigterm_goes_to_the_handler_found_before_it():
 
 
 def test_resume_refuses_edited_records_in_one_line(run, tmp_path, monkeypatch, capsys):
-    stopping = _StopsAtSweepCall(KeyboardInterrupt(), 3)
-    build = generate_module._build_predictor
-    monkeypatch.setattr(generate_module, "_build_predictor", lambda run, options: stopping.wrap(build(run, options)))
+    stopping = _stop_sweeps_at_call(monkeypatch, 3)
     sweep = tmp_path / "sweep"
-    assert main(["generate", "-m", f"ckpt={run}", "predictor.max_steps=5,3", "num_samples=4", "batch_size=2",
-                 f"output_dir={sweep}"]) == 130
+    assert main(_sweep(run, sweep)) == 130
     stopping.calls = 0
     single = tmp_path / "single"
     assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={single}"]) == 130
