@@ -224,18 +224,20 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
         remove_partial(output_dir)
         summary["predictions"] = str(predictions_path)
     summary.update(evaluator.finalize(done.totals.means()))
+    if write_outputs:  # the results' scalars before the views, which a stop may cut short
+        write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
     if history is not None:
         try:
             write_tensorboard([output_dir / "history"], output_dir / "tensorboard",
                               max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer,
                               grid=getattr(run.components.task, "grid_shape", None))
-        except BaseException:
+        except BaseException:  # the command given rewrites them in place (replacing the cut ones)
             log.warning("the predictions are in %s, but the TensorBoard views of their history were not finished; "
-                        "write them with: xdllm history tensorboard %s", summary["predictions"], output_dir)
+                        "write them with: xdllm history tensorboard %s --logdir %s", summary["predictions"],
+                        output_dir, output_dir / "tensorboard")
             raise
         summary["history"] = str(output_dir / "history")
     if write_outputs:
-        write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
         summary["tensorboard"] = str(output_dir / "tensorboard")
     return summary
 
