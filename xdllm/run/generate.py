@@ -254,7 +254,8 @@ def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopK
         return
     path = write_partial(output_dir, done)
     recorded = f"; their denoising history is in {history.output_dir}" if history is not None else ""
-    how = "" if sweep_of(output_dir) else f"; continue it with: xdllm generate resume={output_dir}"  # a sweep says
+    # a sweep's generation is continued with its sweep, which says how
+    how = "" if sweep_of(output_dir) else f"; continue it with: xdllm generate resume={output_dir}"
     log.warning("generation stopped after %d samples: their predictions are in %s%s%s", len(done.records), path,
                 recorded, how)
 
