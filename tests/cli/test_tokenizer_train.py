@@ -1,5 +1,10 @@
 """`xdllm tokenizer train` builds a local tokenizer file that `tokenizer=PATH` loads."""
 
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
 from xdllm.cli.main import main
@@ -89,3 +94,46 @@ def test_views_show_a_bpe_token_as_the_text_it_stands_for(corpus, tmp_path):
                                                  min_frequency=1).path)
     (fox,) = words.encode("fox")
     assert words.display_token(fox) == "fox"
+
+
+SLOW_TRAINER = """
+import signal, sys, time
+from pathlib import Path
+import xdllm.data.tokenizer_training as training
+from xdllm.cli.main import main
+
+class SlowTokenizer:
+    # like the Rust trainer: takes no Python signal while it trains (its thread blocks them)
+    def train(self, files, trainer):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        Path(sys.argv[2]).write_text("training")
+        time.sleep(120)
+
+training._untrained = lambda kind, vocab_size, min_frequency: (SlowTokenizer(), None)
+status = main(["tokenizer", "train", sys.argv[1], "-o", sys.argv[3]])
+print("status", status, "training module loaded", "xdllm.run.train" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_tokenizer_training_at_once(corpus, tmp_path, stop):
+    started, output = tmp_path / "started", tmp_path / "tokenizer.json"
+    process = subprocess.Popen([sys.executable, "-c", SLOW_TRAINER, str(corpus), str(started), str(output)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), process.communicate(timeout=5)
+    sent = time.monotonic()
+    process.send_signal(stop)
+    try:
+        out, err = process.communicate(timeout=60)  # before: the trainer's whole run (120 s here)
+    finally:
+        process.kill()
+    assert time.monotonic() - sent < 30
+    said = "xdllm: interrupted" if stop == signal.SIGINT else "xdllm: stopped by SIGTERM"
+    assert err.strip().endswith(said), err
+    status = 130 if stop == signal.SIGINT else 143
+    # the exit path does not load the training module (and Lightning) to word a hint for training
+    assert out.strip() == f"status {status} training module loaded False"
+    assert not output.exists()

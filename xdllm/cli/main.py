@@ -334,13 +334,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _interrupted_run_hint(interrupt: KeyboardInterrupt) -> str:
-    """Where a training stopped at once left its newest checkpoint, and how to continue."""
+    """Where a training stopped at once left its newest checkpoint, and how to continue. Only a
+    command that loaded the training module can raise ``TrainingInterrupted``: any other is not
+    made to import it (and Lightning with it, two seconds) on its way out."""
+    training = sys.modules.get("xdllm.run.train")
+    if training is None or not isinstance(interrupt, training.TrainingInterrupted):
+        return ""
     from xdllm.run.checkpoint import CHECKPOINT_DIR
-    from xdllm.run.train import TrainingInterrupted
     from xdllm.train.latest_checkpoint import LAST_NAME
 
-    if not isinstance(interrupt, TrainingInterrupted):
-        return ""
     last = interrupt.run_dir / CHECKPOINT_DIR / LAST_NAME
     if not last.exists():
         return f"; no checkpoint was saved in {interrupt.run_dir} yet"
