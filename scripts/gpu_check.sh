@@ -9,7 +9,8 @@
 #   bash scripts/gpu_check.sh bench-125m OUTDIR   # bench_gpu_training.py 125m: eager, compiled, plain loss
 #   bash scripts/gpu_check.sh bench-550m OUTDIR   # bench_gpu_training.py 550m: eager, compiled
 #   bash scripts/gpu_check.sh runs OUTDIR         # varlen_sort_packed trainer=gpu (recompile warnings),
-#                                                 # generation on cuda against cpu, sudoku_mlm_gpu step rate
+#                                                 # generation on cuda against cpu, the loop's host
+#                                                 # time between steps, sudoku_mlm_gpu step rate
 #   bash scripts/gpu_check.sh all OUTDIR
 #
 # Each stage leaves <stage>.log (everything printed) and <stage>.json (one JSON object per line:
@@ -135,6 +136,8 @@ stage_runs() {
   record generate_device_cuda "$py" -m xdllm.cli.main generate ckpt="$run" device="$device"
   record generate_device_cpu "$py" -m xdllm.cli.main generate ckpt="$run" device=cpu
   record eval_test_split "$py" -m xdllm.cli.main eval ckpt="$run" split=test device="$device"
+  # the loop's host time between steps against a step's (sort_mlm, one loader worker)
+  record loop_overhead "$py" scripts/bench_loop_overhead.py "$trainer" data.num_workers=1 "${tiny[@]}"
 
   # sudoku_mlm_gpu: optimizer steps per second once the loader processes are up (the log's
   # timestamped metric lines, every 10 steps), with the experiment's 12 workers and with 4.
