@@ -6,8 +6,6 @@ The experiments are discovered, so a new one is covered without editing this fil
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -23,12 +21,12 @@ from xdllm.run.train import check_positions
 
 EXPERIMENTS = group_options(discover_families())["experiment"]
 NEEDS_TRAINED_TARGET = {"sort_dflash", "text_dflash"}  # drafters: their frozen target is a trained run
-REPOSITORY_ROOT = Path(__file__).resolve().parents[2]  # the text experiments read experiments/data/
 
 
 @pytest.fixture(autouse=True)
-def _from_the_repository_root(monkeypatch):
-    monkeypatch.chdir(REPOSITORY_ROOT)
+def _from_another_directory(monkeypatch, tmp_path):
+    """The experiments' shipped data (experiments/data/) is found from any working directory."""
+    monkeypatch.chdir(tmp_path)
 
 
 def test_the_shipped_experiments_are_all_found():

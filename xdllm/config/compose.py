@@ -19,7 +19,18 @@ from xdllm.errors import XdllmError
 from xdllm.registry import RegisteredFamily, discover_families
 
 ROOT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+REPOSITORY = ROOT_CONFIG_DIR.parent
 SEARCH_PATH_KEY = "model_search_path"
+
+
+def in_repository(relative: str) -> str:
+    """``${xdllm_repo:experiments/data/stories.txt}``: a file shipped with xdllm, by its path in
+    the repository, so that a shipped experiment's data is found from any working directory (a
+    relative path in a config means the directory of the ``xdllm`` call)."""
+    return str(REPOSITORY / relative)
+
+
+OmegaConf.register_new_resolver("xdllm_repo", in_repository, replace=True)
 
 
 def search_path_override(overrides: Sequence[str]) -> list[str]:

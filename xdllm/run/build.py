@@ -135,7 +135,7 @@ def build_components(config: DictConfig) -> RunComponents:
     except (ValueError, FileNotFoundError) as error:
         raise XdllmError(str(error)) from error
     try:
-        params = OmegaConf.to_container(config.task.get("params", {}), throw_on_missing=True)
+        params = OmegaConf.to_container(config.task.get("params", {}), resolve=True, throw_on_missing=True)
         task = get_task(config.task.name, tokenizer=tokenizer, **params)
         if not isinstance(task, PreparedTask):  # prepared data: its tokenizer's fingerprint is checked
             for index in range(ENCODING_PROBE):  # the tokenizer must encode the task: fail here, not mid-run
