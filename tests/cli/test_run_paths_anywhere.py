@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from tiny_run import TINY_RUN
 
 from xdllm.cli.main import main
-from xdllm.config.compose import compose_config, search_path_override
+from xdllm.config.compose import REPOSITORY, compose_config, search_path_override
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.data.prepare import PrepareOptions, prepare
 
@@ -75,10 +75,10 @@ def test_builtin_tokenizer_stays_a_name_and_an_experiments_paths_are_stored(tmp_
     config = compose_config("train", ["tokenizer=builtin"])
     assert record_absolute_paths(config, ["tokenizer=builtin"]) == ["tokenizer=builtin"]
     assert config.tokenizer == "builtin"
-    config = compose_config("train", ["experiment=text_arlm"])
-    assert record_absolute_paths(config, ["experiment=text_arlm"]) == [
-        "experiment=text_arlm", f"tokenizer={tmp_path}/experiments/data/stories_tokenizer.json",
-        f"task.params.path={tmp_path}/experiments/data/stories.txt"]
+    config = compose_config("train", ["experiment=text_arlm"])  # its files: ${xdllm_repo:...}, absolute already
+    assert record_absolute_paths(config, ["experiment=text_arlm"]) == ["experiment=text_arlm"]
+    assert config.tokenizer == str(REPOSITORY / "experiments" / "data" / "stories_tokenizer.json")
+    assert config.task.params.path == str(REPOSITORY / "experiments" / "data" / "stories.txt")
 
 
 def _subprocess(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
