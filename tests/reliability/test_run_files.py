@@ -91,7 +91,7 @@ def test_generation_folders_never_collide_and_are_never_overwritten(run, tmp_pat
     assert main(["generate", f"ckpt={run}", "num_samples=4", f"output_dir={target}"]) == 0
     capsys.readouterr()
     assert main(["generate", f"ckpt={run}", "num_samples=4", f"output_dir={target}"]) == 2
-    assert "already holds predictions.jsonl, generate.yaml" in _error(capsys)
+    assert "already holds predictions.jsonl, summary.json, generate.yaml" in _error(capsys)
     assert main(["generate", f"ckpt={run}", "num_samples=4", "history=topk", f"output_dir={run}"]) == 2
     assert f"output_dir {run} already holds tensorboard;" in _error(capsys)  # the run's own curves
     assert not (run / "predictions.jsonl").exists()

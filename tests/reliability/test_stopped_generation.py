@@ -91,7 +91,8 @@ def test_a_stopped_generation_keeps_its_batches_and_resume_finishes_it(run, tmp_
     assert [(r["sample_index"], r["ids"], r["exact_match"]) for r in _lines(stopped / "predictions.jsonl")] == \
         [(r["sample_index"], r["ids"], r["exact_match"]) for r in whole_records]
     assert sorted(path.name for path in stopped.iterdir()) == ["generate.yaml", "history", "predictions.jsonl",
-                                                               "tensorboard"]
+                                                               "summary.json", "tensorboard"]
+    assert json.loads((stopped / "summary.json").read_text()) == resumed  # what it printed
     assert len(list((stopped / "history").glob("history-*.pt"))) == 3
 
 
@@ -238,6 +239,23 @@ def test_a_stopped_sweep_resumes_as_a_whole(run, tmp_path, monkeypatch, capsys, 
     capsys.readouterr()
     assert main(["generate", f"resume={stopped}"]) == 2
     assert f"the sweep in {stopped} has finished all 2 generations" in capsys.readouterr().err
+
+
+def test_a_sweep_stopped_in_a_generations_views_resumes_with_its_summary(run, tmp_path, monkeypatch, capsys):
+    with_history = ["history=topk", "history_tensorboard_samples=1"]
+    assert main([*_sweep(run, tmp_path / "whole"), *with_history]) == 0
+    write_views = generate_module.write_tensorboard
+
+    def stopped_once(*args, **kwargs):
+        monkeypatch.setattr(generate_module, "write_tensorboard", write_views)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate_module, "write_tensorboard", stopped_once)
+    stopped = tmp_path / "stopped"
+    assert main([*_sweep(run, stopped), *with_history]) == 130
+    assert (stopped / "max_steps=5" / "predictions.jsonl").exists() and not (stopped / "sweep.jsonl").exists()
+    assert main(["generate", f"resume={stopped}"]) == 0
+    assert _sweep_lines(stopped) == _sweep_lines(tmp_path / "whole")
 
 
 def test_a_sweep_resumes_only_from_the_weights_it_started_with(run, tmp_path, monkeypatch, capsys):
@@ -392,7 +410,7 @@ def test_resume_refuses_edited_records_in_one_line(run, tmp_path, monkeypatch, c
         (single / "predictions.partial.jsonl", "{bad", "predictions.partial.jsonl:1 is not JSON"),
         (sweep / "sweep.yaml", "overrides: [", "sweep.yaml cannot be read"),
         (sweep / "sweep.yaml", "foo: 1", "sweep.yaml lacks overrides, checkpoint, global_step"),
-        (sweep / "sweep.jsonl", "{bad", "sweep.jsonl:1 is not a JSON line"),
+        (sweep / "sweep.jsonl", "{bad", "sweep.jsonl:1 is not JSON"),
         (sweep / "sweep.jsonl", "[1]", "sweep.jsonl:1 names no folder"),
     ]
     for path, text, said in broken:

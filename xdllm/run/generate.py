@@ -8,6 +8,7 @@ part-way keeps its finished batches' predictions in ``predictions.partial.jsonl`
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,7 +34,7 @@ from xdllm.run.build import instantiate_component
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
-from xdllm.run.generation_folder import PREDICTIONS, claim_output_dir, discard_unfinished, sweep_of
+from xdllm.run.generation_folder import PREDICTIONS, SUMMARY, claim_output_dir, discard_unfinished, sweep_of
 from xdllm.run.generation_progress import GenerationProgress
 from xdllm.run.generation_record import (
     GENERATE_CONFIG,
@@ -60,7 +61,7 @@ from xdllm.run.prompt_sources import (
     prompt_batches,
     read_prompts_file,
 )
-from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically
+from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 from xdllm.train.module import takes_frozen
 
 HISTORY_CHOICES = (None, "topk")
@@ -219,13 +220,18 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
         "tokens_per_second": done.generated_tokens / max(done.seconds, 1e-9),
     }
     if write_outputs:
-        predictions_path = output_dir / PREDICTIONS
-        write_jsonl_atomically(predictions_path, records)
-        remove_partial(output_dir)
-        summary["predictions"] = str(predictions_path)
+        summary["predictions"] = str(output_dir / PREDICTIONS)
     summary.update(evaluator.finalize(done.totals.means()))
-    if write_outputs:  # the results' scalars before the views, which a stop may cut short
-        write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
+    if history is not None:
+        summary["history"] = str(output_dir / "history")
+    if not write_outputs:
+        return summary
+    summary["tensorboard"] = str(output_dir / "tensorboard")
+    write_jsonl_atomically(output_dir / PREDICTIONS, records)
+    remove_partial(output_dir)
+    write_text_atomically(output_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    # the results' scalars before the views, which a stop may cut short
+    write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
     if history is not None:
         try:
             write_tensorboard([output_dir / "history"], output_dir / "tensorboard",
@@ -236,9 +242,6 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                         "write them with: xdllm history tensorboard %s --logdir %s", summary["predictions"],
                         output_dir, output_dir / "tensorboard")
             raise
-        summary["history"] = str(output_dir / "history")
-    if write_outputs:
-        summary["tensorboard"] = str(output_dir / "tensorboard")
     return summary
 
 

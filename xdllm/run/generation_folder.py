@@ -17,8 +17,9 @@ from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE
 from xdllm.temporary_files import remove_stale_temporaries
 
 PREDICTIONS = "predictions.jsonl"
+SUMMARY = "summary.json"  # what the generation printed: its results, read back by a resumed sweep
 SWEEP_RECORD = "sweep.yaml"  # a sweep folder's overrides and checkpoint, for resume=
-GENERATION_CONTENT = (PREDICTIONS, PARTIAL_PREDICTIONS, PARTIAL_STATE, GENERATE_CONFIG, "history",
+GENERATION_CONTENT = (PREDICTIONS, SUMMARY, PARTIAL_PREDICTIONS, PARTIAL_STATE, GENERATE_CONFIG, "history",
                       "tensorboard")  # what a generation writes
 
 

@@ -11,6 +11,7 @@ forward passes over every generation of a run.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -101,6 +102,15 @@ def read_record(path: Path, required: Sequence[str]) -> DictConfig:
     if missing:
         raise XdllmError(f"{path} lacks {', '.join(missing)}: it was edited or not written by xdllm")
     return record
+
+
+def parse_record_json(text: str, where: Path | str) -> Any:
+    """JSON xdllm wrote (a partial generation's state, a line of ``sweep.jsonl``, ...), refused in
+    one line naming ``where`` (a file, or ``file:line``) when it does not parse."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise XdllmError(f"{where} is not JSON ({error}): it was edited or not written by xdllm") from error
 
 
 def scalar_results(summary: Mapping[str, Any]) -> dict[str, float]:

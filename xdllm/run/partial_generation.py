@@ -20,6 +20,7 @@ import torch
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.interfaces import MetricSums
+from xdllm.run.generation_record import parse_record_json
 from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
 
 PARTIAL_PREDICTIONS = "predictions.partial.jsonl"
@@ -82,11 +83,11 @@ def read_partial(folder: Path, device: torch.device) -> FinishedBatches:
     if missing:
         raise XdllmError(f"{folder} holds no stopped generation to continue (no {' or '.join(missing)}); "
                          "xdllm generate resume=<folder> continues a generation that was stopped part-way")
-    state = _json(folder / PARTIAL_STATE, (folder / PARTIAL_STATE).read_text())
+    state = parse_record_json((folder / PARTIAL_STATE).read_text(), folder / PARTIAL_STATE)
     lacking = [key for key in STATE_KEYS if not isinstance(state, dict) or key not in state]
     if lacking:
         raise XdllmError(f"{folder / PARTIAL_STATE} lacks {', '.join(lacking)}: it was edited or not written by xdllm")
-    records = [_json(f"{folder / PARTIAL_PREDICTIONS}:{number}", line)
+    records = [parse_record_json(line, f"{folder / PARTIAL_PREDICTIONS}:{number}")
                for number, line in enumerate((folder / PARTIAL_PREDICTIONS).read_text().splitlines(), start=1)]
     if len(records) != state["samples"]:
         raise XdllmError(f"{folder / PARTIAL_PREDICTIONS} holds {len(records)} predictions, but "
@@ -95,13 +96,6 @@ def read_partial(folder: Path, device: torch.device) -> FinishedBatches:
     return FinishedBatches(records, MetricTotals.from_state(state["totals"], device), state["batches"],
                            state["generated_tokens"], state["seconds"], state["one_text"],
                            None if first is None else torch.tensor(first, device=device))
-
-
-def _json(where: Path | str, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise XdllmError(f"{where} is not JSON ({error}): it was edited or not written by xdllm") from error
 
 
 def remove_partial(folder: Path) -> None:

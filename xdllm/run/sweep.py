@@ -16,7 +16,6 @@ drawing its held-out samples once. A sweep stopped part-way is continued as a wh
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.generate import CheckedGeneration, check_generation, continue_generation, run_generation
 from xdllm.run.generation_folder import (
     PREDICTIONS,
+    SUMMARY,
     SWEEP_RECORD,
     discard_unfinished,
     generation_content_in,
@@ -41,7 +41,7 @@ from xdllm.run.generation_folder import (
     stopped_hint,
     sweep_of,
 )
-from xdllm.run.generation_record import read_record, settings_name
+from xdllm.run.generation_record import parse_record_json, read_record, settings_name
 from xdllm.run.partial_generation import PARTIAL_STATE
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 
@@ -175,10 +175,12 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
         folder = sweep_dir / name
         if name in earlier:
             results.append(earlier[name])
+        elif (folder / PREDICTIONS).exists() and (folder / SUMMARY).is_file():  # stopped in its views
+            results.append({"settings": _settings(combination, config), "folder": name,
+                            **_json_object(folder / SUMMARY)})
         elif (folder / PREDICTIONS).exists():
-            raise XdllmError(f"{folder} holds finished predictions whose results {summary_path} lacks (the sweep "
-                             "stopped while it wrote their TensorBoard views): move that folder away and resume "
-                             "again to generate it anew")
+            raise XdllmError(f"{folder} holds finished predictions without their {SUMMARY}: move that folder away "
+                             "and resume again to generate it anew")
         elif (folder / PARTIAL_STATE).is_file():
             plan.append(_Planned(combination, name, config, None))
         elif generation_content_in(folder):
@@ -195,18 +197,26 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     return _run_planned(run, sweep_dir, plan, results, resume_overrides=overrides)
 
 
+def _settings(combination: dict[str, str], config: DictConfig) -> dict[str, Any]:
+    """A generation's swept keys and their values as composed (``sweep.jsonl``'s ``settings``)."""
+    return {key: OmegaConf.select(config, key.lstrip("+~")) for key in combination}
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    value = parse_record_json(path.read_text(), path)
+    if not isinstance(value, dict):
+        raise XdllmError(f"{path} holds no JSON object: it was edited or not written by xdllm")
+    return value
+
+
 def _summary_lines(path: Path) -> list[dict[str, Any]]:
     """The lines of a stopped sweep's ``sweep.jsonl`` (none if it finished no generation)."""
     if not path.is_file():
         return []
-    lines = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        try:
-            lines.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise XdllmError(f"{path}:{number} is not a JSON line ({error}): it was edited or not written by "
-                             "xdllm") from error
-        if not isinstance(lines[-1], dict) or "folder" not in lines[-1]:
+    lines = [parse_record_json(line, f"{path}:{number}")
+             for number, line in enumerate(path.read_text().splitlines(), start=1)]
+    for number, line in enumerate(lines, start=1):
+        if not isinstance(line, dict) or "folder" not in line:
             raise XdllmError(f"{path}:{number} names no folder: it was edited or not written by xdllm")
     return lines
 
@@ -220,7 +230,7 @@ def _run_planned(run: TrainedRun, sweep_dir: Path, plan: Sequence[_Planned], res
     try:
         for planned in plan:
             folder = sweep_dir / planned.name
-            settings = {key: OmegaConf.select(planned.config, key.lstrip("+~")) for key in planned.combination}
+            settings = _settings(planned.combination, planned.config)
             outside_predictor = {key.lstrip("+~"): value for key, value in settings.items()
                                  if not key.lstrip("+~").startswith("predictor.")}
             if planned.generation is None:
