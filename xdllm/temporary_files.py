@@ -63,9 +63,23 @@ def torch_save_atomically(obj: Any, path: str | os.PathLike) -> None:
     file or the complete new one, even after a power cut."""
     with written_atomically(path) as temporary:
         with open(temporary, "wb") as handle:
-            torch.save(obj, handle)
+            try:
+                torch.save(obj, handle)
+            except Exception as error:  # a Ctrl-C or SIGTERM in one of torch's writes: the zip writer's
+                interrupt = _interrupt_behind(error)  # cleanup then fails, hiding it; the stop wins
+                if interrupt is None:
+                    raise
+                raise interrupt from None
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (or SIGTERM's ``Terminated``) ``error`` was raised while handling."""
+    seen = error.__context__
+    while seen is not None and not isinstance(seen, KeyboardInterrupt):
+        seen = seen.__context__
+    return seen
 
 
 def writer_alive(path: Path) -> bool:

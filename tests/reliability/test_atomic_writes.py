@@ -46,3 +46,36 @@ def test_json_lines_replace_the_file_whole(tmp_path):
     write_jsonl_atomically(path, ({"b": index} for index in range(3)))
     assert path.read_text() == '{"b": 0}\n{"b": 1}\n{"b": 2}\n'
     assert sorted(p.name for p in path.parent.iterdir()) == ["predictions.jsonl"]
+
+
+class _StoppedFile:
+    """A file whose third write is interrupted, as a SIGTERM in one of torch.save's writes is."""
+
+    def __init__(self, path, mode):
+        self.file, self.writes = open(path, mode), 0
+
+    def write(self, data):
+        self.writes += 1
+        if self.writes == 3:
+            raise KeyboardInterrupt
+        return self.file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+def test_an_interrupt_inside_torch_save_stays_an_interrupt(tmp_path, monkeypatch):
+    import torch
+
+    from xdllm import temporary_files
+
+    monkeypatch.setattr(temporary_files, "open", _StoppedFile, raising=False)
+    with pytest.raises(KeyboardInterrupt):  # not torch's "unexpected pos" RuntimeError from its cleanup
+        temporary_files.torch_save_atomically({"weights": torch.zeros(4096)}, tmp_path / "state.pt")
+    assert list(tmp_path.iterdir()) == []
