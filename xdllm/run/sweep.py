@@ -160,9 +160,8 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     of ``sweep.jsonl``), a stopped one is continued, the others are run. Returns what
     :func:`run_sweep` returns, for the whole sweep."""
     record = read_record(sweep_dir / SWEEP_RECORD, ("overrides", "checkpoint", "global_step"))
-    given = {override.partition("=")[0].lstrip("+~") for override in overrides}
-    started = [override for override in record.overrides if override.partition("=")[0].lstrip("+~") not in given]
-    combinations, configs = sweep_configs([*started, *overrides])
+    # the sweep's overrides, then device=/live= given now: the last of a key wins (as for train's resume=)
+    combinations, configs = sweep_configs([*record.overrides, *overrides])
     run = load_trained(record.checkpoint, ema=configs[0].ema)
     if run.global_step != record.global_step:
         raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the sweep in {sweep_dir} "
