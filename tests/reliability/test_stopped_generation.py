@@ -258,6 +258,43 @@ def test_a_sweep_stopped_in_a_generations_views_resumes_with_its_summary(run, tm
     assert _sweep_lines(stopped) == _sweep_lines(tmp_path / "whole")
 
 
+def _stop_writing_once(monkeypatch, name: str) -> None:
+    """The generation's first atomic write of a file called ``name`` is stopped by Ctrl-C."""
+    for writer in ("write_text_atomically", "write_jsonl_atomically"):
+        write = getattr(generate_module, writer)
+
+        def stopped_once(path, *args, _write=write, **kwargs):
+            if Path(path).name == name:
+                monkeypatch.undo()
+                raise KeyboardInterrupt
+            return _write(path, *args, **kwargs)
+        monkeypatch.setattr(generate_module, writer, stopped_once)
+
+
+@pytest.mark.parametrize("name", ["summary.json", "predictions.jsonl"])
+def test_a_stop_while_the_results_are_written_keeps_every_batch(run, tmp_path, monkeypatch, capsys, name):
+    whole = tmp_path / "whole"
+    assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={whole}"]) == 0
+    _stop_writing_once(monkeypatch, name)
+    stopped = tmp_path / "stopped"
+    assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={stopped}"]) == 130
+    assert not (stopped / "predictions.jsonl").exists()
+    assert f"generation stopped after 12 samples: their predictions are in {stopped}" in capsys.readouterr().err
+    assert main(["generate", f"resume={stopped}"]) == 0
+    assert [(r["sample_index"], r["ids"]) for r in _lines(stopped / "predictions.jsonl")] == \
+        [(r["sample_index"], r["ids"]) for r in _lines(whole / "predictions.jsonl")]
+    assert not (stopped / "predictions.partial.jsonl").exists()
+
+
+def test_a_sweep_stopped_while_a_summary_is_written_resumes(run, tmp_path, monkeypatch):
+    assert main(_sweep(run, tmp_path / "whole")) == 0
+    _stop_writing_once(monkeypatch, "summary.json")
+    stopped = tmp_path / "stopped"
+    assert main(_sweep(run, stopped)) == 130
+    assert main(["generate", f"resume={stopped}"]) == 0
+    assert _sweep_lines(stopped) == _sweep_lines(tmp_path / "whole")
+
+
 def test_a_sweep_resumes_only_from_the_weights_it_started_with(run, tmp_path, monkeypatch, capsys):
     _stop_sweeps_at_call(monkeypatch, 3)
     stopped = tmp_path / "stopped"

@@ -50,6 +50,12 @@ class MetricTotals:
     def __bool__(self) -> bool:
         return bool(self._sums)
 
+    def copy(self) -> MetricTotals:
+        """Totals adding to which leaves these unchanged (the tensors are shared: adding replaces them)."""
+        copied = MetricTotals()
+        copied._sums = dict(self._sums)
+        return copied
+
     def means(self, reduce: Reduce | None = None) -> dict[str, float]:
         """``Σ sum / Σ count`` per name (a name with no count gives 0.0)."""
         if not self._sums:

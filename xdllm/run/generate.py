@@ -30,6 +30,7 @@ from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
+from xdllm.interfaces import Evaluator
 from xdllm.run.build import instantiate_component
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
@@ -183,6 +184,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     progress = None if options.get("live") else GenerationProgress(earlier_seconds=done.seconds)  # live owns stderr
     samples, tokens = len(done.records), done.generated_tokens  # for the progress lines alone
     extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
+    whole = None  # ``done`` and this run's batches, once all are generated
     try:
         with torch.inference_mode(), autocast(device, dtype):
             for batches_drawn, batch in enumerate(checked.batches, start=1):
@@ -203,33 +205,21 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                 samples, tokens = samples + len(result.records), tokens + result.generated_tokens
                 if progress is not None:
                     progress.batch_done(samples, skipped + len(finished), tokens)
+        whole = done.plus(finished, time.perf_counter() - started)
+        if whole.one_text and len(whole.records) > 1:
+            log.warning(ONE_TEXT_WARNING, len(whole.records))
+        summary = _summary(run, device, whole, evaluator, output_dir, history is not None)
+        if output_dir is None:
+            return summary
+        # the summary first: until the predictions are whole, a stop keeps the batches to continue from
+        write_text_atomically(output_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
+        write_jsonl_atomically(output_dir / PREDICTIONS, whole.records)
     except BaseException:  # Ctrl-C, SIGTERM, an error: what the finished batches made is kept
-        if output_dir is not None:
-            done.add(finished, time.perf_counter() - started)
-            _keep_finished(output_dir, done, history, len(finished))
+        if output_dir is not None and not (output_dir / PREDICTIONS).exists():
+            _keep_finished(output_dir, whole or done.plus(finished, time.perf_counter() - started), history,
+                           len(finished))
         raise
-    done.add(finished, time.perf_counter() - started)
-    if done.one_text and len(done.records) > 1:
-        log.warning(ONE_TEXT_WARNING, len(done.records))
-    records = done.records
-    summary: dict[str, Any] = {
-        **checkpoint_fields(run),
-        "device": str(device),
-        "num_samples": len(records),
-        "mean_steps": sum(r["steps_taken"] for r in records) / max(1, len(records)),
-        "tokens_per_second": done.generated_tokens / max(done.seconds, 1e-9),
-    }
-    if write_outputs:
-        summary["predictions"] = str(output_dir / PREDICTIONS)
-    summary.update(evaluator.finalize(done.totals.means()))
-    if history is not None:
-        summary["history"] = str(output_dir / "history")
-    if not write_outputs:
-        return summary
-    summary["tensorboard"] = str(output_dir / "tensorboard")
-    write_jsonl_atomically(output_dir / PREDICTIONS, records)
     remove_partial(output_dir)
-    write_text_atomically(output_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
     # the results' scalars before the views, which a stop may cut short
     write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
     if history is not None:
@@ -242,6 +232,27 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                         "write them with: xdllm history tensorboard %s --logdir %s", summary["predictions"],
                         output_dir, output_dir / "tensorboard")
             raise
+    return summary
+
+
+def _summary(run: TrainedRun, device: torch.device, whole: FinishedBatches, evaluator: Evaluator,
+             output_dir: Path | None, recorded_history: bool) -> dict[str, Any]:
+    """What the generation prints (and keeps in ``summary.json``)."""
+    records = whole.records
+    summary: dict[str, Any] = {
+        **checkpoint_fields(run),
+        "device": str(device),
+        "num_samples": len(records),
+        "mean_steps": sum(r["steps_taken"] for r in records) / max(1, len(records)),
+        "tokens_per_second": whole.generated_tokens / max(whole.seconds, 1e-9),
+    }
+    if output_dir is not None:
+        summary["predictions"] = str(output_dir / PREDICTIONS)
+    summary.update(evaluator.finalize(whole.totals.means()))
+    if recorded_history:
+        summary["history"] = str(output_dir / "history")
+    if output_dir is not None:
+        summary["tensorboard"] = str(output_dir / "tensorboard")
     return summary
 
 

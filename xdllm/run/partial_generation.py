@@ -11,7 +11,7 @@ finished generation equals one that was never stopped.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +40,16 @@ class FinishedBatches:
     one_text: bool = False
     first_output: torch.Tensor | None = None
 
-    def add(self, batches: list[FinishedBatch], seconds: float) -> None:
-        """Count ``batches``, generated in ``seconds``, in (after the ones counted already)."""
-        self.seconds += seconds
+    def plus(self, batches: list[FinishedBatch], seconds: float) -> FinishedBatches:
+        """These batches and ``batches`` (generated in ``seconds``, after these), leaving these
+        unchanged: a stop while they are counted finds either the old count or the new one."""
+        whole = replace(self, records=list(self.records), totals=self.totals.copy(), seconds=self.seconds + seconds)
         for batch in batches:
-            self.records.extend(batch.records)
-            self.totals.add(batch.sums)
-            self.generated_tokens += batch.generated_tokens
-            self.batches += 1
+            whole.records.extend(batch.records)
+            whole.totals.add(batch.sums)
+            whole.generated_tokens += batch.generated_tokens
+            whole.batches += 1
+        return whole
 
 
 @dataclass(frozen=True)
