@@ -185,6 +185,7 @@ def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: b
 
 
 def _continue_generation(folder: str, overrides: Sequence[str], print_config: bool, sweep: bool) -> int:
+    from xdllm.config.schema import override_key
     from xdllm.run.generate import RESUME_OPTIONS
     from xdllm.run.sweep import continue_stopped
 
@@ -192,7 +193,7 @@ def _continue_generation(folder: str, overrides: Sequence[str], print_config: bo
         raise XdllmError(f"resume= continues a stopped generation or sweep with the options it started with; it "
                          f"takes no {'-m' if sweep else '--cfg'} (its options are in {folder}/generate.yaml, or "
                          "sweep.yaml for a sweep)")
-    others = [override for override in overrides if override.partition("=")[0].lstrip("+~") not in RESUME_OPTIONS]
+    others = [override for override in overrides if override_key(override) not in RESUME_OPTIONS]
     if others:
         raise XdllmError(f"resume= continues a generation with the options it started with (in {folder}); "
                          f"only {'= and '.join(RESUME_OPTIONS)}= may be given with it, not {' '.join(others)}: start a "

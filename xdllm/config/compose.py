@@ -14,7 +14,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from xdllm.config.schema import check_new_keys, check_values, unknown_key_message
+from xdllm.config.schema import check_new_keys, check_values, override_key, unknown_key_message
 from xdllm.errors import XdllmError
 from xdllm.registry import RegisteredFamily, discover_families
 
@@ -73,8 +73,7 @@ def check_group_choices(overrides: Sequence[str], options: dict[str, list[str]])
     """``GROUP=OPTION`` for any config group must name an existing option. Hydra would say so
     too, but in a message of many lines that ends with its whole search path."""
     for override in overrides:
-        key, _, value = override.partition("=")
-        group = key.lstrip("+~")
+        group, value = override_key(override), override.partition("=")[2]
         if group in options and value not in (*options[group], "null"):
             raise XdllmError(f"unknown {group} '{value}'; available: {', '.join(options[group])}")
 
@@ -117,7 +116,7 @@ def _compose(config_name: str, overrides: Sequence[str], search_path: str) -> Di
 def _node_keys(config_name: str, overrides: Sequence[str], search_path: str, unknown: str) -> list[str]:
     """The keys at ``unknown``'s node in the config composed without it (none where that fails
     too): what a typo was probably meant to be."""
-    others = [o for o in overrides if o.partition("=")[0].lstrip("+~") != unknown]
+    others = [o for o in overrides if override_key(o) != unknown]
     try:
         config = _compose(config_name, others, search_path)
     except (HydraException, OmegaConfBaseException):

@@ -146,12 +146,17 @@ COMPONENT_NODES = ("model", "loss", "predictor", "evaluator", "collator.train", 
                    "collator.prediction")
 
 
+def override_key(override: str) -> str:
+    """The config key a Hydra override names: ``a.b`` for ``a.b=1``, ``+a.b=1``, ``++a.b=1`` and ``~a.b``."""
+    return override.partition("=")[0].lstrip("+~")
+
+
 def check_new_keys(overrides: Sequence[str], config_name: str) -> None:
     """Refuse ``+key=value`` outside the nodes that take extras, naming what exists there."""
     for override in overrides:
         if not override.startswith("+"):
             continue
-        key = override.lstrip("+").partition("=")[0]
+        key = override_key(override)
         if key.split(".")[0] not in OPEN_NODES.get(config_name, ()):
             raise XdllmError(unknown_key_message(key, config_name, f" in {override!r}"))
 

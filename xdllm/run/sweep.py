@@ -28,6 +28,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.compose import compose_config, first_swept_override
+from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.generate import CheckedGeneration, check_generation, continue_generation, run_generation
@@ -198,7 +199,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
 
 def _settings(combination: dict[str, str], config: DictConfig) -> dict[str, Any]:
     """A generation's swept keys and their values as composed (``sweep.jsonl``'s ``settings``)."""
-    return {key: OmegaConf.select(config, key.lstrip("+~")) for key in combination}
+    return {key: OmegaConf.select(config, override_key(key)) for key in combination}
 
 
 def _json_object(path: Path) -> dict[str, Any]:
@@ -230,8 +231,8 @@ def _run_planned(run: TrainedRun, sweep_dir: Path, plan: Sequence[_Planned], res
         for planned in plan:
             folder = sweep_dir / planned.name
             settings = _settings(planned.combination, planned.config)
-            outside_predictor = {key.lstrip("+~"): value for key, value in settings.items()
-                                 if not key.lstrip("+~").startswith("predictor.")}
+            outside_predictor = {override_key(key): value for key, value in settings.items()
+                                 if not override_key(key).startswith("predictor.")}
             if planned.generation is None:
                 summary = continue_generation(folder, resume_overrides, run=run, swept=outside_predictor)
             else:
