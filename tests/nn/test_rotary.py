@@ -47,3 +47,19 @@ def test_odd_head_dim_and_bad_max_positions_are_rejected():
         RotaryEmbedding(7, 16)
     with pytest.raises(ValueError, match="max_positions"):
         RotaryEmbedding(8, 0)
+
+
+def test_rotation_is_bit_for_bit_the_pairwise_formula_on_a_strided_view():
+    """Each half rotated apart, ``(a cos - b sin, b cos + a sin)``: the formula checkpoints were
+    trained with. The faster form must give the same bits (on the non-contiguous query/key views
+    attention passes), so earlier runs resume and generate exactly as they did."""
+    torch.manual_seed(0)
+    heads = torch.randn(3, 7, 3, 4, 16)  # [batch, seq_len, q/k/v, heads, head_dim], as attention's projection
+    query = heads.permute(2, 0, 3, 1, 4)[0]
+    angles = torch.rand(3, 7, 8) * 100
+    cos, sin = angles.cos(), angles.sin()
+    first, second = query.chunk(2, dim=-1)
+    pairwise = torch.cat((first * cos[:, None] - second * sin[:, None], second * cos[:, None] + first * sin[:, None]),
+                         dim=-1)
+    assert torch.equal(apply_rotary(query, cos, sin), pairwise)
+    assert apply_rotary(query.bfloat16(), cos, sin).dtype == torch.bfloat16
