@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from xdllm.collate import DLLMCollator, check_examples, check_length, supervised_tail
+from xdllm.collate import DLLMCollator, check_examples, check_length, supervised_tail, warn_unfilled_answers
 from xdllm.diffusion import corrupt_blockwise, corrupt_per_sample, corrupt_uniform
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.mdlm.types import MDLMBatch
@@ -77,6 +77,8 @@ class MDLMCollator:
     def __call__(self, examples: Sequence[Example]) -> MDLMBatch:
         where = type(self).__name__
         check_examples(examples, where)
+        if self.block_size is None:  # with blocks, the last block is filled with EOS
+            warn_unfilled_answers(examples, self.target_length, "mdlm.target_length", where)
         tok = self.tokenizer
         samples, prefix_lengths = [], []
         for sample in examples:

@@ -28,6 +28,7 @@ from xdllm.collate import (
     longest_row,
     place_rows,
     supervised_tail,
+    warn_unfilled_answers,
 )
 from xdllm.diffusion import corrupt_per_sample, corrupt_uniform
 from xdllm.interfaces import Example, Tokenizer
@@ -77,6 +78,8 @@ class _CorruptingCollator:
     def __call__(self, examples: Sequence[Example]) -> MLMBatch:
         where = type(self).__name__
         check_examples(examples, where)
+        if not self.supervise_prompt:  # answers after prompts
+            warn_unfilled_answers(examples, self.target_length, "mlm.target_length", where)
         tokenizer = self.tokenizer
         sequences = [[tokenizer.bos_token_id, *sample["prompt_ids"],
                       *supervised_tail(sample, tokenizer.eos_token_id, self.target_length, where)]

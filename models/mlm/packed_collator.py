@@ -21,7 +21,7 @@ from itertools import chain
 
 import torch
 
-from xdllm.collate import check_examples, supervised_tail
+from xdllm.collate import check_examples, supervised_tail, warn_unfilled_answers
 from xdllm.data.packing import plan_packing
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.mlm.collator import corrupt_supervised
@@ -75,6 +75,8 @@ class PackedMLMCollator:
 
     def __call__(self, examples: Sequence[Example]) -> PackedFlexMLMBatch:
         check_examples(examples, "PackedMLMCollator")
+        if self.add_bos_eos:
+            warn_unfilled_answers(examples, self.target_length, "mlm.target_length", "PackedMLMCollator")
         documents, supervised = self._documents(examples)
         clean = torch.tensor(list(chain.from_iterable(documents)), dtype=torch.long)
         # Supervised tokens are each document's last len(supervised) tokens.

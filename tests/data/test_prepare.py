@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from xdllm.cli.main import main
 from xdllm.data.prepare import PrepareOptions, held_out_counts, prepare
@@ -147,11 +148,15 @@ def test_the_suggested_train_line_trains(tmp_path, capsys):
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("train on it: xdllm train ") and "collator=" not in line
     overrides = line.removeprefix("train on it: xdllm train ").split()
-    assert overrides[-2:] == ["data.num_val_samples=3", "data.num_test_samples=3"]
+    assert overrides[-3:] == ["mlm.target_length='${derived.max_new_tokens}'", "data.num_val_samples=3",
+                              "data.num_test_samples=3"]  # as a shell passes it, without the quotes
+    overrides[-3] = overrides[-3].replace("'", "")
     assert main(["train", *overrides, "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
                  "trainer.max_steps=2", "trainer.val_check_interval=2", "history.num_samples=0",
                  "trainer.enable_model_summary=false", f"run_dir={tmp_path / 'run'}"]) == 0
     assert json.loads(capsys.readouterr().out.split("\n", 1)[1])["num_samples"] == 3
+    config = OmegaConf.load(tmp_path / "run" / "config.yaml")
+    assert config.collator.train.target_length == config.collator.val.target_length == 2  # response "6" + EOS
 
 
 def test_line_numbers_count_across_chunks(tmp_path):

@@ -76,8 +76,7 @@ def test_mdlm_response_window_supervises_the_response_and_its_eos_fill(pairs):
 @pytest.mark.parametrize("family", ["mdlm", "mlm"])
 def test_train_then_generate_scores_the_test_responses(pairs, tmp_path, capsys, family):
     run_dir = tmp_path / "run"
-    fill = (["mdlm.target_length=${derived.max_new_tokens}"] if family == "mdlm" else
-            [f"+collator.{role}.target_length=${{derived.max_new_tokens}}" for role in ("train", "val")])
+    fill = [f"{family}.target_length=${{derived.max_new_tokens}}"]
     assert main(["train", *TINY_PAIRS, f"model={family}", f"task.params.path={pairs}", *fill,
                  f"run_dir={run_dir}"]) == 0
     capsys.readouterr()

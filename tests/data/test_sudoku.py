@@ -6,8 +6,8 @@ import random
 
 import pytest
 import torch
+from tiny_run import TINY
 
-from tests.tiny_run import TINY
 from xdllm.cli.main import main
 from xdllm.data.sudoku import CELLS, count_solutions, follows_rules, make_puzzle, random_solution
 from xdllm.data.tasks import SudokuTask, draw_sample, get_task

@@ -72,8 +72,10 @@ def run_data_command(arguments: argparse.Namespace) -> int:
 
 
 def train_command(summary: dict, tokenizer: str) -> str:
-    """The ``xdllm train`` line for a prepared dataset: packed rows for text, and the held-out
-    sample counts where a split is smaller than ``configs/train.yaml`` asks for by default."""
+    """The ``xdllm train`` line for a prepared dataset: packed rows for text, EOS fill of the
+    responses for pairs (answers of varying length, generated on a canvas of max_new_tokens masks),
+    and the held-out sample counts where a split is smaller than ``configs/train.yaml`` asks for
+    by default."""
     from omegaconf import OmegaConf
 
     from xdllm.config.compose import ROOT_CONFIG_DIR
@@ -82,6 +84,8 @@ def train_command(summary: dict, tokenizer: str) -> str:
     words = ["xdllm train task=prepared", f"task.params.path={summary['output']}", f"tokenizer={tokenizer}"]
     if summary["kind"] == "text":
         words.append("collator=packed_mlm")
+    else:
+        words.append("mlm.target_length='${derived.max_new_tokens}'")
     for split, key in (("validation", "num_val_samples"), ("test", "num_test_samples")):
         if 0 < summary["samples"][split] < defaults[key]:
             words.append(f"data.{key}={summary['samples'][split]}")

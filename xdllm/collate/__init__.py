@@ -1,7 +1,14 @@
 """Collators and the pieces every family's collators share: lists of tokenized samples to tensors."""
 
 from xdllm.collate.dllm import DLLMBatch, DLLMCollator
-from xdllm.collate.examples import check_examples, check_length, longest_row, place_rows, supervised_tail
+from xdllm.collate.examples import (
+    check_examples,
+    check_length,
+    longest_row,
+    place_rows,
+    supervised_tail,
+    warn_unfilled_answers,
+)
 from xdllm.collate.prompts import PromptBatch, PromptCollator
 
 __all__ = [
@@ -14,4 +21,5 @@ __all__ = [
     "longest_row",
     "place_rows",
     "supervised_tail",
+    "warn_unfilled_answers",
 ]

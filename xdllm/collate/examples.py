@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from itertools import chain
 
@@ -12,6 +13,8 @@ from torch import Tensor
 from xdllm.interfaces import Example
 
 _EXAMPLE_KEYS = ("prompt_ids", "target_ids", "sample_index", "step")
+
+log = logging.getLogger(__name__)
 
 
 def check_examples(examples: Sequence[Example], where: str) -> None:
@@ -63,6 +66,26 @@ def supervised_tail(sample: Example, eos_token_id: int, target_length: int | Non
         raise ValueError(f"{where}: sample {sample['sample_index']} has a target of {len(target)} "
                          f"tokens; target_length={target_length} leaves no room for its EOS")
     return [*target, *[eos_token_id] * (target_length - len(target))]
+
+
+_warned_unfilled: set[str] = set()  # the knobs warned about in this process (a worker inherits it)
+
+
+def warn_unfilled_answers(examples: Sequence[Example], target_length: int | None, knob: str, where: str) -> None:
+    """Warn once per process and ``knob`` when a batch holds answers after prompts that differ in
+    length while there is no EOS fill: training then never shows masks past an answer's end, and
+    a generation that starts from ``max_new_tokens`` masks fills them with more answer (0.0 exact
+    match on ``varlen_sort``). ``knob`` is the override that turns the fill on."""
+    if knob in _warned_unfilled or target_length is not None or not any(sample["prompt_ids"] for sample in examples):
+        return
+    lengths = [len(sample["target_ids"]) for sample in examples]
+    if min(lengths) == max(lengths):
+        return
+    _warned_unfilled.add(knob)
+    log.warning("%s: answers in one batch are %d to %d tokens long and %s is null: training never shows the "
+                "model masks past an answer's end, so generation (max_new_tokens masks after the prompt) will fill "
+                "them with more answer; for answers of varying length set %s='${derived.max_new_tokens}' (EOS "
+                "fill)", where, min(lengths), max(lengths), knob, knob)
 
 
 def longest_row(rows: Sequence[Sequence[int]]) -> int:
