@@ -41,10 +41,10 @@ TRAIN = [
     ("tokenizer=experiments/data/stories_tokenizer.json", "cannot encode the symbol"),
     ("tokenizer={broken}", "is not a readable tokenizers JSON file"),
     ("run_dir={file}/run", "Not a directory"),
-    ("model=mlm collator=packed_bd3lm", "collator.train.block_size refers to a key this config does not have "
-                                        "(Interpolation key 'bd3lm.block_size' not found); the model family is mlm"),
-    ("model=arlm collator=packed_mlm", "the loss ARLMLoss looks for 'loss_mask' in the batches of collator.train "
-                                       "(PackedMLMCollator)"),
+    ("model=mlm collator=packed_bd3lm", "collator.train.target_length refers to a key this config does not have "
+                                        "(Interpolation key 'bd3lm.target_length' not found); the model family is mlm"),
+    ("model=arlm collator.train._target_=xdllm_models.mlm.collator.MLMSeq2SeqTrainCollator",
+     "the loss ARLMLoss looks for 'loss_mask' in the batches of collator.train (MLMSeq2SeqTrainCollator)"),
     ("checkpoint.monitor=loss", "checkpoint.monitor='loss' is not a validation metric"),
     ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps=0 is not allowed"),
     ("text_samples_temperature=-1", "text_samples_temperature must be a number >= 0 (or null)"),

@@ -1,8 +1,9 @@
 """Before a run writes anything: the loss reads what the collators make, and returns what the
 training step reads (:class:`~xdllm.interfaces.LossDict`).
 
-Config groups of different families can compose into a config whose collator makes batches the
-loss cannot read (``model=arlm collator=packed_mlm``: no ``loss_mask``). Without this check such a
+A collator of another family, named directly or written by a user, can make batches the loss
+cannot read (``model=arlm`` with the MLM's collator: no ``loss_mask``; collator groups of another
+family fail earlier, on the knobs they interpolate). Without this check such a
 run writes its directory, then fails inside the first training step with a ``KeyError``.
 """
 
