@@ -3,3 +3,13 @@
 
 class XdllmError(Exception):
     """A user-facing error: bad override, unknown name, missing file. Message says what and where."""
+
+
+class CollateError(XdllmError):
+    """A collator refused samples of the run's data (longer than its ``max_length``, or than an EOS
+    fill's slots). Raised in a loader worker, the main process builds it again from the worker's
+    whole traceback; the message keeps only the collator's words (the traceback's last line)."""
+
+    def __init__(self, message: str) -> None:
+        said = message.rstrip().splitlines()[-1].partition(f"{type(self).__name__}: ")[2] if message else ""
+        super().__init__(said or message)

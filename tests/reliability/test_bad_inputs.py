@@ -35,6 +35,8 @@ TRAIN = [
     ("model.vocab_size=5", "model.vocab_size=5 is smaller than the tokenizer's vocabulary"),
     ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),
     ("predictor.confidence=maximal", "confidence must be one of"),
+    ("mlm.target_length=2", "collator.train: MLMSeq2SeqTrainCollator: sample 0 has a target of 8 tokens; "
+                            "target_length=2 leaves no room for its EOS"),
     ("model=mdlm mdlm.corruption=gauss", "corruption must be 'uniform' or 'blockwise', got 'gauss'"),
     ("data.validation_roles=[loss,lost]", "data.validation_roles=['loss', 'lost'] is not allowed"),
     ("experiment=nope", "unknown experiment 'nope'"),

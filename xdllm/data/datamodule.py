@@ -14,6 +14,7 @@ import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
 from xdllm.data.fd_sharing import quiet_sharer_resets
+from xdllm.data.named_collate import NamedCollate
 from xdllm.data.prepared_task import PreparedTask
 from xdllm.data.samplers import (
     FixedBatchSampler,
@@ -184,13 +185,15 @@ class DiffusionDataModule(L.LightningDataModule):
         stream = TrainStream(self.task, self.tokenizer, self.seed, self.excluded_from_training)
         quiet_sharer_resets()  # before the workers fork: they inherit it
         return DataLoader(stream, batch_sampler=self.train_sampler(),
-                          collate_fn=MicroBatchCollate(self.train_collator, self.batch_size),
+                          collate_fn=MicroBatchCollate(NamedCollate(self.train_collator, "collator.train"),
+                                                       self.batch_size),
                           num_workers=self.num_workers, worker_init_fn=ignore_stop_signals)
 
     def held_out_dataloader(self, split: str, role: str) -> DataLoader:
         """``split`` ("validation" or "test") collated for ``role``: "loss" (the val collator,
         deterministic corruption) or "prediction" (the prediction collator); sharded by rank."""
-        collators = {"loss": self.val_collator, "prediction": self.prediction_collator}
+        collators = {"loss": NamedCollate(self.val_collator, "collator.val"),
+                     "prediction": NamedCollate(self.prediction_collator, "collator.prediction")}
         if role not in collators:
             raise ValueError(f"DiffusionDataModule: role must be 'loss' or 'prediction', got {role!r}")
         examples = self.held_out_examples(split)

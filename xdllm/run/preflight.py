@@ -33,7 +33,10 @@ def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict
     try:
         with torch.no_grad(), backend_log_deferred(model):
             for role in ("train", "val"):
-                batch = collators[role](list(examples))
+                try:
+                    batch = collators[role](list(examples))
+                except ValueError as error:  # a sample it cannot lay out, or an option it refuses
+                    raise XdllmError(f"collator.{role}: {error}") from error
                 try:
                     out = module.call_loss(model, batch)
                 except KeyError as error:

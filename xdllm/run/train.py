@@ -29,7 +29,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.run_paths import record_absolute_paths
-from xdllm.errors import XdllmError
+from xdllm.errors import CollateError, XdllmError
 from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import CHECKPOINT_DIR, RUN_CONFIG, ResumePoint, load_frozen_models, resume_point, run_dir_of
 from xdllm.run.free_text import apply_task_defaults, is_free_text
@@ -325,6 +325,10 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         raise XdllmError(f"checkpoint.monitor={config.checkpoint.monitor} is not a metric this run logs at "
                          f"validation; it logs: {logged}. Continue from the newest checkpoint with: "
                          f"{continue_command(run_dir, ['checkpoint.monitor=<one of them>'])}") from error
+    except CollateError as error:  # a sample the collator cannot lay out (a fill too short, a max_length)
+        saved = (run_dir / CHECKPOINT_DIR / LAST_NAME).exists()
+        raise XdllmError(f"{error} (training stopped at step {trainer.global_step}"
+                         f"{f'; once fixed, continue with: {continuing} KEY=VALUE' if saved else ''})") from error
     except (RuntimeError, ConnectionError, EOFError) as error:
         if not is_dead_worker_error(error, config.data.num_workers):
             raise
