@@ -41,6 +41,7 @@ from xdllm.train.checkpoint_io import AtomicCheckpointIO
 from xdllm.train.history_hook import ValidationHistory
 from xdllm.train.latest_checkpoint import LAST_NAME, LatestCheckpoint
 from xdllm.train.metric_lines import MetricLines
+from xdllm.train.model_summary import ModelSizeLine
 from xdllm.train.module import DiffusionLMModule
 from xdllm.train.optim import OptimConfig
 from xdllm.train.progress_bar import training_progress_bar
@@ -281,6 +282,9 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     stopper = StopOnInterrupt(save=latest.save)
     callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history, stopper]
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
+    if trainer_args.get("enable_model_summary", True):  # one line instead of Lightning's table
+        callbacks.append(ModelSizeLine())
+    trainer_args["enable_model_summary"] = False
     if progress_as_lines(config.get("progress", "auto"), trainer_args.get("enable_progress_bar", True)):
         trainer_args["enable_progress_bar"] = False
         callbacks.append(MetricLines(config.progress_every_n_steps))
