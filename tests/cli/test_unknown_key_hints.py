@@ -55,3 +55,14 @@ def test_a_typo_in_a_generate_predictor_option_names_the_option_meant(trained_ru
     assert main(["generate", f"ckpt={trained_run}", "predictor.treshold=0.9"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("xdllm: error: predictor.treshold (did you mean predictor.threshold?): "), line
+
+
+def test_another_familys_option_is_named_as_such_with_this_familys_own(capsys):
+    """``data prepare`` suggests ``mlm.target_length=...`` for the default family; given with
+    ``model=mdlm`` it names mdlm's own options, and the one meant is accepted."""
+    assert main(["train", "--cfg", "model=mdlm", "mlm.target_length=7"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "xdllm: error: unknown key 'mlm.target_length': mlm.* are options of model family mlm, and this run's "
+        "family is mdlm; its own are mdlm.*: corruption, block_size, eps, target_length (model=mlm chooses "
+        "family mlm)")
+    assert main(["train", "--cfg", "model=mdlm", "mdlm.target_length=7"]) == 0

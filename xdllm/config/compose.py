@@ -98,8 +98,8 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     except (HydraException, OmegaConfBaseException) as error:
         missing = re.match(r"Could not override '(.+?)'", str(error))
         if missing and isinstance(error.__cause__, (ConfigAttributeError, ConfigKeyError)):
-            present = _node_keys(config_name, overrides, search_path, missing[1])
-            raise XdllmError(unknown_key_message(missing[1], config_name, present=present)) from error
+            without = _composed_without(config_name, overrides, search_path, missing[1])
+            raise XdllmError(_unknown_key_line(missing[1], config_name, without, families)) from error
         message = str(error).strip().splitlines()[0]
         raise XdllmError(f"invalid configuration or override: {message}") from error
     except yaml.MarkedYAMLError as error:
@@ -113,16 +113,33 @@ def _compose(config_name: str, overrides: Sequence[str], search_path: str) -> Di
         return compose(config_name=config_name, overrides=[*overrides, f"hydra.searchpath=[{search_path}]"])
 
 
-def _node_keys(config_name: str, overrides: Sequence[str], search_path: str, unknown: str) -> list[str]:
-    """The keys at ``unknown``'s node in the config composed without it (none where that fails
-    too): what a typo was probably meant to be."""
+def _composed_without(config_name: str, overrides: Sequence[str], search_path: str, unknown: str) -> DictConfig | None:
+    """The config composed without the override of ``unknown`` (None where that fails too)."""
     others = [o for o in overrides if override_key(o) != unknown]
     try:
-        config = _compose(config_name, others, search_path)
+        return _compose(config_name, others, search_path)
     except (HydraException, OmegaConfBaseException):
-        return []
-    node = OmegaConf.select(config, unknown.rpartition(".")[0]) if "." in unknown else config
-    return [str(k) for k in node] if isinstance(node, DictConfig) else []
+        return None
+
+
+def _keys_at(config: DictConfig | None, node: str) -> list[str]:
+    found = OmegaConf.select(config, node) if node and config is not None else config
+    return [str(k) for k in found] if isinstance(found, DictConfig) else []
+
+
+def _unknown_key_line(unknown: str, config_name: str, without: DictConfig | None,
+                      families: dict[str, RegisteredFamily]) -> str:
+    """An override of a key the config lacks: another model family's option (``mlm.target_length``
+    in a run of family mdlm) is said to be one, with this family's own; otherwise the key's node's
+    keys (what a typo was probably meant to be)."""
+    top = unknown.split(".")[0]
+    family = without.get("model_family") if without is not None else None
+    if top in families and family is not None and family != top:
+        own = _keys_at(without, family)
+        listed = f"; its own are {family}.*: {', '.join(own)}" if own else ""
+        return (f"unknown key {unknown!r}: {top}.* are options of model family {top}, and this run's family is "
+                f"{family}{listed} (model={top} chooses family {top})")
+    return unknown_key_message(unknown, config_name, present=_keys_at(without, unknown.rpartition(".")[0]))
 
 
 def yaml_error_line(error: yaml.MarkedYAMLError) -> str:
