@@ -45,7 +45,9 @@ def test_generate_from_a_prompts_file_with_predictor_overrides(trained_run, tmp_
     assert main(["generate", f"ckpt={trained_run}", f"prompts_file={prompts}",
                  "predictor.max_steps=2", "predictor.confidence=entropy",
                  f"output_dir={out_dir}"]) == 0
-    summary = _summary(capsys)
+    printed = capsys.readouterr()
+    assert f"prompts_file {prompts}: 2 prompts; 1 blank line skipped\n" in printed.err  # not silently
+    summary = json.loads(printed.out[printed.out.index("{"):])
     assert summary["num_samples"] == 2 and summary["mean_steps"] == 2
     assert "exact_match" not in summary
     records = [json.loads(line) for line in (out_dir / "predictions.jsonl").read_text().splitlines()]

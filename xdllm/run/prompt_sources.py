@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +21,8 @@ from xdllm.interfaces import Example
 from xdllm.run.build import build_datamodule, position_overflow
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.free_text import is_free_text
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,10 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
     except UnicodeDecodeError as error:
         raise XdllmError(f"prompts_file {path} is not UTF-8 text: {error}") from error
     examples: list[Example] = []
+    blank = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
+            blank += 1
             continue
         try:
             prompt_ids = run.tokenizer.encode(line.strip())
@@ -52,6 +57,9 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
         examples.append(Example(prompt_ids=prompt_ids, target_ids=[], sample_index=len(examples), step=0))
     if not examples:
         raise XdllmError(f"prompts_file {path} holds no prompts")
+    if blank:  # sample_index counts prompts, not lines
+        log.info("prompts_file %s: %d prompts; %d blank %s skipped", path, len(examples), blank,
+                 "line" if blank == 1 else "lines")
     return PromptsFile(examples, hashlib.sha256(content).hexdigest())
 
 
