@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from xdllm.data.named_collate import NamedCollate
 from xdllm.errors import XdllmError
 from xdllm.interfaces import Example
 from xdllm.nn.transformer import backend_log_deferred
@@ -33,10 +34,7 @@ def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict
     try:
         with torch.no_grad(), backend_log_deferred(model):
             for role in ("train", "val"):
-                try:
-                    batch = collators[role](list(examples))
-                except ValueError as error:  # a sample it cannot lay out, or an option it refuses
-                    raise XdllmError(f"collator.{role}: {error}") from error
+                batch = NamedCollate(collators[role], f"collator.{role}")(list(examples))
                 try:
                     out = module.call_loss(model, batch)
                 except KeyError as error:

@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from xdllm.data.datamodule import DiffusionDataModule
+from xdllm.data.named_collate import NamedCollate
 from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError
 from xdllm.interfaces import Example
@@ -64,7 +65,7 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
 
 
 def prompt_batches(run: TrainedRun, examples: list[Example], batch_size: int) -> Iterator[Mapping[str, Any]]:
-    collate = run.components.collators["prediction"]
+    collate = NamedCollate(run.components.collators["prediction"], "collator.prediction")
     for start in range(0, len(examples), batch_size):
         batch = dict(collate(examples[start:start + batch_size]))
         batch.pop("target_ids", None)
