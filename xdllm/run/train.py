@@ -213,15 +213,22 @@ def checkpoint_callbacks(config: DictConfig, run_dir: Path) -> tuple[ModelCheckp
     return best, LatestCheckpoint(run_dir / CHECKPOINT_DIR, every, keep)
 
 
-def is_dead_worker_error(error: BaseException, num_workers: int) -> bool:
-    """Whether ``error`` is how a DataLoader worker's death reaches the main process: the
-    DataLoader's report (killed by a signal, exited unexpectedly), or a connection to it reset
-    or closed in mid-transfer."""
+def dead_worker_error(error: BaseException, num_workers: int) -> BaseException | None:
+    """How a DataLoader worker's death reached the main process, if ``error`` is or was raised
+    while handling it: the DataLoader's report (killed by a signal, exited unexpectedly), or a
+    connection to it reset or closed in mid-transfer. The report comes from a SIGCHLD handler, so
+    it interrupts whatever runs then, and code that wraps every error (``inspect`` turning one into
+    "unsupported callable") can hide it behind its own: the whole chain of causes is searched."""
     if num_workers < 1:
-        return False
-    if isinstance(error, (ConnectionError, EOFError)):
-        return True
-    return isinstance(error, RuntimeError) and str(error).startswith("DataLoader worker (pid")
+        return None
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (ConnectionError, EOFError)) or (
+                isinstance(error, RuntimeError) and str(error).startswith("DataLoader worker (pid")):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str] = ()) -> TrainResult:
@@ -333,10 +340,11 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         saved = (run_dir / CHECKPOINT_DIR / LAST_NAME).exists()
         raise XdllmError(f"{error} (training stopped at step {trainer.global_step}"
                          f"{f'; once fixed, continue with: {continuing} KEY=VALUE' if saved else ''})") from error
-    except (RuntimeError, ConnectionError, EOFError) as error:
-        if not is_dead_worker_error(error, config.data.num_workers):
+    except Exception as error:
+        death = dead_worker_error(error, config.data.num_workers)
+        if death is None:
             raise
-        raise XdllmError(f"{' '.join(str(error).split()).rstrip('. ')}: a data-loading process died (the system "
+        raise XdllmError(f"{' '.join(str(death).split()).rstrip('. ')}: a data-loading process died (the system "
                          f"kills one when memory runs out): try fewer data.num_workers (now "
                          f"{config.data.num_workers}); continue from the newest checkpoint with: "
                          f"{continuing}") from error
