@@ -31,13 +31,17 @@ browser-deps:
 	  { (apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null) \
 	    || echo "warning: could not install chromium; the browser test will be skipped"; }
 
+# Tests run in parallel processes (pytest-xdist), one per core up to four: most tests run one
+# torch thread, so one process would leave the other cores idle. TEST_WORKERS=0 runs them in one.
+TEST_WORKERS ?= auto --maxprocesses=4
+
 test: setup browser-deps
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS)
 
 test-fast: setup
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -q -m "not slow and not browser"
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) -m "not slow and not browser"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
