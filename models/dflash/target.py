@@ -14,6 +14,7 @@ import torch
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor, nn
 
+from xdllm.config.override_text import override, shell_word
 from xdllm.errors import XdllmError
 from xdllm.nn import CausalMask, KVCache, RotaryTransformer, TransformerOutput
 from xdllm.run.checkpoint import CONFIG_KEY, resolve_checkpoint
@@ -42,7 +43,8 @@ def read_target_shape(target: str) -> TargetShape:
         path = resolve_checkpoint(target)
     except XdllmError as error:
         raise ValueError(f"frozen.target={target}: {error}; the drafter drafts for a trained {TARGET_FAMILY} run: "
-                         f"train one first (experiment=sort_dflash_target or text_arlm, run_dir={target}) or "
+                         "train one first (experiment=sort_dflash_target or text_arlm, "
+                         f"{shell_word(override('run_dir', target))}) or "
                          "point frozen.target= at one") from None
     config = read_checkpoint_file(path).get(CONFIG_KEY) or {}
     family = config.get("model_family")

@@ -27,7 +27,7 @@ def _error_line(capsys) -> str:
     (["trainer.max_stepz=3"], "unknown key 'trainer.max_stepz' (did you mean trainer.max_steps?): trainer does not "
      "list it; known keys there: "),
     (["trainer.max_steps=three"], "trainer.max_steps='three' is not allowed: trainer.max_steps must be a whole number"),
-    (["not-an-override"], "invalid configuration or override"),
+    (["not-an-override"], "override 'not-an-override' is not KEY=VALUE (nor ~KEY, which deletes a key)"),
 ])
 def test_train_errors_are_one_line(capsys, overrides, expected):
     assert main(["train", *overrides]) == 2

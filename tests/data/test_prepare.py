@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -140,22 +141,25 @@ def test_bad_input_is_one_error_naming_file_and_line(tmp_path, capsys, content, 
 
 @pytest.mark.slow
 def test_the_suggested_train_line_trains(tmp_path, capsys):
+    """Pasted into a shell as printed, from a folder whose name Hydra reads only in quotes."""
     source = tmp_path / "pairs.jsonl"
     source.write_text("".join(json.dumps({"prompt": f"{i % 10} {i // 10 % 10}", "response": f"{i % 7}"}) + "\n"
                               for i in range(300)))
-    assert main(["data", "prepare", str(source), "-o", str(tmp_path / "pairs"), "--tokenizer", "builtin",
+    prepared = tmp_path / "prepared (copy) ä"
+    assert main(["data", "prepare", str(source), "-o", str(prepared), "--tokenizer", "builtin",
                  "--format", "prompt_response", "--workers", "1"]) == 0
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("train on it: xdllm train ") and "collator=" not in line
-    overrides = line.removeprefix("train on it: xdllm train ").split()
-    assert overrides[-3:] == ["mlm.target_length='${derived.max_new_tokens}'", "data.num_val_samples=3",
-                              "data.num_test_samples=3"]  # as a shell passes it, without the quotes
-    overrides[-3] = overrides[-3].replace("'", "")
+    overrides = shlex.split(line.removeprefix("train on it: xdllm train "))  # as a shell passes them
+    assert overrides[1] == f"task.params.path='{prepared}'"
+    assert overrides[-3:] == ["mlm.target_length=${derived.max_new_tokens}", "data.num_val_samples=3",
+                              "data.num_test_samples=3"]
     assert main(["train", *overrides, "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
                  "trainer.max_steps=2", "trainer.val_check_interval=2", "history.num_samples=0",
                  "trainer.enable_model_summary=false", f"run_dir={tmp_path / 'run'}"]) == 0
     assert json.loads(capsys.readouterr().out.split("\n", 1)[1])["num_samples"] == 3
     config = OmegaConf.load(tmp_path / "run" / "config.yaml")
+    assert config.task.params.path == str(prepared)
     assert config.collator.train.target_length == config.collator.val.target_length == 2  # response "6" + EOS
 
 

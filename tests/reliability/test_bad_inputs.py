@@ -117,4 +117,4 @@ def test_a_monitored_metric_the_run_does_not_log_is_one_line_at_the_first_valida
     error = err.splitlines()[-1]
     assert "checkpoint.monitor=val/nope is not a metric this run logs at validation; it logs: val/exact_match, " \
            "val/loss, val/token_accuracy" in error
-    assert f"'checkpoint.monitor=<one of them>' resume={run_dir}" in error
+    assert f'"checkpoint.monitor=<one of them>" resume={run_dir}' in error

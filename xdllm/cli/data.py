@@ -79,14 +79,16 @@ def train_command(summary: dict, tokenizer: str) -> str:
     from omegaconf import OmegaConf
 
     from xdllm.config.compose import ROOT_CONFIG_DIR
+    from xdllm.config.override_text import command, override
 
     defaults = OmegaConf.load(ROOT_CONFIG_DIR / "train.yaml").data
-    words = ["xdllm train task=prepared", f"task.params.path={summary['output']}", f"tokenizer={tokenizer}"]
+    words = ["xdllm", "train", "task=prepared", override("task.params.path", summary["output"]),
+             override("tokenizer", tokenizer)]
     if summary["kind"] == "text":
         words.append("collator=packed_mlm")
     else:
-        words.append("mlm.target_length='${derived.max_new_tokens}'")
+        words.append("mlm.target_length=${derived.max_new_tokens}")
     for split, key in (("validation", "num_val_samples"), ("test", "num_test_samples")):
         if 0 < summary["samples"][split] < defaults[key]:
             words.append(f"data.{key}={summary['samples'][split]}")
-    return " ".join(words)
+    return command(*words)

@@ -124,6 +124,7 @@ def refuse_several_values(command: str, overrides: Sequence[str]) -> None:
 def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
+    from xdllm.config.override_text import command, override
     from xdllm.run.after_training import generate_after_training
     from xdllm.run.run_overrides import with_stored_overrides
     from xdllm.run.train import train
@@ -150,11 +151,13 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
                                               config.text_samples_temperature)
         except XdllmError as error:
             raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
-                             f"training failed: {error}. Generate again with xdllm generate "
-                             f"ckpt={result.run_dir} once that is fixed") from error
+                             f"training failed: {error}. Generate again with "
+                             f"{command('xdllm', 'generate', override('ckpt', result.run_dir))} once that is "
+                             "fixed") from error
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM
             print(f"xdllm: training finished (checkpoints in {checkpoint.parent}); the generation after it was "
-                  f"stopped: generate again with: xdllm generate ckpt={result.run_dir}", file=sys.stderr)
+                  f"stopped: generate again with: {command('xdllm', 'generate', override('ckpt', result.run_dir))}",
+                  file=sys.stderr)
             raise
         print(json.dumps(summary, indent=2))
     return 0

@@ -14,6 +14,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from xdllm.config.override_text import check_override_syntax
 from xdllm.config.schema import check_new_keys, check_values, override_key, unknown_key_message
 from xdllm.errors import XdllmError
 from xdllm.registry import RegisteredFamily, discover_families
@@ -86,6 +87,7 @@ def _open_predictor_overrides(overrides: Sequence[str]) -> list[str]:
 
 def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     """Compose ``configs/<config_name>.yaml`` with ``overrides``; errors become XdllmError."""
+    check_override_syntax(overrides)
     if config_name == "generate":
         overrides = _open_predictor_overrides(overrides)
     families = discover_families(search_path_override(overrides))

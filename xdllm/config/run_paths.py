@@ -22,13 +22,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from xdllm.config.override_text import override_value
 from xdllm.registry import discover_families
 
 BUILTIN_TOKENIZER = "builtin"
 PATH_NAMES = re.compile(r"path|.*_(path|file|dir)")
 """Keys of task params and family components that hold paths."""
 COMPONENT_NODES = ("model", "collator", "loss", "predictor", "evaluator")
-PLAIN_VALUE = re.compile(r"[\w./:@+-]+")
 
 
 def _absolute(path: str) -> str:
@@ -75,15 +75,6 @@ def _search_path(config: DictConfig) -> list[str]:
     return list(dict.fromkeys(folders))
 
 
-def _override_value(value: str | list[str]) -> str:
-    """``value`` as a Hydra override writes it (a path of plain characters unquoted)."""
-    if isinstance(value, list):
-        return f"[{','.join(map(_override_value, value))}]"
-    if PLAIN_VALUE.fullmatch(value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def record_absolute_paths(config: DictConfig, overrides: Sequence[str]) -> list[str]:
     """Make ``config``'s relative paths absolute (in place) and return ``overrides`` saying the
     same: each path override with its absolute value, and ``KEY=<absolute path>`` added for a
@@ -101,6 +92,6 @@ def record_absolute_paths(config: DictConfig, overrides: Sequence[str]) -> list[
         plus, key = re.match(r"(\+*)([^=]*)", override).groups()
         if key in changes:
             given.add(key)
-            override = f"{plus}{key}={_override_value(changes[key])}"
+            override = f"{plus}{key}={override_value(changes[key])}"
         stored.append(override)
-    return [*stored, *(f"{key}={_override_value(value)}" for key, value in changes.items() if key not in given)]
+    return [*stored, *(f"{key}={override_value(value)}" for key, value in changes.items() if key not in given)]

@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import OmegaConf, open_dict
 
 from xdllm.config.compose import compose_config
+from xdllm.config.override_text import override
 from xdllm.run.checkpoint import load_trained
 from xdllm.run.generate import checkpoint_fields, generate, generate_from_config, held_out_loss
 from xdllm.run.generation_record import write_scalars
@@ -25,7 +26,7 @@ def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int
                             text_temperature: float | None) -> dict[str, Any]:
     """Run the after-training step on ``checkpoint``; return its summary. ``text_temperature``
     (free text): the samples' ``predictor.temperature``; None: the predictor's own."""
-    overrides = [f"ckpt={checkpoint}", "split=test", "history=topk"]
+    overrides = [override("ckpt", checkpoint), "split=test", "history=topk"]
     if not free_text:
         return generate_from_config(compose_config("generate", overrides))
     options = compose_config("generate", overrides)

@@ -23,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from xdllm.config.compose import ROOT_CONFIG_DIR, compose_config
+from xdllm.config.override_text import command, override
 from xdllm.config.schema import check_component
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError
@@ -269,7 +270,7 @@ def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopK
     path = write_partial(output_dir, done)
     recorded = f"; their denoising history is in {history.output_dir}" if history is not None else ""
     # a sweep's generation is continued with its sweep, which says how
-    how = "" if sweep_of(output_dir) else f"; continue it with: xdllm generate resume={output_dir}"
+    how = "" if sweep_of(output_dir) else f"; continue it with: {command('xdllm', 'generate', f'resume={output_dir}')}"
     log.warning("generation stopped after %d samples: their predictions are in %s%s%s", len(done.records), path,
                 recorded, how)
 
@@ -291,7 +292,7 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
         raise XdllmError(f"{folder} is not a generation folder (no {GENERATE_CONFIG}); resume= takes the folder "
                          "a stopped xdllm generate named")
     record = read_record(folder / GENERATE_CONFIG, ("checkpoint", "global_step", "predictor_overrides"))
-    options = compose_config("generate", [f"ckpt={record.checkpoint}", *overrides])
+    options = compose_config("generate", [override("ckpt", record.checkpoint), *overrides])
     with open_dict(options):
         for key in options:
             if key not in ("ckpt", "predictor", *RESUME_OPTIONS) and key in record:
@@ -365,12 +366,16 @@ def _evaluate_free_text(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     if options.predictor:
         keys = ", ".join(f"predictor.{key}" for key in options.predictor)
         raise XdllmError(f"eval on free text reports the loss metrics and generates nothing (no reference to score "
-                         f"a generated text against), so {keys} does not apply; sample texts with xdllm generate "
-                         f"ckpt={options.ckpt} predictor.temperature=1.0")
+                         f"a generated text against), so {keys} does not apply; sample texts with "
+                         f"{_sample_texts(options)}")
     losses = held_out_loss(run, options)
     log.info("free text: the loss metrics of the %s split; no generation (nothing to score it against); "
-             "xdllm generate ckpt=%s predictor.temperature=1.0 samples texts", options.split, options.ckpt)
+             "%s samples texts", options.split, _sample_texts(options))
     return {**checkpoint_fields(run), "split": options.split, **losses}
+
+
+def _sample_texts(options: DictConfig) -> str:
+    return command("xdllm", "generate", override("ckpt", options.ckpt), "predictor.temperature=1.0")
 
 
 OUTPUT_OPTIONS = ("output_dir", "history", "history_k", "history_tensorboard_samples", "live")
@@ -382,7 +387,8 @@ def _refuse_output_options(options: DictConfig) -> None:
     for key in OUTPUT_OPTIONS:
         if options[key] != defaults[key]:
             raise XdllmError(f"eval writes nothing, so {key}={show_value(options[key])} does not apply to it; use "
-                             f"xdllm generate ckpt={options.ckpt} ... for predictions, history or the live view")
+                             f"{command('xdllm', 'generate', override('ckpt', options.ckpt))} ... for predictions, "
+                             "history or the live view")
 
 
 def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionDataModule | None = None) -> dict[str, float]:

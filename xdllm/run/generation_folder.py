@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
+from xdllm.config.override_text import command
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generation_record import GENERATE_CONFIG
@@ -66,13 +67,17 @@ def sweep_of(folder: Path) -> Path | None:
 def stopped_hint(folder: Path) -> str:
     """How to continue the stopped generation or sweep ``folder`` holds, if it holds one."""
     if (folder / SWEEP_RECORD).is_file():
-        return f", or, if that sweep stopped part-way, continue it with: xdllm generate resume={folder}"
+        return f", or, if that sweep stopped part-way, continue it with: {_resume(folder)}"
     if not (folder / PARTIAL_STATE).is_file():
         return ""
     sweep = sweep_of(folder)
     if sweep is not None:
-        return f", or continue the stopped sweep with: xdllm generate resume={sweep}"
-    return f", or continue the stopped one with: xdllm generate resume={folder}"
+        return f", or continue the stopped sweep with: {_resume(sweep)}"
+    return f", or continue the stopped one with: {_resume(folder)}"
+
+
+def _resume(folder: Path) -> str:
+    return command("xdllm", "generate", f"resume={folder}")
 
 
 def make_output_dir(folder: Path) -> Path | None:

@@ -11,12 +11,12 @@ A run made before this file existed has none: its overrides must be given again.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
+from xdllm.config.override_text import command
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import run_dir_of
 from xdllm.temporary_files import write_text_atomically
@@ -54,4 +54,4 @@ def with_stored_overrides(resume: str | None, overrides: Sequence[str]) -> list[
 
 def continue_command(run_dir: Path, extra: Sequence[str] = ()) -> str:
     """``xdllm train [extra] resume=<run_dir>``: the run's stored config, continued in place."""
-    return " ".join(["xdllm train", *map(shlex.quote, extra), f"resume={shlex.quote(str(run_dir))}"])
+    return command("xdllm", "train", *extra, f"resume={run_dir}")

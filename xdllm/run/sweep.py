@@ -28,6 +28,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.compose import compose_config, first_swept_override
+from xdllm.config.override_text import command
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun, load_trained
@@ -150,7 +151,7 @@ def continue_stopped(folder: Path, overrides: Sequence[str]) -> dict[str, Any]:
     sweep = sweep_of(folder)
     if sweep is not None:
         raise XdllmError(f"{folder} is one generation of the sweep in {sweep}: continue the sweep with: "
-                         f"xdllm generate resume={sweep}")
+                         f"{command('xdllm', 'generate', f'resume={sweep}')}")
     return continue_generation(folder, overrides)
 
 

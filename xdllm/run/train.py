@@ -28,6 +28,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from xdllm.config.override_text import shell_word
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.errors import CollateError, XdllmError
 from xdllm.run.build import build_components, build_datamodule, check_positions
@@ -155,7 +156,8 @@ def claim_run_dir(run_dir: Path, resume: ResumePoint | None, policy: str) -> Non
                          f"{run_dir.name}.moved-<time>) or choose another run_dir")
     if policy == "refuse":
         raise XdllmError(f"run_dir {run_dir} already holds a run ({', '.join(held)}); resume it with "
-                         f"resume={run_dir}, choose another run_dir, or pass existing_run_dir=move_aside")
+                         f"{shell_word(f'resume={run_dir}')}, choose another run_dir, or pass "
+                         "existing_run_dir=move_aside")
     moved = run_dir.with_name(f"{run_dir.name}.moved-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}")
     os.replace(run_dir, moved)
     log.info("run_dir %s held an earlier run: moved it to %s", run_dir, moved)
