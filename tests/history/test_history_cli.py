@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -134,6 +135,14 @@ def test_tensorboard_default_logdir(run_dir, capsys):
     assert f"wrote 2 samples to {logdir}" in out
     assert f"view: tensorboard --logdir {logdir} --samples_per_plugin=images=1000" in out
     assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
+
+
+def test_the_view_command_is_quoted_for_the_shell(run_dir, tmp_path, capsys):
+    logdir = tmp_path / "views (1)"
+    assert _run("history", "tensorboard", str(run_dir), "--logdir", str(logdir), "--max-samples", "1",
+                "--max-frames", "1") == 0
+    (view,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("view: ")]
+    assert shlex.split(view.removeprefix("view: "))[:3] == ["tensorboard", "--logdir", str(logdir)]
 
 
 def test_tensorboard_rerun_replaces_its_event_files_and_nothing_else(run_dir, capsys):

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from xdllm.cli.history_play import add_play_parser, run_play
+from xdllm.config.override_text import shell_word
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import iter_samples
 from xdllm.history.render import DEFAULT_MASKED_POSITIONS
@@ -163,7 +164,7 @@ def _tensorboard(args: argparse.Namespace) -> int:
             print(f"xdllm history: error: skipped {path}: {reason}", file=sys.stderr)
         failed = failed or bool(report.bad_files)
     common = args.logdir if args.logdir is not None else Path(os.path.commonpath(logdirs))
-    print("view: " + VIEW_COMMAND.format(logdir=common))
+    print("view: " + VIEW_COMMAND.format(logdir=shell_word(str(common))))
     return 1 if failed else 0
 
 

@@ -13,9 +13,6 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import HydraException
-
 from xdllm.errors import XdllmError
 
 PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./:@+-]+")
@@ -60,6 +57,9 @@ def command(*words: str) -> str:
 def check_override_syntax(overrides: Sequence[str]) -> None:
     """Refuse an override Hydra cannot read, in one line; for a value Hydra needs quoted, the line
     gives the quoted form, for the command line and for the shell."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # not for the history views
+    from hydra.errors import HydraException
+
     parser = OverridesParser.create()
     for text in overrides:
         if "=" not in text and not text.startswith("~"):
