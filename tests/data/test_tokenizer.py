@@ -21,6 +21,19 @@ def test_symbol_tokenizer_ids_round_trip_and_specials():
     assert isinstance(tokenizer, TokenizerProtocol)
 
 
+def test_an_unknown_symbol_says_what_the_tokenizer_knows_and_how_to_get_one_for_other_text():
+    with pytest.raises(ValueError) as refused:
+        builtin_tokenizer().encode_batch(["1 2", "hello world"])
+    assert str(refused.value) == (
+        "SymbolTokenizer.encode: unknown symbol 'hello' at position 0; it knows 42 symbols, each a "
+        "whitespace-separated word (0 1 2 3 4 5 6 7 8 9 a b c d e f g h i j k l m n o p q r s t u v w x y z + = > , "
+        "| :); for other text train a tokenizer file (xdllm tokenizer train CORPUS -o tokenizer.json) and give it "
+        "instead")
+    with pytest.raises(ValueError, match=r"it knows 60 symbols, each a whitespace-separated word "
+                                         r"\(s0 s1 .* s47 \.\.\.\)"):
+        SymbolTokenizer([f"s{i}" for i in range(60)]).encode("s1 x")
+
+
 def test_symbol_tokenizer_errors_name_the_problem():
     tokenizer = SymbolTokenizer(["a", "b"])
     with pytest.raises(ValueError, match=r"unknown symbol 'c' at position 2"):

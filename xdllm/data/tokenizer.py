@@ -25,6 +25,8 @@ SPECIAL_TOKENS = (PAD_TOKEN, MASK_TOKEN, BOS_TOKEN, EOS_TOKEN)
 
 BUILTIN_SYMBOLS = tuple(string.digits) + tuple(string.ascii_lowercase) + ("+", "=", ">", ",", "|", ":")
 """Symbols of the built-in tokenizer: digits, lowercase letters, and the tasks' operators."""
+KNOWN_SYMBOLS_SHOWN = 48
+"""Symbols an unknown symbol's error lists (the built-in tokenizer's 42 all fit)."""
 
 
 class SymbolTokenizer:
@@ -69,9 +71,17 @@ class SymbolTokenizer:
         for position, symbol in enumerate(text.split()):
             token_id = self._ids.get(symbol)
             if token_id is None:
-                raise ValueError(f"SymbolTokenizer.encode: unknown symbol {symbol!r} at position {position}")
+                raise ValueError(f"SymbolTokenizer.encode: unknown symbol {symbol!r} at position {position}; "
+                                 f"{self._known_symbols()}")
             ids.append(token_id)
         return ids
+
+    def _known_symbols(self) -> str:
+        """What the tokenizer knows, for its refusal: text in other words needs a tokenizer file."""
+        symbols = self._tokens[len(SPECIAL_TOKENS):]
+        shown = " ".join(symbols[:KNOWN_SYMBOLS_SHOWN]) + (" ..." if len(symbols) > KNOWN_SYMBOLS_SHOWN else "")
+        return (f"it knows {len(symbols)} symbols, each a whitespace-separated word ({shown}); for other text "
+                "train a tokenizer file (xdllm tokenizer train CORPUS -o tokenizer.json) and give it instead")
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``encode`` of each text; an unknown symbol is the ``ValueError`` of ``encode``."""
