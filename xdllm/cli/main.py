@@ -199,7 +199,8 @@ def _continue_generation(folder: str, overrides: Sequence[str], print_config: bo
     others = [override for override in overrides if override_key(override) not in RESUME_OPTIONS]
     if others:
         raise XdllmError(f"resume= continues a generation with the options it started with (in {folder}); "
-                         f"only {'= and '.join(RESUME_OPTIONS)}= may be given with it, not {' '.join(others)}: start a "
+                         f"only {', '.join(f'{key}=' for key in RESUME_OPTIONS)} may be given with it, not "
+                         f"{' '.join(others)}: start a "
                          "new generation for other options")
     print(json.dumps(continue_stopped(Path(folder), overrides), indent=2))
     return 0

@@ -127,6 +127,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "device": Rule((str,)),  # its choices are checked when it runs
         "split": Rule((str,), choices=("test", "validation")),
         "prompts_file": Rule((str,), nullable=True),
+        "data_path": Rule((str,), nullable=True),
         "num_samples": Rule((int,), low=1, nullable=True),
         "batch_size": POSITIVE,
         "output_dir": Rule((str,), nullable=True),

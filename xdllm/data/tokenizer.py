@@ -116,12 +116,15 @@ class HFTokenizerFile:
     """
 
     def __init__(self, path: str | Path, pad_token: str = PAD_TOKEN, mask_token: str = MASK_TOKEN,
-                 bos_token: str = BOS_TOKEN, eos_token: str = EOS_TOKEN) -> None:
+                 bos_token: str = BOS_TOKEN, eos_token: str = EOS_TOKEN, serialized: str | None = None) -> None:
+        """``serialized``: the file's content (:meth:`serialized`, as a checkpoint stores it), read
+        instead of the file; ``path`` then only names where it came from."""
         self.path = Path(path)
-        if not self.path.is_file():
+        if serialized is None and not self.path.is_file():
             raise FileNotFoundError(f"HFTokenizerFile: tokenizer file {self.path} does not exist")
         try:
-            self._tokenizer = tokenizers.Tokenizer.from_file(str(self.path))
+            self._tokenizer = (tokenizers.Tokenizer.from_str(serialized) if serialized is not None
+                               else tokenizers.Tokenizer.from_file(str(self.path)))
         except Exception as error:
             raise ValueError(f"HFTokenizerFile: {self.path} is not a readable tokenizers JSON file "
                              f"({' '.join(str(error).split())})") from error
@@ -139,6 +142,10 @@ class HFTokenizerFile:
     @property
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def serialized(self) -> str:
+        """The tokenizer as its JSON text: ``HFTokenizerFile(path, serialized=...)`` is this tokenizer."""
+        return self._tokenizer.to_str()
 
     @property
     def unk_token_id(self) -> int | None:

@@ -128,10 +128,12 @@ def check_vocabulary(model: torch.nn.Module, tokenizer: Tokenizer) -> None:
                          f"({tokenizer.vocab_size} tokens); leave it at ${{derived.vocab_size}}")
 
 
-def build_components(config: DictConfig) -> RunComponents:
+def build_components(config: DictConfig, tokenizer: Tokenizer | None = None) -> RunComponents:
+    """The run's objects; ``tokenizer``: the one to use instead of loading ``config.tokenizer``
+    (the one a checkpoint stores)."""
     _require_keys(config)
     try:
-        tokenizer = load_tokenizer(config.tokenizer)
+        tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.tokenizer)
     except (ValueError, FileNotFoundError) as error:
         raise XdllmError(str(error)) from error
     try:

@@ -14,6 +14,7 @@ from xdllm.evaluate.evaluation_loss import EvaluationLoss
 from xdllm.interfaces import Tokenizer
 from xdllm.registry import SEARCH_PATH_ENV, discover_families
 from xdllm.run.build import RunComponents, build_components, build_datamodule
+from xdllm.run.stored_tokenizer import stored_tokenizer
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
 from xdllm.train.latest_checkpoint import LAST_NAME
 from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
@@ -127,20 +128,27 @@ class TrainedRun:
         return EvaluationLoss(self.components.loss, self.frozen)
 
 
-def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True) -> TrainedRun:
+def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True,
+                 data_path: str | Path | None = None) -> TrainedRun:
     """Load a checkpoint (file or run directory): config, model weights (eval mode), components.
     ``ema``: the weights' moving average where the checkpoint has one, else the trained weights.
-    Frozen models load their own averages."""
+    Frozen models load their own averages. ``data_path``: where the run's data
+    (``task.params.path``) is now, when it moved since training."""
     checkpoint_path = resolve_checkpoint(path)
     checkpoint = read_checkpoint_file(checkpoint_path, map_location)
     if CONFIG_KEY not in checkpoint or "state_dict" not in checkpoint:
         raise XdllmError(f"{checkpoint_path} is not an xdllm checkpoint (no {CONFIG_KEY} or state_dict)")
     config = OmegaConf.create(checkpoint[CONFIG_KEY])
+    if data_path is not None:
+        relocate_data(config, data_path)
     recorded = list(config.get("model_search_path") or [])
     discover_families([folder for folder in recorded if Path(folder).is_dir()])  # an uninstalled family's modules
     try:
-        components = build_components(config)
+        components = build_components(config, stored_tokenizer(checkpoint, config, checkpoint_path))
     except XdllmError as error:
+        if data_path is None and data_missing(config):
+            raise XdllmError(f"{error}; if the run's data moved since training, or the run was copied from another "
+                             "machine, give its place now: data_path=<folder or file>") from error
         if not isinstance(error.__cause__, ImportError):
             raise
         raise XdllmError(f"{' '.join(str(error).split())} (the run's model family '{config.get('model_family')}' "
@@ -155,6 +163,21 @@ def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True) 
     frozen, _ = load_frozen_models(config, map_location)
     return TrainedRun(checkpoint_path, run_dir_of(checkpoint_path), config, components,
                       int(checkpoint.get("global_step", 0)), frozen, ema if averaged else None)
+
+
+def relocate_data(config: DictConfig, data_path: str | Path) -> None:
+    """Point the run's ``task.params.path`` at ``data_path``; refused for a task that reads no file."""
+    params = config.task.get("params") or {}
+    if "path" not in params:
+        raise XdllmError(f"data_path={data_path}: the run's task {config.task.name} reads no data file or folder "
+                         "(it has no task.params.path); data_path= is for runs trained on prepared data or a text file")
+    config.task.params.path = str(Path(data_path).expanduser().resolve())
+
+
+def data_missing(config: DictConfig) -> bool:
+    """Whether the run's task reads a data file or folder that is not there."""
+    path = (config.task.get("params") or {}).get("path")
+    return isinstance(path, str) and not Path(path).exists()
 
 
 def load_frozen_models(config: DictConfig, map_location: str = "cpu"

@@ -275,7 +275,9 @@ def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopK
                 recorded, how)
 
 
-RESUME_OPTIONS = ("device", "live")  # what a continued generation may set anew: not what it generates
+RESUME_OPTIONS = ("device", "live", "data_path")
+"""What a continued generation may set anew: where it runs and draws, and where the run's data is
+now; not what it generates."""
 
 
 def continue_generation(folder: Path, overrides: Sequence[str] = (), run: TrainedRun | None = None,
@@ -300,7 +302,7 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
         options.predictor = record.predictor_overrides
         options.output_dir = str(folder)
     options = _options(options)
-    run = run or load_trained(options.ckpt, ema=options.ema)
+    run = run or load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
     if run.global_step != record.global_step:
         raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the generation in {folder} "
                          f"started from step {record.global_step}: the rest would come from other weights; start "
@@ -330,7 +332,8 @@ def generate_from_config(config: DictConfig, run: TrainedRun | None = None,
                          swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Generate as a composed ``configs/generate.yaml`` says, with ``run`` if it is loaded already."""
     options = _options(config)
-    return generate(run or load_trained(options.ckpt, ema=options.ema), options, swept=swept)
+    run = run or load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
+    return generate(run, options, swept=swept)
 
 
 def config_to_print(config: DictConfig) -> DictConfig:
@@ -351,7 +354,7 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
     free text, the loss metrics only: a generation there has nothing to be scored against."""
     options = _options(config)
     _refuse_output_options(options)
-    run = load_trained(options.ckpt, ema=options.ema)
+    run = load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
     if options.prompts_file:
         raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
     if is_free_text(run.components.task):

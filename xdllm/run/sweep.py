@@ -119,7 +119,7 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     combinations, configs = sweep_configs(overrides)
     if OmegaConf.is_missing(configs[0], "ckpt"):
         raise XdllmError("ckpt=<checkpoint file or run directory> is required")
-    run = load_trained(configs[0].ckpt, ema=configs[0].ema)
+    run = load_trained(configs[0].ckpt, ema=configs[0].ema, data_path=configs[0].data_path)
     # a bad value is refused before the first generation runs; each runs as checked (its
     # held-out samples drawn once, when it runs)
     generations = [check_generation(run, config) for config in configs]
@@ -164,7 +164,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     record = read_record(sweep_dir / SWEEP_RECORD, ("overrides", "checkpoint", "global_step"))
     # the sweep's overrides, then device=/live= given now: the last of a key wins (as for train's resume=)
     combinations, configs = sweep_configs([*record.overrides, *overrides])
-    run = load_trained(record.checkpoint, ema=configs[0].ema)
+    run = load_trained(record.checkpoint, ema=configs[0].ema, data_path=configs[0].data_path)
     if run.global_step != record.global_step:
         raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the sweep in {sweep_dir} "
                          f"started from step {record.global_step}: the rest would come from other weights; start "

@@ -36,6 +36,7 @@ from xdllm.run.checkpoint import CHECKPOINT_DIR, RUN_CONFIG, ResumePoint, load_f
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.run.run_overrides import continue_command, save_overrides
+from xdllm.run.stored_tokenizer import tokenizer_record
 from xdllm.temporary_files import remove_stale_temporaries, write_text_atomically
 from xdllm.train.best_checkpoint import NewestOnTieCheckpoint
 from xdllm.train.checkpoint_io import AtomicCheckpointIO
@@ -283,6 +284,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         config=resolved,
         frozen=frozen,
         frozen_sources=frozen_sources,
+        checkpoint_extras=tokenizer_record(components.tokenizer),
     )
     check_loss_reads_collated_batches(module, components.collators, datamodule.held_out_examples("validation")[:2],
                                       config.get("model_family", "<unknown>"),

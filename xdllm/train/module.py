@@ -80,6 +80,7 @@ class DiffusionLMModule(L.LightningModule):
         config: Mapping[str, Any] | None = None,
         frozen: Mapping[str, torch.nn.Module] | None = None,
         frozen_sources: Mapping[str, Any] | None = None,
+        checkpoint_extras: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -93,6 +94,7 @@ class DiffusionLMModule(L.LightningModule):
         self.config = dict(config or {})
         self.frozen = dict(frozen or {})  # a plain dict: never registered as submodules
         self.frozen_sources = dict(frozen_sources or {})
+        self.checkpoint_extras = dict(checkpoint_extras or {})  # entries every checkpoint carries
         for frozen_model in self.frozen.values():
             frozen_model.eval().requires_grad_(False)
         self._loss_takes_context = takes_context(loss_fn)
@@ -266,6 +268,7 @@ class DiffusionLMModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["xdllm_config"] = self.config
         checkpoint["xdllm_frozen_sources"] = self.frozen_sources
+        checkpoint.update(self.checkpoint_extras)
         if self.weight_average is not None:
             if self.weight_average.applied:
                 raise RuntimeError("a checkpoint was saved while validation held the averaged weights in the model")

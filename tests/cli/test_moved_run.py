@@ -1,0 +1,90 @@
+"""A run copied to another machine, or whose tokenizer file and data moved since training,
+still generates: its checkpoints store the tokenizer, and ``data_path=`` says where the data is."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_free_text import TINY_TEXT
+from test_tokenizer_train import corpus_lines
+from tiny_run import TINY
+
+from xdllm.cli.main import main
+from xdllm.data.tokenizer import HFTokenizerFile
+from xdllm.run.stored_tokenizer import TOKENIZER_KEY
+from xdllm.train.checkpoint_io import read_checkpoint_file
+
+
+def _texts(output_dir: Path) -> list[str]:
+    return [json.loads(line)["text"] for line in (output_dir / "predictions.jsonl").read_text().splitlines()]
+
+
+def _generate(capsys, *overrides: str) -> tuple[int, str]:
+    code = main(["generate", *overrides, "num_samples=4", "predictor.temperature=0.0"])
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture
+def moved_text_run(tmp_path, monkeypatch, capsys) -> tuple[Path, Path, list[str]]:
+    """A text run trained in ``machine_a`` and copied to ``machine_b`` (its corpus too, to another
+    folder); ``machine_a`` is gone. Returns the copied run, the copied corpus and the greedy texts
+    the run generated before the move."""
+    machine_a = tmp_path / "machine_a"
+    machine_a.mkdir()
+    monkeypatch.chdir(machine_a)
+    (machine_a / "corpus.txt").write_text("\n".join(corpus_lines()) + "\n")
+    assert main(["tokenizer", "train", "corpus.txt", "-o", "tokenizer.json", "--vocab-size", "300"]) == 0
+    assert main(["train", "task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json", "model=mdlm",
+                 *TINY_TEXT, "generate_after_train=false", "run_dir=run"]) == 0
+    assert _generate(capsys, "ckpt=run", "output_dir=before")[0] == 0
+    before = _texts(machine_a / "before")
+    machine_b = tmp_path / "machine_b"
+    shutil.copytree(machine_a / "run", machine_b / "runs" / "run")
+    shutil.copy(machine_a / "corpus.txt", machine_b / "data.txt")
+    shutil.rmtree(machine_a)
+    monkeypatch.chdir(machine_b)
+    capsys.readouterr()
+    return machine_b / "runs" / "run", machine_b / "data.txt", before
+
+
+def test_a_copied_run_generates_the_same_text_with_its_data_path_given(moved_text_run, capsys):
+    run, data, before = moved_text_run
+    code, error = _generate(capsys, f"ckpt={run}", "output_dir=nodata")
+    assert code == 2
+    assert "text_file task: no such file " in error and str(Path("machine_a") / "corpus.txt") in error
+    assert error.rstrip().endswith("; if the run's data moved since training, or the run was copied from another "
+                                   "machine, give its place now: data_path=<folder or file>")
+    code, error = _generate(capsys, f"ckpt={run}", f"data_path={data}.gone", "output_dir=nodata")
+    assert code == 2 and f"no such file {data}.gone" in error and "data_path=<" not in error
+    code, error = _generate(capsys, f"ckpt={run}", f"data_path={data}", "output_dir=after")
+    assert code == 0, error
+    assert _texts(Path("after")) == before  # no tokenizer file anywhere: the checkpoint's own
+
+
+def test_the_stored_tokenizer_wins_over_a_file_rewritten_since_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("\n".join(corpus_lines()) + "\n")
+    assert main(["tokenizer", "train", "corpus.txt", "-o", "tokenizer.json", "--vocab-size", "300"]) == 0
+    trained_with = HFTokenizerFile("tokenizer.json")
+    assert main(["train", "task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json", "model=mdlm",
+                 *TINY_TEXT, "generate_after_train=false", "run_dir=run"]) == 0
+    stored = read_checkpoint_file(tmp_path / "run" / "checkpoints" / "last.ckpt")[TOKENIZER_KEY]
+    assert stored == trained_with.serialized()
+    assert _generate(capsys, "ckpt=run", "output_dir=before")[0] == 0
+    assert main(["tokenizer", "train", "corpus.txt", "-o", "tokenizer.json", "--vocab-size", "280", "--overwrite"]) == 0
+    assert HFTokenizerFile("tokenizer.json").fingerprint != trained_with.fingerprint
+    assert _generate(capsys, "ckpt=run", "output_dir=after")[0] == 0
+    assert _texts(tmp_path / "after") == _texts(tmp_path / "before")
+
+
+def test_data_path_is_refused_for_a_task_that_reads_no_file(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *TINY, "trainer.max_steps=1", "trainer.val_check_interval=1", f"run_dir={run}"]) == 0
+    assert read_checkpoint_file(run / "checkpoints" / "last.ckpt").get(TOKENIZER_KEY) is None  # built-in: not stored
+    capsys.readouterr()
+    code, error = _generate(capsys, f"ckpt={run}", f"data_path={tmp_path}")
+    assert code == 2
+    assert error.strip() == (f"xdllm: error: data_path={tmp_path}: the run's task sort reads no data file or folder "
+                             "(it has no task.params.path); data_path= is for runs trained on prepared data or a "
+                             "text file")
