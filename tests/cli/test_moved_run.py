@@ -88,3 +88,22 @@ def test_data_path_is_refused_for_a_task_that_reads_no_file(tmp_path, capsys):
     assert error.strip() == (f"xdllm: error: data_path={tmp_path}: the run's task sort reads no data file or folder "
                              "(it has no task.params.path); data_path= is for runs trained on prepared data or a "
                              "text file")
+
+
+def test_a_resumed_run_keeps_its_tokenizer_when_the_file_was_rewritten(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("\n".join(corpus_lines()) + "\n")
+    assert main(["tokenizer", "train", "corpus.txt", "-o", "tokenizer.json", "--vocab-size", "300"]) == 0
+    trained_with = HFTokenizerFile("tokenizer.json").serialized()
+    text_run = ["train", "task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json", "model=mdlm",
+                *TINY_TEXT, "generate_after_train=false", "run_dir=run"]
+    assert main(text_run) == 0
+    assert main(["tokenizer", "train", "corpus.txt", "-o", "tokenizer.json", "--vocab-size", "280", "--overwrite"]) == 0
+    assert main(["train", "resume=run", "trainer.max_steps=6"]) == 0
+    assert f"tokenizer={tmp_path / 'tokenizer.json'} is not the tokenizer this run trained with; the run continues " \
+           "with its own, which its checkpoints store" in caplog.text
+    resumed = read_checkpoint_file(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert resumed["global_step"] == 6 and resumed[TOKENIZER_KEY] == trained_with
+    (tmp_path / "tokenizer.json").unlink()
+    assert main(["train", "resume=run", "trainer.max_steps=7"]) == 0
+    assert "is gone; the run continues with its own" in caplog.text

@@ -14,7 +14,7 @@ from xdllm.evaluate.evaluation_loss import EvaluationLoss
 from xdllm.interfaces import Tokenizer
 from xdllm.registry import SEARCH_PATH_ENV, discover_families
 from xdllm.run.build import RunComponents, build_components, build_datamodule
-from xdllm.run.stored_tokenizer import stored_tokenizer
+from xdllm.run.stored_tokenizer import TOKENIZER_KEY, stored_tokenizer
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
 from xdllm.train.latest_checkpoint import LAST_NAME
 from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
@@ -48,6 +48,9 @@ class ResumePoint:
     checkpoint: Path
     global_step: int
     reason: str
+    tokenizer_json: str | None = None
+    """The tokenizer file the run trained with, as the checkpoint stores it (None: built-in, or
+    a checkpoint from before checkpoints stored tokenizers)."""
 
 
 def _global_step(path: Path) -> int:
@@ -64,7 +67,7 @@ def resume_point(path: str | Path) -> ResumePoint:
     path = Path(path).expanduser()
     if path.is_file():
         checkpoint = read_checkpoint_file(path)
-        return ResumePoint(path, int(checkpoint["global_step"]), "the checkpoint given")
+        return ResumePoint(path, int(checkpoint["global_step"]), "the checkpoint given", checkpoint.get(TOKENIZER_KEY))
     if not path.is_dir():
         raise XdllmError(f"resume: no checkpoint file or run directory at {path}")
     candidates, problems = [], []
@@ -78,12 +81,12 @@ def resume_point(path: str | Path) -> ResumePoint:
                          "saved one); start it over without resume=, with existing_run_dir=move_aside")
     for step, _, file in sorted(candidates, reverse=True):
         try:
-            read_checkpoint_file(file)
+            checkpoint = read_checkpoint_file(file)
         except CheckpointError:
             problems.append(f"{file.name} (step {step}: corrupt, digest mismatch)")
             continue
         skipped = f"; skipped {', '.join(problems)}" if problems else ""
-        return ResumePoint(file, step, f"the newest valid checkpoint of {path}{skipped}")
+        return ResumePoint(file, step, f"the newest valid checkpoint of {path}{skipped}", checkpoint.get(TOKENIZER_KEY))
     raise XdllmError(f"resume: no valid checkpoint in {path / CHECKPOINT_DIR}: {', '.join(problems)}")
 
 

@@ -1,9 +1,9 @@
 """A run trained with a tokenizer file stores the file's content in every checkpoint.
 
-Generation and evaluation then encode and decode with the tokenizer the weights were trained
-with, wherever the checkpoint is copied, whether or not the file is still at the path the run
-recorded (``config.tokenizer``), and even if it was overwritten since. The built-in tokenizer is
-defined by the code and is not stored.
+Generation, evaluation and a resumed training then encode and decode with the tokenizer the
+weights were trained with, wherever the checkpoint is copied, whether or not the file is still at
+the path the run recorded (``config.tokenizer``), and even if it was overwritten since. The
+built-in tokenizer is defined by the code and is not stored.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from xdllm.data.tokenizer import HFTokenizerFile
+from xdllm.data.tokenizer import HFTokenizerFile, load_tokenizer
 from xdllm.errors import XdllmError
 from xdllm.interfaces import Tokenizer
 
@@ -28,6 +28,25 @@ def tokenizer_record(tokenizer: Tokenizer) -> dict[str, str]:
     if isinstance(tokenizer, HFTokenizerFile):
         return {TOKENIZER_KEY: tokenizer.serialized()}
     return {}
+
+
+def resumed_tokenizer(config: DictConfig, tokenizer_json: str | None) -> tuple[HFTokenizerFile | None, str | None]:
+    """The tokenizer a resumed run continues with: the one its checkpoint stores (``tokenizer_json``),
+    whatever ``config.tokenizer`` now holds, so that a resumed run never changes vocabulary; and a
+    line to log when the tokenizer ``config.tokenizer`` names is another one (rewritten since the
+    run started, gone, or another given). (None, None) for a checkpoint that stores none."""
+    if tokenizer_json is None:
+        return None, None
+    stored = HFTokenizerFile(config.tokenizer, serialized=tokenizer_json)
+    try:
+        given = load_tokenizer(config.tokenizer).fingerprint
+    except (ValueError, FileNotFoundError):
+        given = None
+    if given == stored.fingerprint:
+        return stored, None
+    what = "is gone" if given is None else "is not the tokenizer this run trained with"
+    return stored, (f"tokenizer={config.tokenizer} {what}; the run continues with its own, which its checkpoints "
+                    "store")
 
 
 def stored_tokenizer(checkpoint: Mapping[str, Any], config: DictConfig, source: Path) -> HFTokenizerFile | None:

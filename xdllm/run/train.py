@@ -36,7 +36,7 @@ from xdllm.run.checkpoint import CHECKPOINT_DIR, RUN_CONFIG, ResumePoint, load_f
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.run.run_overrides import continue_command, save_overrides
-from xdllm.run.stored_tokenizer import tokenizer_record
+from xdllm.run.stored_tokenizer import resumed_tokenizer, tokenizer_record
 from xdllm.temporary_files import remove_stale_temporaries, write_text_atomically
 from xdllm.train.best_checkpoint import NewestOnTieCheckpoint
 from xdllm.train.checkpoint_io import AtomicCheckpointIO
@@ -251,7 +251,10 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     continuing = continue_command(run_dir)
     set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
-    components = build_components(config)
+    tokenizer, tokenizer_note = resumed_tokenizer(config, point.tokenizer_json if point else None)
+    if tokenizer_note and launching:
+        log.warning(tokenizer_note)
+    components = build_components(config, tokenizer)
     # training rows and the validation / after-training generations, as the predictor places them
     # (a loaded checkpoint's generation is checked with its own predictor options: check_canvas_fits)
     check_positions(components.model, components.task, int(config.derived.max_new_tokens), components.predictor)
