@@ -47,6 +47,10 @@ def test_an_override_hydra_cannot_read_is_one_line_with_its_quoted_form():
         "override 'ckpt=/tmp/copy (1)' cannot be read (mismatched input ' (' expecting <EOF>); a value with characters "
         "other than ASCII letters, digits, spaces and / . _ - + : @ needs quotes: ckpt='/tmp/copy (1)' (from a shell: "
         "\"ckpt='/tmp/copy (1)'\")")
+    with pytest.raises(XdllmError, match=r"^override 'data_path=d \(1\)' cannot be read \(HydraException while "
+                                         r"evaluating 'd \(1\)': Unknown function 'd'\).* needs quotes: "
+                                         r"data_path='d \(1\)'"):
+        check_override_syntax(["data_path=d (1)"])
     with pytest.raises(XdllmError, match=r"^override 'oops' is not KEY=VALUE"):
         check_override_syntax(["oops"])
     check_override_syntax(["~trainer.max_time", "a=1,2", "ckpt='/tmp/copy (1)'", "x=${y}"])

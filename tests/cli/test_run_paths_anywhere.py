@@ -15,7 +15,7 @@ from tiny_run import TINY_RUN
 
 from xdllm.cli.main import main
 from xdllm.config.compose import REPOSITORY, compose_config, search_path_override
-from xdllm.config.run_paths import record_absolute_paths
+from xdllm.config.run_paths import absolute_generate_paths, record_absolute_paths
 from xdllm.data.prepare import PrepareOptions, prepare
 
 SMALL = ["trainer.max_steps=2", "trainer.val_check_interval=2", "data.batch_size=4", "data.num_val_samples=4",
@@ -133,3 +133,21 @@ def test_the_last_model_search_path_decides_what_is_discovered():
     assert search_path_override([stored, "trainer.max_steps=5", given]) == ["/new/folder"]
     assert search_path_override(["model_search_path=/one"]) == ["/one"]
     assert search_path_override(["trainer.max_steps=5"]) == []
+
+
+def test_generate_records_its_file_options_absolute(workspace, capsys):
+    """A stopped generation resumes from any directory: ``generate.yaml`` and ``sweep.yaml`` hold
+    its prompts file and data folder as absolute paths, not as given."""
+    assert absolute_generate_paths(["prompts_file=p.txt", "data_path='d (1)'", "num_samples=2", "prompts_file=null",
+                                    "output_dir=out"]) == [
+        f"prompts_file={workspace / 'p.txt'}", f"data_path='{workspace / 'd (1)'}'", "num_samples=2",
+        "prompts_file=null", "output_dir=out"]
+    assert main(["train", "task=prepared", "task.params.path=prep", *SMALL, "run_dir=runs/g"]) == 0
+    (workspace / "p.txt").write_text("0 1 2\n")
+    assert main(["generate", "ckpt=runs/g", "prompts_file=p.txt", "data_path=prep", "output_dir=gen"]) == 0
+    record = OmegaConf.load(workspace / "gen" / "generate.yaml")
+    assert (record.prompts_file, record.data_path) == (str(workspace / "p.txt"), str(workspace / "prep"))
+    capsys.readouterr()
+    assert main(["generate", "-m", "ckpt=runs/g", "prompts_file=p.txt", "predictor.temperature=0.0,1.0",
+                 "output_dir=sweep"]) == 0
+    assert f"prompts_file={workspace / 'p.txt'}" in OmegaConf.load(workspace / "sweep" / "sweep.yaml").overrides

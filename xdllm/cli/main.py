@@ -166,10 +166,14 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
 def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
+    from xdllm.config.override_text import check_override_syntax
+    from xdllm.config.run_paths import absolute_generate_paths
     from xdllm.run.generate import config_to_print, generate_from_config
     from xdllm.run.sweep import refuse_sweep_without_multirun, run_sweep, sweep_configs
 
     overrides, resume = _split_resume(overrides)
+    check_override_syntax(overrides)
+    overrides = absolute_generate_paths(overrides)
     if resume is not None:
         return _continue_generation(resume, overrides, print_config, sweep)
     if sweep and print_config:  # one YAML document per combination

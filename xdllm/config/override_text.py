@@ -65,7 +65,7 @@ def check_override_syntax(overrides: Sequence[str]) -> None:
         if "=" not in text and not text.startswith("~"):
             raise XdllmError(f"override {text!r} is not KEY=VALUE (nor ~KEY, which deletes a key)")
         try:
-            parser.parse_override(text)
+            parser.parse_override(text).value()  # value(): "d (1)" parses as a call of a function d
         except HydraException as error:
             reason = " ".join(str(error).split("\n")[0].split())
             key, equals, value = text.partition("=")

@@ -75,6 +75,28 @@ def _search_path(config: DictConfig) -> list[str]:
     return list(dict.fromkeys(folders))
 
 
+GENERATE_PATH_KEYS = ("prompts_file", "data_path")
+"""``generate`` and ``eval`` options that name a file or folder, made absolute from the command's
+directory, so that ``generate.yaml`` and ``sweep.yaml`` record them for a ``resume=`` from anywhere
+(``ckpt`` and ``output_dir`` are recorded as the paths they resolve to)."""
+
+
+def absolute_generate_paths(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with each :data:`GENERATE_PATH_KEYS` value that is one path made absolute."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    absolute = []
+    for text in overrides:
+        plus, key = re.match(r"(\+*)([^=]*)", text).groups()
+        if key in GENERATE_PATH_KEYS and "=" in text:
+            value = parser.parse_override(text).value()
+            if isinstance(value, str) and value:
+                text = f"{plus}{key}={override_value(_absolute(value))}"
+        absolute.append(text)
+    return absolute
+
+
 def record_absolute_paths(config: DictConfig, overrides: Sequence[str]) -> list[str]:
     """Make ``config``'s relative paths absolute (in place) and return ``overrides`` saying the
     same: each path override with its absolute value, and ``KEY=<absolute path>`` added for a
