@@ -44,7 +44,8 @@ def resumed_tokenizer(config: DictConfig, tokenizer_json: str | None) -> tuple[H
         given = None
     if given == stored.fingerprint:
         return stored, None
-    what = "is gone" if given is None else "is not the tokenizer this run trained with"
+    gone = given is None and not Path(str(config.tokenizer)).exists()
+    what = "is gone" if gone else "is not the tokenizer this run trained with"
     return stored, (f"tokenizer={config.tokenizer} {what}; the run continues with its own, which its checkpoints "
                     "store")
 
