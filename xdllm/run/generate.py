@@ -230,8 +230,9 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                               grid=getattr(run.components.task, "grid_shape", None))
         except BaseException:  # the command given rewrites them in place (replacing the cut ones)
             log.warning("the predictions are in %s, but the TensorBoard views of their history were not finished; "
-                        "write them with: xdllm history tensorboard %s --logdir %s", summary["predictions"],
-                        output_dir, output_dir / "tensorboard")
+                        "write them with: %s", summary["predictions"],
+                        command("xdllm", "history", "tensorboard", str(output_dir), "--logdir",
+                                str(output_dir / "tensorboard")))
             raise
     return summary
 

@@ -247,7 +247,7 @@ def _run_planned(run: TrainedRun, sweep_dir: Path, plan: Sequence[_Planned], res
             discard_unfinished(sweep_dir, made)
         elif len(results) < total:
             kept = f" (their results are in {path})" if results else ""
-            log.warning("the sweep stopped with %d of %d generations finished%s; continue it with: xdllm generate "
-                        "resume=%s", len(results), total, kept, sweep_dir)
+            log.warning("the sweep stopped with %d of %d generations finished%s; continue it with: %s",
+                        len(results), total, kept, command("xdllm", "generate", f"resume={sweep_dir}"))
         raise
     return {"sweep": str(sweep_dir), "summary": str(path), "runs": results}
