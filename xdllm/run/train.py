@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -35,6 +36,7 @@ from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import CHECKPOINT_DIR, RUN_CONFIG, ResumePoint, load_frozen_models, resume_point, run_dir_of
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.preflight import check_loss_reads_collated_batches
+from xdllm.run.run_lock import RunDirLock, refuse_if_training
 from xdllm.run.run_overrides import continue_command, save_overrides
 from xdllm.run.stored_tokenizer import resumed_tokenizer, tokenizer_record
 from xdllm.temporary_files import remove_stale_temporaries, write_text_atomically
@@ -105,9 +107,16 @@ def set_torch_threads(config: DictConfig) -> int:
     return threads
 
 
-def _save_config(config: DictConfig, run_dir: Path) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(run_dir / RUN_CONFIG, OmegaConf.to_yaml(config, resolve=True))
+def _prepare_run_dir(run_dir: Path, resolved: dict[str, Any], overrides: Sequence[str]) -> None:
+    """Clear what interrupted writes left, and write the run's ``config.yaml`` and ``overrides.yaml``."""
+    history = run_dir / "history"
+    nested = [path for path in history.rglob("*") if path.is_dir()] if history.is_dir() else []
+    for folder in (run_dir, run_dir / CHECKPOINT_DIR, history, *nested):
+        for stale in remove_stale_temporaries(folder):
+            log.info("removed %s, left by an interrupted write", stale)
+    write_text_atomically(run_dir / RUN_CONFIG, OmegaConf.to_yaml(OmegaConf.create(resolved), resolve=True))
+    # without resume= and run_dir=: resuming this run continues it here, from any folder
+    save_overrides(run_dir, [o for o in overrides if not o.startswith(("resume=", "run_dir="))])
 
 
 MOVED_TRAINER_KEYS = {"gradient_clip_val": "optim.gradient_clip_val",
@@ -248,6 +257,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     point = resume_point(resume) if resume else None
     run_dir = resolve_run_dir(config, point)
     launching = is_launching_process()
+    if launching:
+        refuse_if_training(run_dir)  # at once, before building anything
     continuing = continue_command(run_dir)
     set_torch_threads(config)
     L.seed_everything(config.seed, workers=True, verbose=False)
@@ -317,18 +328,15 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         )
     except (TypeError, ValueError, MisconfigurationException) as error:
         raise XdllmError(f"invalid trainer configuration: {error}") from error
+    lock = None
     if launching:
+        refuse_if_training(run_dir)  # again: one may have started since
         claim_run_dir(run_dir, point, config.get("existing_run_dir", "refuse"))
-        history = run_dir / "history"
-        nested = [path for path in history.rglob("*") if path.is_dir()] if history.is_dir() else []
-        for folder in (run_dir, run_dir / CHECKPOINT_DIR, history, *nested):
-            for stale in remove_stale_temporaries(folder):
-                log.info("removed %s, left by an interrupted write", stale)
-        _save_config(OmegaConf.create(resolved), run_dir)
-        # without resume= and run_dir=: resuming this run continues it here, from any folder
-        save_overrides(run_dir, [o for o in overrides if not o.startswith(("resume=", "run_dir="))])
+        lock = RunDirLock(run_dir)
     stopped_at_step, stopped_by = None, ""
     try:
+        if launching:
+            _prepare_run_dir(run_dir, resolved, overrides)
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
     except StoppedByInterrupt as stop:
         stopped_at_step, stopped_by = stop.step, stop.cause
@@ -355,6 +363,9 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
                          f"kills one when memory runs out): try fewer data.num_workers (now "
                          f"{config.data.num_workers}); continue from the newest checkpoint with: "
                          f"{continuing}") from error
+    finally:
+        if lock is not None:
+            lock.release()
     best_path = Path(best.best_model_path) if best.best_model_path else None
     last = run_dir / CHECKPOINT_DIR / LAST_NAME
     return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero,
