@@ -57,6 +57,8 @@ def test_a_copied_run_generates_the_same_text_with_its_data_path_given(moved_tex
                                    "machine, give its place now: data_path=<folder or file>")
     code, error = _generate(capsys, f"ckpt={run}", f"data_path={data}.gone", "output_dir=nodata")
     assert code == 2 and f"no such file {data}.gone" in error and "data_path=<" not in error
+    code, error = _generate(capsys, f"ckpt={run}", f"data_path={data.parent}", "output_dir=nodata")
+    assert code == 2 and f"text_file task: {data.parent} is a folder, not a text file" in error
     code, error = _generate(capsys, f"ckpt={run}", f"data_path={data}", "output_dir=after")
     assert code == 0, error
     assert _texts(Path("after")) == before  # no tokenizer file anywhere: the checkpoint's own

@@ -22,6 +22,9 @@ def test_missing_or_unprepared_folders_are_named(tmp_path, capsys):
         PreparedData(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="has no manifest.json"):
         PreparedData(tmp_path)
+    (tmp_path / "corpus.txt").write_text("a b\n")
+    with pytest.raises(ValueError, match=r"corpus.txt is a file, not the folder `xdllm data prepare` makes"):
+        PreparedData(tmp_path / "corpus.txt")
     assert main(["train", "task=prepared", f"task.params.path={tmp_path / 'nowhere'}",
                  f"run_dir={tmp_path / 'run'}"]) == 2
     assert f"prepared data {tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err

@@ -64,6 +64,9 @@ GENERATE = [
     ("prompts_file={latin1}", "is not UTF-8 text"),
     ("prompts_file={missing}", "prompts_file not found"),
     ("predictor.temperature=-1", "temperature"),
+    ("data_path=", "data_path= is empty: give the folder or file the run's data is in now"),
+    ("data_path=123", "data_path=123 is not allowed: data_path must be a string (or null); Hydra read the value as "
+                      "a number: for a string, quote it as typed, e.g. data_path='123'"),
 ]
 
 

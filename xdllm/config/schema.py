@@ -200,7 +200,10 @@ def check_values(config: DictConfig, config_name: str) -> None:
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value, resolve=True)
         if not rule.allows(value):
-            raise XdllmError(f"{key}={value!r} is not allowed: {key} must be {rule.describe()}")
+            quote = (f"; Hydra read the value as {'true/false' if isinstance(value, bool) else 'a number'}: for a "
+                     f"string, quote it as typed, e.g. "
+                     f"{key}='{value}'" if rule.types == (str,) and isinstance(value, (int, float, bool)) else "")
+            raise XdllmError(f"{key}={value!r} is not allowed: {key} must be {rule.describe()}{quote}")
     roles = OmegaConf.select(config, "data.validation_roles", throw_on_missing=False)
     if roles is not None and (not roles or len(set(roles)) != len(roles)
                               or not set(roles) <= {"loss", "prediction"}):

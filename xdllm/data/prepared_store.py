@@ -44,6 +44,8 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
     naming the folder."""
     folder = Path(folder).expanduser()
     path = folder / MANIFEST
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"prepared data {folder} is a file, not the folder `xdllm data prepare` makes")
     if not folder.is_dir():
         raise ValueError(f"prepared data {folder} does not exist (make it with `xdllm data prepare`)")
     if not path.is_file():

@@ -31,6 +31,8 @@ class TextFileTask:
         if max_tokens < 1:
             raise ValueError(f"TextFileTask.max_tokens must be >= 1, got {max_tokens}")
         self.path = Path(path).expanduser()
+        if self.path.is_dir():
+            raise FileNotFoundError(f"text_file task: {self.path} is a folder, not a text file")
         if not self.path.is_file():
             raise FileNotFoundError(f"text_file task: no such file {self.path}")
         self.max_tokens = max_tokens

@@ -170,6 +170,8 @@ def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True,
 
 def relocate_data(config: DictConfig, data_path: str | Path) -> None:
     """Point the run's ``task.params.path`` at ``data_path``; refused for a task that reads no file."""
+    if not str(data_path).strip():
+        raise XdllmError("data_path= is empty: give the folder or file the run's data is in now")
     params = config.task.get("params") or {}
     if "path" not in params:
         raise XdllmError(f"data_path={data_path}: the run's task {config.task.name} reads no data file or folder "
