@@ -62,24 +62,35 @@ def torch_save_atomically(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to ``path``, flushed to disk before the rename: ``path`` is either the old
     file or the complete new one, even after a power cut."""
     with written_atomically(path) as temporary:
-        with open(temporary, "wb") as handle:
-            try:
-                torch.save(obj, handle)
-            except Exception as error:  # a Ctrl-C or SIGTERM in one of torch's writes: the zip writer's
-                interrupt = _interrupt_behind(error)  # cleanup then fails, hiding it; the stop wins
-                if interrupt is None:
+        try:
+            with open(temporary, "wb") as handle:
+                try:
+                    torch.save(obj, handle)
+                except Exception as error:  # a stop or a failed write in one of torch's writes: the zip
+                    hidden = _hidden_behind(error)  # writer's cleanup then fails, hiding it
+                    if isinstance(hidden, KeyboardInterrupt):  # Ctrl-C or SIGTERM: the stop wins
+                        raise hidden from None
+                    if isinstance(hidden, OSError):
+                        raise hidden from error
                     raise
-                raise interrupt from None
-            handle.flush()
-            os.fsync(handle.fileno())
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:  # a full disk, say (from a write, or from closing the file after
+            # torch's writer failed): named with the file it was for
+            raise OSError(error.errno, error.strerror, os.fspath(path)) from error
 
 
-def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
-    """The KeyboardInterrupt (or SIGTERM's ``Terminated``) ``error`` was raised while handling."""
-    seen = error.__context__
-    while seen is not None and not isinstance(seen, KeyboardInterrupt):
+def _hidden_behind(error: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt (or SIGTERM's ``Terminated``) that ``error`` was raised while handling,
+    else the OSError, if any."""
+    found, seen = None, error.__context__
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+        if found is None and isinstance(seen, OSError):
+            found = seen
         seen = seen.__context__
-    return seen
+    return found
 
 
 def writer_alive(path: Path) -> bool:

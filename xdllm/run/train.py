@@ -357,6 +357,11 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
                          f"{f'; once fixed, continue with: {continuing} KEY=VALUE' if saved else ''})") from error
     except Exception as error:
         death = dead_worker_error(error, config.data.num_workers)
+        if death is None and isinstance(error, OSError) and error.filename:  # a write failed: a full disk, say
+            saved = (run_dir / CHECKPOINT_DIR / LAST_NAME).exists()
+            raise XdllmError(f"{error.strerror or error}: {error.filename} (training stopped at step "
+                             f"{trainer.global_step}{f'; once fixed, continue with: {continuing}' if saved else ''})"
+                             ) from error
         if death is None:
             raise
         raise XdllmError(f"{' '.join(str(death).split()).rstrip('. ')}: a data-loading process died (the system "
