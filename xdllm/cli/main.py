@@ -213,7 +213,7 @@ def _continue_generation(folder: str, overrides: Sequence[str], print_config: bo
 def _cmd_eval(overrides: Sequence[str], print_config: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
-    from xdllm.run.generate import evaluate_from_config
+    from xdllm.run.evaluate import evaluate_from_config
 
     refuse_several_values("eval", overrides)
     if any(override.startswith("resume=") for override in overrides):

@@ -18,7 +18,8 @@ from omegaconf import OmegaConf, open_dict
 from xdllm.config.compose import compose_config
 from xdllm.config.override_text import override
 from xdllm.run.checkpoint import load_trained
-from xdllm.run.generate import checkpoint_fields, generate, generate_from_config, held_out_loss
+from xdllm.run.evaluate import held_out_loss
+from xdllm.run.generate import checkpoint_fields, generate, generate_from_config
 from xdllm.run.generation_record import write_scalars
 
 

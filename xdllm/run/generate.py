@@ -22,12 +22,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
-from xdllm.config.compose import ROOT_CONFIG_DIR, compose_config
+from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
 from xdllm.config.schema import check_component
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError
-from xdllm.evaluate import MetricTotals
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
@@ -45,7 +44,6 @@ from xdllm.run.generation_record import (
     read_record,
     resolved_options,
     settings_name,
-    show_value,
     write_generation_config,
     write_generation_scalars,
 )
@@ -71,7 +69,7 @@ HISTORY_CHOICES = (None, "topk")
 log = logging.getLogger(__name__)
 
 
-def _options(config: DictConfig) -> DictConfig:
+def generation_options(config: DictConfig) -> DictConfig:
     """Check a composed ``configs/generate.yaml``."""
     if OmegaConf.is_missing(config, "ckpt") or not config.get("ckpt"):
         raise XdllmError("ckpt=<checkpoint file or run directory> is required")
@@ -119,7 +117,7 @@ def check_generation(run: TrainedRun, config: DictConfig,
     generation, ready for :func:`run_generation` (a sweep checks every combination this way
     first, then runs what it checked). Held-out samples are drawn only when the batches are
     iterated, from ``data`` when given (``eval`` shares its loss's)."""
-    options = _options(config)
+    options = generation_options(config)
     predictor = _build_predictor(run, options)
     if options.prompts_file:
         prompts = read_prompts_file(run, Path(options.prompts_file))
@@ -302,7 +300,7 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
                 options[key] = record[key]
         options.predictor = record.predictor_overrides
         options.output_dir = str(folder)
-    options = _options(options)
+    options = generation_options(options)
     run = run or load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
     if run.global_step != record.global_step:
         raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the generation in {folder} "
@@ -332,7 +330,7 @@ def checkpoint_fields(run: TrainedRun) -> dict[str, Any]:
 def generate_from_config(config: DictConfig, run: TrainedRun | None = None,
                          swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Generate as a composed ``configs/generate.yaml`` says, with ``run`` if it is loaded already."""
-    options = _options(config)
+    options = generation_options(config)
     run = run or load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
     return generate(run, options, swept=swept)
 
@@ -348,62 +346,3 @@ def config_to_print(config: DictConfig) -> DictConfig:
         return OmegaConf.create(resolved_options(config, run_config))
     except (XdllmError, OSError, yaml.YAMLError, OmegaConfBaseException):
         return config
-
-
-def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
-    """Loss (deterministic corruption) and generation metrics on a split; writes nothing. On
-    free text, the loss metrics only: a generation there has nothing to be scored against."""
-    options = _options(config)
-    _refuse_output_options(options)
-    run = load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
-    if options.prompts_file:
-        raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
-    if is_free_text(run.components.task):
-        return _evaluate_free_text(run, options)
-    data = held_out_data(run, options, "loss")  # one draw of the split, for the loss and the generation
-    generation = check_generation(run, OmegaConf.merge(options, {"history": None}), data)
-    losses = held_out_loss(run, options, data)
-    return {"split": options.split, **losses, **run_generation(run, generation, write_outputs=False)}
-
-
-def _evaluate_free_text(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
-    if options.predictor:
-        keys = ", ".join(f"predictor.{key}" for key in options.predictor)
-        raise XdllmError(f"eval on free text reports the loss metrics and generates nothing (no reference to score "
-                         f"a generated text against), so {keys} does not apply; sample texts with "
-                         f"{_sample_texts(options)}")
-    losses = held_out_loss(run, options)
-    log.info("free text: the loss metrics of the %s split; no generation (nothing to score it against); "
-             "%s samples texts", options.split, _sample_texts(options))
-    return {**checkpoint_fields(run), "split": options.split, **losses}
-
-
-def _sample_texts(options: DictConfig) -> str:
-    return command("xdllm", "generate", override("ckpt", options.ckpt), "predictor.temperature=1.0")
-
-
-OUTPUT_OPTIONS = ("output_dir", "history", "history_k", "history_tensorboard_samples", "live")
-"""Options of what ``generate`` writes or draws; ``eval`` refuses them set to other than their default."""
-
-
-def _refuse_output_options(options: DictConfig) -> None:
-    defaults = OmegaConf.load(ROOT_CONFIG_DIR / "generate.yaml")
-    for key in OUTPUT_OPTIONS:
-        if options[key] != defaults[key]:
-            raise XdllmError(f"eval writes nothing, so {key}={show_value(options[key])} does not apply to it; use "
-                             f"{command('xdllm', 'generate', override('ckpt', options.ckpt))} ... for predictions, "
-                             "history or the live view")
-
-
-def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionDataModule | None = None) -> dict[str, float]:
-    """The evaluator's loss metrics (deterministic corruption) on the ``options.split`` (drawn by
-    ``data`` when given)."""
-    if data is None:
-        data = held_out_data(run, options, "loss")
-    totals = MetricTotals()
-    loss_fn = run.loss_function()
-    device, dtype = place_run(run, options)
-    with torch.inference_mode(), autocast(device, dtype):
-        for batch in data.held_out_dataloader(options.split, "loss"):
-            totals.add(run.components.evaluator.loss_metrics(run.model, batch_to(batch, device), loss_fn))
-    return run.components.evaluator.finalize(totals.means())

@@ -1,0 +1,84 @@
+"""``xdllm eval``: a checkpoint's loss metrics and generation metrics on a held-out split,
+written nowhere; on free text, the loss metrics only (a generation there has nothing to be
+scored against). ``held_out_loss`` is also the after-training step's loss on free text."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from xdllm.config.compose import ROOT_CONFIG_DIR
+from xdllm.config.override_text import command, override
+from xdllm.data.datamodule import DiffusionDataModule
+from xdllm.errors import XdllmError
+from xdllm.evaluate import MetricTotals
+from xdllm.run.checkpoint import TrainedRun, load_trained
+from xdllm.run.device import autocast, batch_to
+from xdllm.run.free_text import is_free_text
+from xdllm.run.generate import check_generation, checkpoint_fields, generation_options, place_run, run_generation
+from xdllm.run.generation_record import show_value
+from xdllm.run.prompt_sources import held_out_data
+
+log = logging.getLogger(__name__)
+
+
+def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
+    """Loss (deterministic corruption) and generation metrics on a split; writes nothing. On
+    free text, the loss metrics only: a generation there has nothing to be scored against."""
+    options = generation_options(config)
+    _refuse_output_options(options)
+    run = load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
+    if options.prompts_file:
+        raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
+    if is_free_text(run.components.task):
+        return _evaluate_free_text(run, options)
+    data = held_out_data(run, options, "loss")  # one draw of the split, for the loss and the generation
+    generation = check_generation(run, OmegaConf.merge(options, {"history": None}), data)
+    losses = held_out_loss(run, options, data)
+    return {"split": options.split, **losses, **run_generation(run, generation, write_outputs=False)}
+
+
+def _evaluate_free_text(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
+    if options.predictor:
+        keys = ", ".join(f"predictor.{key}" for key in options.predictor)
+        raise XdllmError(f"eval on free text reports the loss metrics and generates nothing (no reference to score "
+                         f"a generated text against), so {keys} does not apply; sample texts with "
+                         f"{_sample_texts(options)}")
+    losses = held_out_loss(run, options)
+    log.info("free text: the loss metrics of the %s split; no generation (nothing to score it against); "
+             "%s samples texts", options.split, _sample_texts(options))
+    return {**checkpoint_fields(run), "split": options.split, **losses}
+
+
+def _sample_texts(options: DictConfig) -> str:
+    return command("xdllm", "generate", override("ckpt", options.ckpt), "predictor.temperature=1.0")
+
+
+OUTPUT_OPTIONS = ("output_dir", "history", "history_k", "history_tensorboard_samples", "live")
+"""Options of what ``generate`` writes or draws; ``eval`` refuses them set to other than their default."""
+
+
+def _refuse_output_options(options: DictConfig) -> None:
+    defaults = OmegaConf.load(ROOT_CONFIG_DIR / "generate.yaml")
+    for key in OUTPUT_OPTIONS:
+        if options[key] != defaults[key]:
+            raise XdllmError(f"eval writes nothing, so {key}={show_value(options[key])} does not apply to it; use "
+                             f"{command('xdllm', 'generate', override('ckpt', options.ckpt))} ... for predictions, "
+                             "history or the live view")
+
+
+def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionDataModule | None = None) -> dict[str, float]:
+    """The evaluator's loss metrics (deterministic corruption) on the ``options.split`` (drawn by
+    ``data`` when given)."""
+    if data is None:
+        data = held_out_data(run, options, "loss")
+    totals = MetricTotals()
+    loss_fn = run.loss_function()
+    device, dtype = place_run(run, options)
+    with torch.inference_mode(), autocast(device, dtype):
+        for batch in data.held_out_dataloader(options.split, "loss"):
+            totals.add(run.components.evaluator.loss_metrics(run.model, batch_to(batch, device), loss_fn))
+    return run.components.evaluator.finalize(totals.means())
