@@ -5,6 +5,7 @@ receive the signal too (as from a terminal) and must not break the clean stop. T
 driven directly for the second press: two real presses in a row race the tiny run's steps.
 A DataLoader worker killed (as by the out-of-memory killer) is one line that says what to do."""
 
+import logging
 import os
 import shlex
 import signal
@@ -281,3 +282,31 @@ def test_under_ddp_a_sigterm_to_the_launching_process_alone_stops_both(tmp_path)
     assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
     step = int(read_checkpoint_file(last)["global_step"])
     assert f"stopped by SIGTERM after step {step}, saved in {last}" in stopped.stderr
+
+
+def test_a_dead_worker_reported_while_a_line_is_written_is_raised_not_printed(monkeypatch):
+    """Seen in the suite: the report came inside the metric line's write, and logging printed a
+    "--- Logging error ---" traceback instead of raising it."""
+    from xdllm.cli.main import _StderrHandler
+
+    class DiesOnFirstWrite:
+        def __init__(self) -> None:
+            self.written, self.calls = [], 0
+
+        def write(self, text: str) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("DataLoader worker (pid 12) is killed by signal: Killed.")
+            self.written.append(text)
+
+        def flush(self) -> None:
+            pass
+
+    stderr = DiesOnFirstWrite()
+    monkeypatch.setattr("sys.stderr", stderr)
+    logger = logging.getLogger("xdllm.test_dead_worker_in_a_write")
+    logger.propagate = False
+    monkeypatch.setattr(logger, "handlers", [_StderrHandler()])
+    with pytest.raises(RuntimeError, match="DataLoader worker"):
+        logger.warning("step 7")
+    assert stderr.written == []  # no "--- Logging error ---" traceback

@@ -250,6 +250,12 @@ class _StderrHandler(logging.StreamHandler):
     def stream(self, value) -> None:
         pass
 
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        """Raise the error writing the line met, rather than print logging's "--- Logging error ---"
+        traceback and go on: the DataLoader reports a dead worker from a signal handler, inside
+        whatever runs at that moment, a write of this handler included, and would be swallowed."""
+        raise  # called inside emit's ``except``: the error being handled
+
 
 def _configure_output() -> None:
     """xdllm's own INFO lines on stderr; Lightning keeps its own handler; no warning spam."""
