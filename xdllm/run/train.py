@@ -225,6 +225,13 @@ def checkpoint_callbacks(config: DictConfig, run_dir: Path) -> tuple[ModelCheckp
     return best, LatestCheckpoint(run_dir / CHECKPOINT_DIR, every, keep)
 
 
+def _stopped_at(step: int, run_dir: Path, continuing: str) -> str:
+    """`` (training stopped at step N; once fixed, continue with: <continuing>)``, the second part
+    only where a checkpoint was saved to continue from."""
+    saved = (run_dir / CHECKPOINT_DIR / LAST_NAME).exists()
+    return f" (training stopped at step {step}{f'; once fixed, continue with: {continuing}' if saved else ''})"
+
+
 def dead_worker_error(error: BaseException, num_workers: int) -> BaseException | None:
     """How a DataLoader worker's death reached the main process, if ``error`` is or was raised
     while handling it: the DataLoader's report (killed by a signal, exited unexpectedly), or a
@@ -352,16 +359,12 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
                          f"validation; it logs: {logged}. Continue from the newest checkpoint with: "
                          f"{continue_command(run_dir, ['checkpoint.monitor=<one of them>'])}") from error
     except CollateError as error:  # a sample the collator cannot lay out (a fill too short, a max_length)
-        saved = (run_dir / CHECKPOINT_DIR / LAST_NAME).exists()
-        raise XdllmError(f"{error} (training stopped at step {trainer.global_step}"
-                         f"{f'; once fixed, continue with: {continuing} KEY=VALUE' if saved else ''})") from error
+        raise XdllmError(f"{error}{_stopped_at(trainer.global_step, run_dir, f'{continuing} KEY=VALUE')}") from error
     except Exception as error:
         death = dead_worker_error(error, config.data.num_workers)
         if death is None and isinstance(error, OSError) and error.filename:  # a write failed: a full disk, say
-            saved = (run_dir / CHECKPOINT_DIR / LAST_NAME).exists()
-            raise XdllmError(f"{error.strerror or error}: {error.filename} (training stopped at step "
-                             f"{trainer.global_step}{f'; once fixed, continue with: {continuing}' if saved else ''})"
-                             ) from error
+            raise XdllmError(f"{error.strerror or error}: {error.filename}"
+                             f"{_stopped_at(trainer.global_step, run_dir, continuing)}") from error
         if death is None:
             raise
         raise XdllmError(f"{' '.join(str(death).split()).rstrip('. ')}: a data-loading process died (the system "
