@@ -1,0 +1,23 @@
+"""xdllm: diffusion language models in the masked (MLM) style.
+
+From Python, a trained run: ``xdllm.load_trained(path)`` (a checkpoint file or run directory)
+and ``xdllm.complete(run, prompts)``. Both are imported on first use, so that ``import
+xdllm.<part>`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {"load_trained": "xdllm.run.checkpoint", "TrainedRun": "xdllm.run.checkpoint",
+         "complete": "xdllm.run.complete"}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'xdllm' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_LAZY[name]), name)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from xdllm.config.schema import check_component
 from xdllm.data import DiffusionDataModule
 from xdllm.errors import XdllmError
 from xdllm.evaluate.evaluation_loss import EvaluationLoss
 from xdllm.interfaces import Tokenizer
 from xdllm.registry import SEARCH_PATH_ENV, discover_families
-from xdllm.run.build import RunComponents, build_components, build_datamodule
+from xdllm.run.build import RunComponents, build_components, build_datamodule, instantiate_component
 from xdllm.run.stored_tokenizer import TOKENIZER_KEY, stored_tokenizer
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
 from xdllm.train.latest_checkpoint import LAST_NAME
@@ -124,6 +126,13 @@ class TrainedRun:
 
     def datamodule(self) -> DiffusionDataModule:
         return build_datamodule(self.components)
+
+    def predictor(self, **overrides: Any) -> Any:
+        """The run's predictor (``config.predictor``) with ``overrides`` merged over it, each key
+        checked against the predictor's signature: ``run.predictor(threshold=0.9)``."""
+        merged = OmegaConf.to_container(OmegaConf.merge(self.config.predictor, overrides), resolve=True)
+        check_component(merged, "predictor")
+        return instantiate_component(OmegaConf.create(merged), "predictor", tokenizer=self.tokenizer)
 
     def loss_function(self) -> EvaluationLoss:
         """The family loss as ``(model, batch) -> LossDict``, handed the frozen models (and no

@@ -77,7 +77,7 @@ def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionDataModul
         data = held_out_data(run, options, "loss")
     totals = MetricTotals()
     loss_fn = run.loss_function()
-    device, dtype = place_run(run, options)
+    device, dtype = place_run(run, options.get("device", "auto"))
     with torch.inference_mode(), autocast(device, dtype):
         for batch in data.held_out_dataloader(options.split, "loss"):
             totals.add(run.components.evaluator.loss_metrics(run.model, batch_to(batch, device), loss_fn))

@@ -24,14 +24,12 @@ from rich.console import Console
 
 from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
-from xdllm.config.schema import check_component
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
-from xdllm.interfaces import Evaluator
-from xdllm.run.build import instantiate_component
+from xdllm.interfaces import Evaluator, HistoryRecorder, PredictionDict
 from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
@@ -40,7 +38,6 @@ from xdllm.run.generation_progress import GenerationProgress
 from xdllm.run.generation_record import (
     GENERATE_CONFIG,
     generation_settings,
-    predictor_config,
     read_record,
     resolved_options,
     settings_name,
@@ -82,17 +79,14 @@ def generation_options(config: DictConfig) -> DictConfig:
 
 
 def _build_predictor(run: TrainedRun, options: DictConfig):
-    """The run's predictor with ``options.predictor`` merged over it, each key checked against the
-    predictor's signature as at training time."""
-    merged = predictor_config(run.config, options.predictor)
-    check_component(merged, "predictor")
-    return instantiate_component(OmegaConf.create(merged), "predictor", tokenizer=run.tokenizer)
+    """The run's predictor with ``options.predictor`` merged over it."""
+    return run.predictor(**options.predictor)
 
 
-def place_run(run: TrainedRun, options: DictConfig) -> tuple[torch.device, torch.dtype | None]:
-    """Move the run's model (and frozen models) to ``options.device``; return the device and the
-    autocast dtype of the run's ``trainer.precision`` there."""
-    device = resolve_device(options.get("device", "auto"))
+def place_run(run: TrainedRun, requested_device: Any) -> tuple[torch.device, torch.dtype | None]:
+    """Move the run's model (and frozen models) to the device ``auto | cpu | cuda`` names; return
+    the device and the autocast dtype of the run's ``trainer.precision`` there."""
+    device = resolve_device(requested_device)
     for model in (run.model, *run.frozen.values()):
         model.to(device)
     return device, autocast_dtype(run.config.trainer.get("precision"), device)
@@ -144,7 +138,7 @@ def run_generation(run: TrainedRun, checked: CheckedGeneration, write_outputs: b
                    swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """:func:`generate` of a generation checked already (once: its batches are used up)."""
     options = checked.options
-    device, dtype = place_run(run, options)
+    device, dtype = place_run(run, options.get("device", "auto"))
     settings = {**generation_settings(options), **(swept or {})}
     if not write_outputs:
         return _generate_into(None, run, checked, device, dtype, settings)
@@ -154,6 +148,18 @@ def run_generation(run: TrainedRun, checked: CheckedGeneration, write_outputs: b
     except BaseException:
         discard_unfinished(output_dir, made)
         raise
+
+
+def predict_batch(run: TrainedRun, predictor: Any, batch: Mapping[str, Any],
+                  recorder: HistoryRecorder | None) -> PredictionDict:
+    """``predictor.predict`` of one batch with the run's model (and its frozen models, for a
+    predictor that takes them); a ``ValueError`` (an option that does not fit the prompts) is
+    refused in one line naming the predictor."""
+    extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
+    try:
+        return predictor.predict(batch, model=run.model, history=recorder, **extras)
+    except ValueError as error:
+        raise XdllmError(f"{type(predictor).__name__}: {error}") from error
 
 
 def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGeneration, device: torch.device,
@@ -182,7 +188,6 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     skipped, started = done.batches, time.perf_counter()
     progress = None if options.get("live") else GenerationProgress(earlier_seconds=done.seconds)  # live owns stderr
     samples, tokens = len(done.records), done.generated_tokens  # for the progress lines alone
-    extras = {"frozen": run.frozen} if takes_frozen(predictor) else {}
     whole = None  # ``done`` and this run's batches, once all are generated
     try:
         with torch.inference_mode(), autocast(device, dtype):
@@ -190,10 +195,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                 if batches_drawn <= skipped:  # finished before the generation was stopped
                     continue
                 batch = batch_to(batch, device)
-                try:
-                    prediction = predictor.predict(batch, model=run.model, history=recorder, **extras)
-                except ValueError as error:  # predictors refuse options that do not fit the prompts this way
-                    raise XdllmError(f"{type(predictor).__name__}: {error}") from error
+                prediction = predict_batch(run, predictor, batch, recorder)
                 result = FinishedBatch(evaluator.records(batch, prediction),
                                        evaluator.prediction_metrics(batch, prediction),
                                        int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum()))
@@ -312,7 +314,7 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
         raise XdllmError(f"prompts_file {options.prompts_file} has changed since the generation in {folder} started "
                          f"(sha256 {recorded_prompts[:12]}..., now {checked.prompts_sha256[:12]}...): the rest "
                          "would answer other prompts; put the file back as it was, or start a new generation")
-    device, dtype = place_run(run, options)
+    device, dtype = place_run(run, options.get("device", "auto"))
     for written in (folder, folder / "history"):  # what a write killed outright left
         remove_stale_temporaries(written)
     finished = read_partial(folder, device)

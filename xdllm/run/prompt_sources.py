@@ -36,6 +36,16 @@ class PromptsFile:
     sha256: str
 
 
+def prompt_example(run: TrainedRun, text: str, sample_index: int, where: str) -> Example:
+    """``text`` tokenized with the run's tokenizer as a prompt to complete; a text the tokenizer
+    cannot encode is refused naming ``where`` it came from."""
+    try:
+        prompt_ids = run.tokenizer.encode(text)
+    except ValueError as error:
+        raise XdllmError(f"{where}: {error}") from error
+    return Example(prompt_ids=prompt_ids, target_ids=[], sample_index=sample_index, step=0)
+
+
 def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
     """One example per non-empty line of a UTF-8 file, tokenized with the run's tokenizer."""
     if not path.is_file():
@@ -51,11 +61,7 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
         if not line.strip():
             blank += 1
             continue
-        try:
-            prompt_ids = run.tokenizer.encode(line.strip())
-        except ValueError as error:
-            raise XdllmError(f"{path}:{number}: {error}") from error
-        examples.append(Example(prompt_ids=prompt_ids, target_ids=[], sample_index=len(examples), step=0))
+        examples.append(prompt_example(run, line.strip(), len(examples), f"{path}:{number}"))
     if not examples:
         raise XdllmError(f"prompts_file {path} holds no prompts")
     if blank:  # sample_index counts prompts, not lines

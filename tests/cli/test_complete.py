@@ -1,0 +1,84 @@
+"""`xdllm.complete`: prompts completed from Python, as `xdllm generate prompts_file=` does."""
+
+import inspect
+import json
+
+import pytest
+
+import xdllm
+from xdllm.cli.main import main
+from xdllm.errors import XdllmError
+from xdllm.history import iter_samples
+from xdllm.run.checkpoint import TrainedRun
+
+PROMPTS = ["3 1 2 0", "9 9 1 5", "7 7 7 7", "0 8 2 6", "5 4 3 2"]
+TIMELESS = ("sample_index", "prompt", "text", "ids", "steps_taken")
+
+
+def _without_times(records):
+    return [{key: record[key] for key in TIMELESS} for record in records]
+
+
+def test_completions_are_the_predictions_generate_writes_for_a_prompts_file(trained_run, tmp_path, capsys):
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text("\n".join(PROMPTS) + "\n")
+    out_dir = tmp_path / "gen"
+    assert main(["generate", f"ckpt={trained_run}", f"prompts_file={prompts_file}", "batch_size=2",
+                 "predictor.threshold=0.01", f"output_dir={out_dir}"]) == 0
+    written = [json.loads(line) for line in (out_dir / "predictions.jsonl").read_text().splitlines()]
+
+    records = xdllm.complete(str(trained_run), PROMPTS, predictor={"threshold": 0.01}, batch_size=3)
+
+    assert _without_times(records) == _without_times(written)
+    assert [record["prompt"] for record in records] == PROMPTS
+    assert any(record["steps_taken"] < 5 for record in records)  # the threshold reached the predictor
+
+
+def test_history_of_the_completions_is_recorded_per_batch(trained_run, tmp_path):
+    run = xdllm.load_trained(trained_run)
+    assert isinstance(run, TrainedRun)
+    records = xdllm.complete(run, PROMPTS, batch_size=2, history_dir=tmp_path / "history", history_k=3)
+    assert len(list((tmp_path / "history").glob("history-*.pt"))) == 3  # batches of 2, 2, 1
+    samples = list(iter_samples(tmp_path / "history"))
+    assert [sample.sample_id for sample in samples] == list(range(len(PROMPTS)))
+    for sample, record in zip(samples, records):
+        assert sample.output_ids.tolist() == record["ids"]
+        assert sample.topk_ids.shape[-1] == 3
+        assert len(sample.steps) == record["steps_taken"]
+
+
+def test_a_run_predictor_takes_overrides_checked_against_its_signature(trained_run):
+    run = xdllm.load_trained(trained_run)
+    assert run.predictor(threshold=0.7).threshold == 0.7
+    assert run.predictor().threshold == run.config.predictor.get("threshold")
+    with pytest.raises(XdllmError, match=r"predictor.treshold \(did you mean predictor.threshold\?\)"):
+        run.predictor(treshold=0.7)
+
+
+@pytest.mark.parametrize(("prompts", "options", "message"), [
+    ("3 1 2 0", {}, r"prompts is one string \('3 1 2 0'\); give a list of prompts, e\.g\. \['3 1 2 0'\]"),
+    ([], {}, "prompts is empty"),
+    (["3 1 2 0", "hello"], {}, r"prompts\[1\]: SymbolTokenizer.encode: unknown symbol 'hello'"),
+    (["3 1 2 0"], {"batch_size": 0}, "batch_size must be >= 1, got 0"),
+    (["3 1 2 0"], {"device": "gpu"}, "device must be one of auto, cpu, cuda, got 'gpu'"),
+    (["3 1 2 0"], {"predictor": {"threshold": "high"}}, "predictor.threshold='high' is not allowed"),
+])
+def test_wrong_input_is_refused_in_one_line_that_names_it(trained_run, prompts, options, message):
+    run = xdllm.load_trained(trained_run)
+    with pytest.raises(XdllmError, match=message):
+        xdllm.complete(run, prompts, **options)
+
+
+def test_a_prompt_that_is_not_a_string_is_refused_by_its_index(trained_run):
+    unchecked = inspect.unwrap(xdllm.complete)  # beartype refuses it first in the tests; users run without
+    with pytest.raises(XdllmError, match=r"prompts\[1\] is int 7, not a string"):
+        unchecked(xdllm.load_trained(trained_run), ["3 1 2 0", 7])
+
+
+def test_the_top_level_names_are_the_run_layers_and_others_are_refused():
+    from xdllm.run.checkpoint import load_trained
+    from xdllm.run.complete import complete
+
+    assert xdllm.load_trained is load_trained and xdllm.complete is complete
+    with pytest.raises(AttributeError, match="module 'xdllm' has no attribute 'generate'"):
+        xdllm.generate  # noqa: B018

@@ -1,0 +1,65 @@
+"""Complete prompts with a trained run from Python (a notebook, a script): what ``xdllm generate
+prompts_file=...`` does, without files.
+
+    import xdllm
+    run = xdllm.load_trained("runs/quick")
+    records = xdllm.complete(run, ["7 6 5 5 5 4 9 6"], predictor={"threshold": 0.9})
+    records[0]["text"]           # '4 5 5 5 6 6 7 9'
+
+Each record is a line of ``predictions.jsonl`` without the target fields (``sample_index``:
+the prompt's index, ``prompt``, ``text``, ``ids``, ``steps_taken``, ``time_taken``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from xdllm.errors import XdllmError
+from xdllm.history import HistoryTopKPlugin
+from xdllm.run.checkpoint import TrainedRun, load_trained
+from xdllm.run.device import autocast, batch_to
+from xdllm.run.generate import place_run, predict_batch
+from xdllm.run.prompt_sources import check_canvas_fits, prompt_batches, prompt_example
+
+
+def complete(run: TrainedRun | str | Path, prompts: Sequence[str], *, predictor: Mapping[str, Any] | None = None,
+             device: str = "auto", batch_size: int = 64, history_dir: str | Path | None = None,
+             history_k: int = 5) -> list[dict[str, Any]]:
+    """Complete every prompt with the run's predictor, ``predictor`` merged over its config
+    (``{"threshold": 0.9}`` as ``predictor.threshold=0.9`` on the command line).
+
+    ``run``: a :class:`TrainedRun` or a checkpoint file or run directory to load. ``device``:
+    ``auto | cpu | cuda``; the run's model moves there (autocast as it trained on CUDA).
+    ``history_dir``: record the top-``history_k`` denoising history there, one file per batch
+    (read it with ``xdllm.history.iter_samples(history_dir)``, view it with ``xdllm history``).
+    """
+    if isinstance(prompts, str):
+        raise XdllmError(f"prompts is one string ({prompts[:40]!r}); give a list of prompts, e.g. [{prompts[:40]!r}]")
+    if not prompts:
+        raise XdllmError("prompts is empty: give at least one prompt")
+    for index, text in enumerate(prompts):
+        if not isinstance(text, str):
+            raise XdllmError(f"prompts[{index}] is {type(text).__name__} {text!r}, not a string")
+    if batch_size < 1:
+        raise XdllmError(f"batch_size must be >= 1, got {batch_size}")
+    if not isinstance(run, TrainedRun):
+        run = load_trained(run)
+    chosen = run.predictor(**(predictor or {}))
+    examples = [prompt_example(run, text, index, f"prompts[{index}]") for index, text in enumerate(prompts)]
+    check_canvas_fits(run, chosen, 1 + max(len(example["prompt_ids"]) for example in examples))
+    placed, dtype = place_run(run, device)
+    recorder = None
+    if history_dir is not None:
+        recorder = HistoryTopKPlugin(k=history_k, output_dir=Path(history_dir), tokenizer=run.tokenizer,
+                                     split="prompts")
+    records: list[dict[str, Any]] = []
+    with torch.inference_mode(), autocast(placed, dtype):
+        for batch in prompt_batches(run, examples, batch_size):
+            batch = batch_to(batch, placed)
+            prediction = predict_batch(run, chosen, batch, recorder)
+            records.extend(run.components.evaluator.records(batch, prediction))
+    return records
