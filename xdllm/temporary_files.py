@@ -27,13 +27,20 @@ def temporary_path(path: Path) -> Path:
 @contextlib.contextmanager
 def written_atomically(path: str | os.PathLike) -> Iterator[Path]:
     """Yields the temporary path to write ``path``'s content to; renames it over ``path`` when the
-    block ends, or removes it when the block raises (``path`` then keeps its old content)."""
+    block ends, or removes it when the block raises (``path`` then keeps its old content). An
+    ``OSError`` that names no file, or the temporary one (a full disk refusing a write or the
+    close after it), is raised named with ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = temporary_path(path)
     try:
         yield temporary
         os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        if error.filename not in (None, os.fspath(temporary)):
+            raise
+        raise OSError(error.errno, error.strerror, os.fspath(path)) from error
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
@@ -61,23 +68,18 @@ def write_jsonl_atomically(path: str | os.PathLike, records: Iterable[Any]) -> N
 def torch_save_atomically(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to ``path``, flushed to disk before the rename: ``path`` is either the old
     file or the complete new one, even after a power cut."""
-    with written_atomically(path) as temporary:
+    with written_atomically(path) as temporary, open(temporary, "wb") as handle:
         try:
-            with open(temporary, "wb") as handle:
-                try:
-                    torch.save(obj, handle)
-                except Exception as error:  # a stop or a failed write in one of torch's writes: the zip
-                    hidden = _hidden_behind(error)  # writer's cleanup then fails, hiding it
-                    if isinstance(hidden, KeyboardInterrupt):  # Ctrl-C or SIGTERM: the stop wins
-                        raise hidden from None
-                    if isinstance(hidden, OSError):
-                        raise hidden from error
-                    raise
-                handle.flush()
-                os.fsync(handle.fileno())
-        except OSError as error:  # a full disk, say (from a write, or from closing the file after
-            # torch's writer failed): named with the file it was for
-            raise OSError(error.errno, error.strerror, os.fspath(path)) from error
+            torch.save(obj, handle)
+        except Exception as error:  # a stop or a failed write in one of torch's writes: the zip
+            hidden = _hidden_behind(error)  # writer's cleanup then fails, hiding it
+            if isinstance(hidden, KeyboardInterrupt):  # Ctrl-C or SIGTERM: the stop wins
+                raise hidden from None
+            if isinstance(hidden, OSError):
+                raise hidden from error
+            raise
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _hidden_behind(error: BaseException) -> BaseException | None:

@@ -1,4 +1,5 @@
-"""A checkpoint that a full disk cuts short is one line naming the file, the step and how to go on.
+"""A write that a full disk cuts short is one line naming the file: a checkpoint's (with the step
+and how to go on), a generation's predictions (keeping what can be kept), TensorBoard's events.
 
 torch's zip writer hides the write's ``OSError`` behind its own ``RuntimeError`` ("unexpected
 pos ...") when its cleanup fails after it; seen with a real 3 MB and 25 MB tmpfs. Here writes go
@@ -7,7 +8,9 @@ to ``/dev/full``, which refuses every write with ENOSPC, as a full disk does.
 
 import builtins
 import errno
+import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,18 +18,24 @@ import torch
 from tiny_run import TINY
 
 from xdllm.cli.main import main
-from xdllm.temporary_files import torch_save_atomically
+from xdllm.event_files import QuietEventWriterThreads, event_writer
+from xdllm.temporary_files import torch_save_atomically, write_jsonl_atomically
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 
 
-def _checkpoints_to_dev_full(monkeypatch) -> None:
+def _writes_to_dev_full(monkeypatch, name_part: str) -> None:
+    """xdllm's atomic writes of files whose name holds ``name_part`` go to ``/dev/full``."""
     def open_on_a_full_disk(file, mode="r", *args, **kwargs):
-        if "ckpt" in os.fspath(file) and "w" in mode:
+        if name_part in os.fspath(file) and "w" in mode:
             return builtins.open("/dev/full", mode, *args, **kwargs)
         return builtins.open(file, mode, *args, **kwargs)
 
     monkeypatch.setattr("xdllm.temporary_files.open", open_on_a_full_disk, raising=False)
+
+
+def _checkpoints_to_dev_full(monkeypatch) -> None:
+    _writes_to_dev_full(monkeypatch, "ckpt")
 
 
 def test_a_write_the_disk_refuses_is_named_by_the_file_it_was_for(tmp_path, monkeypatch):
@@ -59,3 +68,87 @@ def test_training_stopped_by_a_full_disk_is_one_line(tmp_path, monkeypatch, caps
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error == (f"xdllm: error: No space left on device: {Path(run_dir) / 'checkpoints' / 'last.ckpt'} "
                      "(training stopped at step 2)")
+
+
+def test_a_text_write_the_disk_refuses_is_named_by_the_file_it_was_for(tmp_path, monkeypatch):
+    _writes_to_dev_full(monkeypatch, "jsonl")
+    with pytest.raises(OSError) as refused:
+        write_jsonl_atomically(tmp_path / "predictions.jsonl", [{"text": "x" * 10_000}])
+    assert (refused.value.errno, refused.value.filename) == (errno.ENOSPC, str(tmp_path / "predictions.jsonl"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_predictions_refused_by_a_full_disk_keep_the_finished_batches_to_continue(run, tmp_path, monkeypatch,
+                                                                                    capsys):
+    out = tmp_path / "gen"
+    with monkeypatch.context() as patch:
+        _writes_to_dev_full(patch, "predictions.jsonl")  # not predictions.partial.jsonl
+        assert main(["generate", f"ckpt={run}", "batch_size=16", f"output_dir={out}"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == f"xdllm: error: No space left on device: {out / 'predictions.jsonl'}"
+    assert "generation stopped after 64 samples" in err
+    assert sorted(path.name for path in out.iterdir()) == [  # no summary.json of predictions never written
+        "generate.yaml", "generation.partial.json", "predictions.partial.jsonl"]
+    assert main(["generate", f"resume={out}"]) == 0
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == 64
+    assert json.loads((out / "summary.json").read_text())["num_samples"] == 64
+
+
+def test_a_generation_that_can_keep_nothing_says_so_and_names_the_predictions(run, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "gen"
+    _writes_to_dev_full(monkeypatch, "predictions")
+    assert main(["generate", f"ckpt={run}", "batch_size=16", f"output_dir={out}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2:] == [
+        f"the 64 finished samples could not be kept either (No space left on device: "
+        f"{out / 'predictions.partial.jsonl'})",
+        f"xdllm: error: No space left on device: {out / 'predictions.jsonl'}"]
+    assert not out.exists()  # nothing half-kept: a state without its predictions, a summary without them
+
+
+def test_an_earlier_stop_s_batches_stay_whole_when_keeping_more_fails(run, tmp_path, monkeypatch):
+    from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE, read_partial, write_partial
+
+    out = tmp_path / "gen"
+    with monkeypatch.context() as patch:
+        _writes_to_dev_full(patch, "predictions.jsonl")
+        main(["generate", f"ckpt={run}", "batch_size=16", f"output_dir={out}"])
+    kept = read_partial(out, torch.device("cpu"))
+    state = (out / PARTIAL_STATE).read_text()
+    more = kept.plus([], 1.0)
+    more.records.append({"sample_index": 64})
+    _writes_to_dev_full(monkeypatch, "partial.jsonl")
+    with pytest.raises(OSError):
+        write_partial(out, more)
+    assert (out / PARTIAL_STATE).read_text() == state  # the pair as it was: it can still be continued
+    assert len(read_partial(out, torch.device("cpu")).records) == 64 == len(
+        (out / PARTIAL_PREDICTIONS).read_text().splitlines())
+
+
+def _event_writes_fail(monkeypatch) -> None:
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    def full_disk(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RecordWriter, "write", full_disk)
+
+
+def test_a_failed_event_write_reaches_the_writer_s_caller_named_with_its_folder(tmp_path, monkeypatch):
+    _event_writes_fail(monkeypatch)
+    monkeypatch.setattr(threading, "excepthook", QuietEventWriterThreads(threading.excepthook))
+    with pytest.raises(OSError) as refused, event_writer(tmp_path / "tb") as writer:
+        writer.add_scalar("generate/exact_match", 1.0, 0)  # the writer's thread fails after it returned
+    assert (refused.value.errno, refused.value.filename) == (errno.ENOSPC, str(tmp_path / "tb"))
+
+
+def test_the_writer_thread_s_own_report_of_it_is_dropped(tmp_path, monkeypatch):
+    reported = []
+    monkeypatch.setattr(threading, "excepthook", QuietEventWriterThreads(reported.append))
+    _event_writes_fail(monkeypatch)
+    with pytest.raises(OSError), event_writer(tmp_path / "tb") as writer:
+        writer.add_scalar("x", 1.0, 0)
+    failing = threading.Thread(target=lambda: 1 / 0)
+    failing.start()
+    failing.join()
+    assert [type(args.exc_value) for args in reported] == [ZeroDivisionError]  # others still reported

@@ -23,14 +23,6 @@ from xdllm.run import generate as generate_module
 GENERATE = ["num_samples=12", "batch_size=4", "history=topk", "history_tensorboard_samples=1"]
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("stopped") / "run"
-    assert main(["train", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=2", "data.num_test_samples=64",
-                 f"run_dir={run_dir}"]) == 0
-    return run_dir
-
-
 class _StopsAtCall:
     """The run's predictor, raising ``stop`` at its ``call``-th batch."""
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
 from xdllm.errors import XdllmError
+from xdllm.event_files import quiet_event_writer_threads
 from xdllm.registry import ModelRegistryError, discover_families
 
 EXIT_USAGE = 2
@@ -258,7 +259,9 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def _configure_output() -> None:
-    """xdllm's own INFO lines on stderr; Lightning keeps its own handler; no warning spam."""
+    """xdllm's own INFO lines on stderr; Lightning keeps its own handler; no warning spam; a
+    TensorBoard writing thread's failed write is reported once, by the writer's caller."""
+    quiet_event_writer_threads()
     warnings.filterwarnings("ignore", module="lightning")
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
     # Lightning's start-up chatter (accelerators found, a product tip) says nothing about the run.

@@ -43,6 +43,7 @@ from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 
 from xdllm.data.tokenizer import token_display
+from xdllm.event_files import event_writer
 from xdllm.history.figures import DenoisingFigure
 from xdllm.history.format import HistoryError
 from xdllm.history.grid import GridFigure
@@ -141,7 +142,7 @@ def write_tensorboard(
     token_text = token_display(tokenizer) if tokenizer is not None else None
     written, bad = 0, []
     statistics = DenoisingStatistics()
-    with (SummaryWriter(log_dir=str(logdir), filename_suffix=EVENT_FILE_SUFFIX) as writer,
+    with (event_writer(logdir, filename_suffix=EVENT_FILE_SUFFIX) as writer,
           ImageSummaryQueue(writer) as pictures):
         for file_path in (f for path in paths for f in find_history_files(path)):
             try:

@@ -217,24 +217,35 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
         write_jsonl_atomically(output_dir / PREDICTIONS, whole.records)
     except BaseException:  # Ctrl-C, SIGTERM, an error: what the finished batches made is kept
         if output_dir is not None and not (output_dir / PREDICTIONS).exists():
+            (output_dir / SUMMARY).unlink(missing_ok=True)  # the results of predictions never written
             _keep_finished(output_dir, whole or done.plus(finished, time.perf_counter() - started), history,
                            len(finished))
         raise
     remove_partial(output_dir)
-    # the results' scalars before the views, which a stop may cut short
-    write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
-    if history is not None:
-        try:
-            write_tensorboard([output_dir / "history"], output_dir / "tensorboard",
-                              max_samples=options.history_tensorboard_samples, tokenizer=run.tokenizer,
-                              grid=getattr(run.components.task, "grid_shape", None))
-        except BaseException:  # the command given rewrites them in place (replacing the cut ones)
-            log.warning("the predictions are in %s, but the TensorBoard views of their history were not finished; "
-                        "write them with: %s", summary["predictions"],
-                        command("xdllm", "history", "tensorboard", str(output_dir), "--logdir",
-                                str(output_dir / "tensorboard")))
-            raise
+    _write_tensorboard(output_dir, summary, run, settings, history is not None, options.history_tensorboard_samples)
     return summary
+
+
+def _write_tensorboard(output_dir: Path, summary: dict[str, Any], run: TrainedRun, settings: dict[str, Any],
+                       views: bool, view_samples: int | None) -> None:
+    """A finished generation's results as scalars, then (``views``) the views of its history;
+    when either fails, a line says that the predictions are whole, and how to write the views."""
+    try:  # the scalars before the views, which a stop may cut short
+        write_generation_scalars(output_dir / "tensorboard", summary, run.global_step, settings)
+    except BaseException:
+        log.warning("the predictions are in %s, but their TensorBoard scalars were not written", summary["predictions"])
+        raise
+    if not views:
+        return
+    try:
+        write_tensorboard([output_dir / "history"], output_dir / "tensorboard", max_samples=view_samples,
+                          tokenizer=run.tokenizer, grid=getattr(run.components.task, "grid_shape", None))
+    except BaseException:  # the command given rewrites them in place (replacing the cut ones)
+        log.warning("the predictions are in %s, but the TensorBoard views of their history were not finished; "
+                    "write them with: %s", summary["predictions"],
+                    command("xdllm", "history", "tensorboard", str(output_dir), "--logdir",
+                            str(output_dir / "tensorboard")))
+        raise
 
 
 def _summary(run: TrainedRun, device: torch.device, whole: FinishedBatches, evaluator: Evaluator,
@@ -268,7 +279,12 @@ def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopK
         remove_files_from(history.output_dir, history.first_index + finished_here)
     if not done.records:
         return
-    path = write_partial(output_dir, done)
+    try:
+        path = write_partial(output_dir, done)
+    except OSError as error:  # a full disk, say: the error that stopped the generation is the one raised
+        log.warning("the %d finished samples could not be kept either (%s: %s)", len(done.records),
+                    error.strerror or error, error.filename)
+        return
     recorded = f"; their denoising history is in {history.output_dir}" if history is not None else ""
     # a sweep's generation is continued with its sweep, which says how
     how = "" if sweep_of(output_dir) else f"; continue it with: {command('xdllm', 'generate', f'resume={output_dir}')}"

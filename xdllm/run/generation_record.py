@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from xdllm.errors import XdllmError
+from xdllm.event_files import event_writer
 from xdllm.temporary_files import write_text_atomically
 
 GENERATE_CONFIG = "generate.yaml"
@@ -121,9 +122,7 @@ def scalar_results(summary: Mapping[str, Any]) -> dict[str, float]:
 
 def write_scalars(tensorboard_dir: Path, scalars: Mapping[str, float], step: int) -> None:
     """``scalars`` (``{tag: value}``) at ``step``, in a new event file of ``tensorboard_dir``."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    with SummaryWriter(log_dir=str(tensorboard_dir)) as writer:
+    with event_writer(tensorboard_dir) as writer:
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, step)
 
@@ -133,14 +132,13 @@ def write_generation_scalars(tensorboard_dir: Path, summary: Mapping[str, Any], 
     """The summary's numbers as scalars at ``global_step``; each again at step = forward passes
     per sample (rounded) under ``generate_by_forward_passes/``, so a sweep's folders overlay as
     accuracy against forward passes; and the settings with the results for HParams."""
-    from torch.utils.tensorboard import SummaryWriter
     from torch.utils.tensorboard.summary import hparams
 
     scalars = scalar_results(summary)
     passes = round(summary["mean_steps"])
     hparam_values = {key: value if isinstance(value, (int, float, str, bool)) else show_value(value)
                      for key, value in settings.items()}
-    with SummaryWriter(log_dir=str(tensorboard_dir)) as writer:
+    with event_writer(tensorboard_dir) as writer:
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, global_step)
             if tag not in (f"{SCALAR_PREFIX}mean_steps", f"{SCALAR_PREFIX}num_samples"):

@@ -21,7 +21,7 @@ from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.interfaces import MetricSums
 from xdllm.run.generation_record import parse_record_json
-from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
+from xdllm.temporary_files import write_jsonl_atomically, written_atomically
 
 PARTIAL_PREDICTIONS = "predictions.partial.jsonl"
 PARTIAL_STATE = "generation.partial.json"
@@ -67,15 +67,18 @@ STATE_KEYS = ("batches", "samples", "totals", "generated_tokens", "seconds", "on
 
 
 def write_partial(folder: Path, finished: FinishedBatches) -> Path:
-    """Write the finished batches into ``folder`` (the state first: predictions without it cannot
-    be continued, and are refused as such); return the predictions' path."""
+    """Write the finished batches into ``folder``; return the predictions' path. The state is
+    renamed into place after the predictions: when their write fails (a full disk), the pair
+    written before, if any, stays whole; predictions without their state cannot be continued,
+    and are refused as such."""
     state = dict(zip(STATE_KEYS, (
         finished.batches, len(finished.records), finished.totals.state(), finished.generated_tokens,
         finished.seconds, finished.one_text,
         None if finished.first_output is None else finished.first_output.tolist())))
-    write_text_atomically(folder / PARTIAL_STATE, json.dumps(state))
     path = folder / PARTIAL_PREDICTIONS
-    write_jsonl_atomically(path, finished.records)
+    with written_atomically(folder / PARTIAL_STATE) as state_file:
+        state_file.write_text(json.dumps(state))
+        write_jsonl_atomically(path, finished.records)
     return path
 
 
