@@ -62,11 +62,20 @@ def test_a_run_predictor_takes_overrides_checked_against_its_signature(trained_r
     (["3 1 2 0"], {"batch_size": 0}, "batch_size must be >= 1, got 0"),
     (["3 1 2 0"], {"device": "gpu"}, "device must be one of auto, cpu, cuda, got 'gpu'"),
     (["3 1 2 0"], {"predictor": {"threshold": "high"}}, "predictor.threshold='high' is not allowed"),
+    (["3 1 2 0", "3 <mask> 2 0"], {}, r"prompts\[1\]: the prompt holds mask tokens \(<mask>\), which a "
+     r"continuation \(the predictor's max_new_tokens=5\) does not fill; to fill them instead, give "
+     r"predictor=\{'max_new_tokens': 0\}"),
 ])
 def test_wrong_input_is_refused_in_one_line_that_names_it(trained_run, prompts, options, message):
     run = xdllm.load_trained(trained_run)
     with pytest.raises(XdllmError, match=message):
         xdllm.complete(run, prompts, **options)
+
+
+def test_masks_in_a_prompt_are_filled_with_no_new_tokens(trained_run):
+    (record,) = xdllm.complete(trained_run, ["3 <mask> 2 0 0 <mask> 2 3"], predictor={"max_new_tokens": 0})
+    assert record["steps_taken"] == 2 and len(record["ids"]) == 7  # from the first mask to the end
+    assert 1 not in record["ids"]  # no mask left (the mask's id is 1)
 
 
 def test_a_prompt_that_is_not_a_string_is_refused_by_its_index(trained_run):

@@ -70,6 +70,16 @@ def test_infilling_from_a_prompts_file_fills_only_the_masks(trained_run, tmp_pat
     assert 1 not in filled  # no mask left (digit d has id d + 4, mask is 1)
 
 
+def test_masks_in_prompts_to_continue_are_refused_naming_the_line_and_the_option(trained_run, tmp_path, capsys):
+    prompts = tmp_path / "infill.txt"
+    prompts.write_text("3 1 2 0\n3 <mask> 2 0\n<mask> 1\n")
+    assert main(["generate", f"ckpt={trained_run}", f"prompts_file={prompts}"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"xdllm: error: {prompts}:2 (and 1 more prompts): the prompt holds mask tokens (<mask>), which a continuation "
+        "(the predictor's max_new_tokens=5) does not fill; to fill them instead, give predictor.max_new_tokens=0 "
+        "(infilling, where the family's predictor infills: mlm and mdlm do)")
+
+
 def test_prompt_with_an_unknown_symbol_names_file_and_line(trained_run, tmp_path, capsys):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("1 2\n1 Q\n")

@@ -23,7 +23,7 @@ from xdllm.history import HistoryTopKPlugin
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, batch_to
 from xdllm.run.generate import place_run, predict_batch
-from xdllm.run.prompt_sources import check_canvas_fits, prompt_batches, prompt_example
+from xdllm.run.prompt_sources import check_canvas_fits, prompt_batches, prompt_example, refuse_masks_to_continue
 
 
 def complete(run: TrainedRun | str | Path, prompts: Sequence[str], *, predictor: Mapping[str, Any] | None = None,
@@ -49,7 +49,9 @@ def complete(run: TrainedRun | str | Path, prompts: Sequence[str], *, predictor:
     if not isinstance(run, TrainedRun):
         run = load_trained(run)
     chosen = run.predictor(**(predictor or {}))
-    examples = [prompt_example(run, text, index, f"prompts[{index}]") for index, text in enumerate(prompts)]
+    places = [f"prompts[{index}]" for index in range(len(prompts))]
+    examples = [prompt_example(run, text, index, place) for index, (text, place) in enumerate(zip(prompts, places))]
+    refuse_masks_to_continue(run, chosen, examples, places, "predictor={'max_new_tokens': 0}")
     check_canvas_fits(run, chosen, 1 + max(len(example["prompt_ids"]) for example in examples))
     placed, dtype = place_run(run, device)
     recorder = None

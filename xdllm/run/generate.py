@@ -57,6 +57,7 @@ from xdllm.run.prompt_sources import (
     held_out_data,
     prompt_batches,
     read_prompts_file,
+    refuse_masks_to_continue,
 )
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 from xdllm.train.module import takes_frozen
@@ -115,6 +116,7 @@ def check_generation(run: TrainedRun, config: DictConfig,
     predictor = _build_predictor(run, options)
     if options.prompts_file:
         prompts = read_prompts_file(run, Path(options.prompts_file))
+        refuse_masks_to_continue(run, predictor, prompts.examples, prompts.places, "predictor.max_new_tokens=0")
         check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in prompts.examples))
         return CheckedGeneration(options, predictor, prompt_batches(run, prompts.examples, options.batch_size),
                                  prompts.sha256)

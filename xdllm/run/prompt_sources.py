@@ -34,6 +34,8 @@ class PromptsFile:
 
     examples: list[Example]
     sha256: str
+    places: list[str]
+    """Where each prompt is: ``<file>:<line>``."""
 
 
 def prompt_example(run: TrainedRun, text: str, sample_index: int, where: str) -> Example:
@@ -56,18 +58,20 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
     except UnicodeDecodeError as error:
         raise XdllmError(f"prompts_file {path} is not UTF-8 text: {error}") from error
     examples: list[Example] = []
+    places: list[str] = []
     blank = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             blank += 1
             continue
-        examples.append(prompt_example(run, line.strip(), len(examples), f"{path}:{number}"))
+        places.append(f"{path}:{number}")
+        examples.append(prompt_example(run, line.strip(), len(examples), places[-1]))
     if not examples:
         raise XdllmError(f"prompts_file {path} holds no prompts")
     if blank:  # sample_index counts prompts, not lines
         log.info("prompts_file %s: %d prompts; %d blank %s skipped", path, len(examples), blank,
                  "line" if blank == 1 else "lines")
-    return PromptsFile(examples, hashlib.sha256(content).hexdigest())
+    return PromptsFile(examples, hashlib.sha256(content).hexdigest(), places)
 
 
 def prompt_batches(run: TrainedRun, examples: list[Example], batch_size: int) -> Iterator[Mapping[str, Any]]:
@@ -76,6 +80,26 @@ def prompt_batches(run: TrainedRun, examples: list[Example], batch_size: int) ->
         batch = dict(collate(examples[start:start + batch_size]))
         batch.pop("target_ids", None)
         yield batch
+
+
+def refuse_masks_to_continue(run: TrainedRun, predictor: Any, examples: list[Example], places: list[str],
+                             infill_option: str) -> None:
+    """Refuse prompts holding mask tokens when the predictor continues prompts (it appends
+    ``max_new_tokens`` >= 1 masks): it would not fill them (the MLM engine refuses them in terms
+    of its batch keys; other families' predictors would read them as prompt tokens).
+    ``places``: where each prompt came from; ``infill_option``: how the caller sets
+    ``max_new_tokens`` to 0."""
+    new_tokens = getattr(predictor, "max_new_tokens", None)
+    if not new_tokens:
+        return
+    mask = run.tokenizer.mask_token_id
+    holding = [place for place, example in zip(places, examples) if mask in example["prompt_ids"]]
+    if holding:
+        others = f" (and {len(holding) - 1} more prompts)" if len(holding) > 1 else ""
+        mask_text = run.tokenizer.decode([mask], skip_special_tokens=False)
+        raise XdllmError(f"{holding[0]}{others}: the prompt holds mask tokens ({mask_text}), which a continuation "
+                         f"(the predictor's max_new_tokens={new_tokens}) does not fill; to fill them instead, give "
+                         f"{infill_option} (infilling, where the family's predictor infills: mlm and mdlm do)")
 
 
 def check_canvas_fits(run: TrainedRun, predictor: Any, longest_prompt: int) -> None:
