@@ -85,8 +85,8 @@ def prompt_batches(run: TrainedRun, examples: list[Example], batch_size: int) ->
 def refuse_masks_to_continue(run: TrainedRun, predictor: Any, examples: list[Example], places: list[str],
                              infill_option: str) -> None:
     """Refuse prompts holding mask tokens when the predictor continues prompts (it appends
-    ``max_new_tokens`` >= 1 masks): it would not fill them (the MLM engine refuses them in terms
-    of its batch keys; other families' predictors would read them as prompt tokens).
+    ``max_new_tokens`` >= 1 masks): it would not fill them (the predictors' own refusal speaks
+    of ``batch['infill']``, which the caller does not set).
     ``places``: where each prompt came from; ``infill_option``: how the caller sets
     ``max_new_tokens`` to 0."""
     new_tokens = getattr(predictor, "max_new_tokens", None)
