@@ -23,6 +23,10 @@ TARGET_OVERRIDES = [*(o for o in TINY_RUN if not o.startswith("experiment=")), "
                     "model.d_model=32", "model.n_layers=3", "model.n_heads=2", "model.max_positions=64",
                     "trainer.max_steps=2", "trainer.val_check_interval=2"]
 
+DRAFTER = [*(o for o in TARGET_OVERRIDES if not o.startswith(("experiment=", "model."))), "model=dflash",
+           "task=sort", "model.n_heads=2", "dflash.block_size=4", "history.num_samples=2"]
+"""A tiny drafter's training overrides; its target is given with ``+frozen.target=``."""
+
 
 def train_target(run_dir: Path) -> Path:
     """A tiny arlm run on sort (2 steps): what a drafter reads its sizes from."""

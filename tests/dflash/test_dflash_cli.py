@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dflash_helpers import TARGET_OVERRIDES
+from dflash_helpers import DRAFTER
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xdllm.cli.main import main
@@ -14,9 +14,6 @@ from xdllm.cli.main import main
 sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
 import bench_drafter_cache  # noqa: E402
 import bench_speculative  # noqa: E402
-
-DRAFTER = [*(o for o in TARGET_OVERRIDES if not o.startswith(("experiment=", "model."))), "model=dflash",
-           "task=sort", "model.n_heads=2", "dflash.block_size=4", "history.num_samples=2"]
 
 
 @pytest.fixture(scope="module")

@@ -201,7 +201,7 @@ def _continue_generation(folder: str, overrides: Sequence[str], print_config: bo
         raise XdllmError(f"resume= continues a stopped generation or sweep with the options it started with; it "
                          f"takes no {'-m' if sweep else '--cfg'} (its options are in {folder}/generate.yaml, or "
                          "sweep.yaml for a sweep)")
-    others = [override for override in overrides if override_key(override) not in RESUME_OPTIONS]
+    others = [override for override in overrides if override_key(override).split(".")[0] not in RESUME_OPTIONS]
     if others:
         raise XdllmError(f"resume= continues a generation with the options it started with (in {folder}); "
                          f"only {', '.join(f'{key}=' for key in RESUME_OPTIONS)} may be given with it, not "

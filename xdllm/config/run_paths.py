@@ -65,6 +65,12 @@ def _path_values(config: DictConfig) -> dict[str, str]:
     return values
 
 
+def frozen_checkpoint_keys(config: DictConfig, name: str) -> list[str]:
+    """The component keys (dotted) that give frozen model ``name``'s checkpoint straight, as
+    dflash's ``model.target`` does: set strings under a component node, keyed by that name."""
+    return [key for node in COMPONENT_NODES for key in _set_strings(config, node, lambda key: key == name)]
+
+
 def _search_path(config: DictConfig) -> list[str]:
     """``model_search_path`` made absolute, with the folder the run's family came from."""
     given = config.model_search_path
@@ -76,20 +82,22 @@ def _search_path(config: DictConfig) -> list[str]:
 
 
 GENERATE_PATH_KEYS = ("prompts_file", "data_path")
-"""``generate`` and ``eval`` options that name a file or folder, made absolute from the command's
-directory, so that ``generate.yaml`` and ``sweep.yaml`` record them for a ``resume=`` from anywhere
-(``ckpt`` and ``output_dir`` are recorded as the paths they resolve to)."""
+"""``generate`` and ``eval`` options that name a file or folder (so does each ``frozen.<name>``),
+made absolute from the command's directory, so that ``generate.yaml`` and ``sweep.yaml`` record
+them for a ``resume=`` from anywhere (``ckpt`` and ``output_dir`` are recorded as the paths they
+resolve to)."""
 
 
 def absolute_generate_paths(overrides: Sequence[str]) -> list[str]:
-    """``overrides`` with each :data:`GENERATE_PATH_KEYS` value that is one path made absolute."""
+    """``overrides`` with each :data:`GENERATE_PATH_KEYS` (or ``frozen.<name>``) value that is one
+    path made absolute."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
     absolute = []
     for text in overrides:
         plus, key = re.match(r"(\+*)([^=]*)", text).groups()
-        if key in GENERATE_PATH_KEYS and "=" in text:
+        if (key in GENERATE_PATH_KEYS or key.startswith("frozen.")) and "=" in text:
             value = parser.parse_override(text).value()
             if isinstance(value, str) and value:
                 text = f"{plus}{key}={override_value(_absolute(value))}"

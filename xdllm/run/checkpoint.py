@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,6 +11,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from xdllm.config.run_paths import frozen_checkpoint_keys
 from xdllm.config.schema import check_component
 from xdllm.data import DiffusionDataModule
 from xdllm.errors import XdllmError
@@ -19,8 +22,11 @@ from xdllm.run.build import RunComponents, build_components, build_datamodule, i
 from xdllm.run.stored_tokenizer import TOKENIZER_KEY, stored_tokenizer
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
 from xdllm.train.latest_checkpoint import LAST_NAME
+from xdllm.train.module import FROZEN_SOURCES_KEY
 from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import averaged_state_dict
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
 RUN_CONFIG = "config.yaml"
@@ -141,11 +147,12 @@ class TrainedRun:
 
 
 def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True,
-                 data_path: str | Path | None = None) -> TrainedRun:
+                 data_path: str | Path | None = None, frozen: Mapping[str, str | Path] | None = None) -> TrainedRun:
     """Load a checkpoint (file or run directory): config, model weights (eval mode), components.
     ``ema``: the weights' moving average where the checkpoint has one, else the trained weights.
     Frozen models load their own averages. ``data_path``: where the run's data
-    (``task.params.path``) is now, when it moved since training."""
+    (``task.params.path``) is now, when it moved since training; ``frozen``: where its frozen
+    models are now (name -> checkpoint file or run directory)."""
     checkpoint_path = resolve_checkpoint(path)
     checkpoint = read_checkpoint_file(checkpoint_path, map_location)
     if CONFIG_KEY not in checkpoint or "state_dict" not in checkpoint:
@@ -153,6 +160,8 @@ def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True,
     config = OmegaConf.create(checkpoint[CONFIG_KEY])
     if data_path is not None:
         relocate_data(config, data_path)
+    for name, place in (frozen or {}).items():
+        relocate_frozen(config, name, place)
     recorded = list(config.get("model_search_path") or [])
     discover_families([folder for folder in recorded if Path(folder).is_dir()])  # an uninstalled family's modules
     try:
@@ -161,6 +170,11 @@ def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True,
         if data_path is None and data_missing(config):
             raise XdllmError(f"{error}; if the run's data moved since training, or the run was copied from another "
                              "machine, give its place now: data_path=<folder or file>") from error
+        missing = [name for name in frozen_missing(config) if name not in (frozen or {})]  # not given now
+        if missing:
+            raise XdllmError(f"{error}; if the run's frozen models moved since training, or the runs were copied "
+                             f"from another machine, give their place now: +frozen.{missing[0]}=<run directory or "
+                             "checkpoint>") from error
         if not isinstance(error.__cause__, ImportError):
             raise
         raise XdllmError(f"{' '.join(str(error).split())} (the run's model family '{config.get('model_family')}' "
@@ -172,9 +186,10 @@ def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True,
     averaged = AVERAGE_KEY in checkpoint
     components.model.load_state_dict(averaged_state_dict(state, checkpoint) if ema else state)
     components.model.eval()
-    frozen, _ = load_frozen_models(config, map_location)
+    frozen_models, sources = load_frozen_models(config, map_location)
+    _warn_of_other_steps(sources, checkpoint.get(FROZEN_SOURCES_KEY) or {}, checkpoint_path)
     return TrainedRun(checkpoint_path, run_dir_of(checkpoint_path), config, components,
-                      int(checkpoint.get("global_step", 0)), frozen, ema if averaged else None)
+                      int(checkpoint.get("global_step", 0)), frozen_models, ema if averaged else None)
 
 
 def relocate_data(config: DictConfig, data_path: str | Path) -> None:
@@ -186,6 +201,41 @@ def relocate_data(config: DictConfig, data_path: str | Path) -> None:
         raise XdllmError(f"data_path={data_path}: the run's task {config.task.name} reads no data file or folder "
                          "(it has no task.params.path); data_path= is for runs trained on prepared data or a text file")
     config.task.params.path = str(Path(data_path).expanduser().resolve())
+
+
+def relocate_frozen(config: DictConfig, name: str, place: str | Path) -> None:
+    """Point the run's frozen model ``name`` at ``place``, and every component key that gave its
+    old checkpoint straight (dflash's ``model.target``); refused for a name the run lacks."""
+    named = dict(config.get("frozen") or {})
+    if name not in named:
+        raise XdllmError(f"frozen.{name}={place}: the run has no frozen model {name!r} (it has: "
+                         f"{', '.join(named) or 'none'})")
+    if not str(place).strip():
+        raise XdllmError(f"frozen.{name}= is empty: give the run directory or checkpoint the frozen model is in now")
+    new = str(Path(place).expanduser().resolve())
+    for key in frozen_checkpoint_keys(config, name):
+        if OmegaConf.select(config, key) == named[name]:
+            OmegaConf.update(config, key, new)
+    config.frozen[name] = new
+
+
+def frozen_missing(config: DictConfig) -> list[str]:
+    """The run's frozen models whose checkpoint file or run directory is not there."""
+    return [name for name, place in (config.get("frozen") or {}).items()
+            if isinstance(place, str) and not Path(place).exists()]
+
+
+def _warn_of_other_steps(loaded: Mapping[str, Mapping[str, Any]], recorded: Mapping[str, Mapping[str, Any]],
+                         checkpoint: Path) -> None:
+    """A line for each frozen model whose training step is not the one the run trained with (a
+    target trained on, or another run given in its place): the run still works with it, but was
+    trained against other weights (a drafter's drafts are then accepted less often)."""
+    for name, source in loaded.items():
+        trained_with = recorded.get(name, {}).get("global_step")
+        if trained_with is not None and trained_with != source["global_step"]:
+            log.warning("frozen.%s: %s holds training step %s, but %s was trained with step %s of %s: it runs, "
+                        "against other weights than it trained with", name, source["checkpoint"],
+                        source["global_step"], checkpoint, trained_with, recorded[name].get("checkpoint"))
 
 
 def data_missing(config: DictConfig) -> bool:

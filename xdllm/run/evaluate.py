@@ -15,10 +15,17 @@ from xdllm.config.override_text import command, override
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
-from xdllm.run.checkpoint import TrainedRun, load_trained
+from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.device import autocast, batch_to
 from xdllm.run.free_text import is_free_text
-from xdllm.run.generate import check_generation, checkpoint_fields, generation_options, place_run, run_generation
+from xdllm.run.generate import (
+    check_generation,
+    checkpoint_fields,
+    generation_options,
+    load_run,
+    place_run,
+    run_generation,
+)
 from xdllm.run.generation_record import show_value
 from xdllm.run.prompt_sources import held_out_data
 
@@ -30,7 +37,7 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
     free text, the loss metrics only: a generation there has nothing to be scored against."""
     options = generation_options(config)
     _refuse_output_options(options)
-    run = load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
+    run = load_run(options)
     if options.prompts_file:
         raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
     if is_free_text(run.components.task):

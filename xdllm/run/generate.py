@@ -24,6 +24,7 @@ from rich.console import Console
 
 from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
+from xdllm.config.schema import override_key
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
@@ -77,6 +78,13 @@ def generation_options(config: DictConfig) -> DictConfig:
         raise XdllmError(f"batch_size must be >= 1, got {config.batch_size}")
     resolve_device(config.get("device", "auto"))  # a bad or unavailable device fails before loading
     return config
+
+
+def load_run(options: DictConfig, checkpoint: str | Path | None = None) -> TrainedRun:
+    """The checkpoint ``options.ckpt`` names (or ``checkpoint``), loaded with the generation's
+    ``ema``, ``data_path`` and ``frozen`` (where the run's frozen models are now)."""
+    return load_trained(checkpoint or options.ckpt, ema=options.ema, data_path=options.data_path,
+                        frozen=dict(options.get("frozen") or {}))
 
 
 def _build_predictor(run: TrainedRun, options: DictConfig):
@@ -294,9 +302,11 @@ def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopK
                 recorded, how)
 
 
-RESUME_OPTIONS = ("device", "live", "data_path")
-"""What a continued generation may set anew: where it runs and draws, and where the run's data is
-now; not what it generates."""
+RESUME_OPTIONS = ("device", "live", "data_path", "frozen")
+"""What a continued generation may set anew: where it runs and draws, and where the run's data and
+frozen models are now; not what it generates. Where they are is kept from its start unless given
+anew; where it runs and draws is chosen anew."""
+CHOSEN_ANEW = ("device", "live")
 
 
 def continue_generation(folder: Path, overrides: Sequence[str] = (), run: TrainedRun | None = None,
@@ -314,14 +324,15 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
                          "a stopped xdllm generate named")
     record = read_record(folder / GENERATE_CONFIG, ("checkpoint", "global_step", "predictor_overrides"))
     options = compose_config("generate", [override("ckpt", record.checkpoint), *overrides])
+    given = {override_key(text).split(".")[0] for text in overrides}
     with open_dict(options):
         for key in options:
-            if key not in ("ckpt", "predictor", *RESUME_OPTIONS) and key in record:
+            if key not in ("ckpt", "predictor", *CHOSEN_ANEW, *given) and key in record:
                 options[key] = record[key]
         options.predictor = record.predictor_overrides
         options.output_dir = str(folder)
     options = generation_options(options)
-    run = run or load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
+    run = run or load_run(options)
     if run.global_step != record.global_step:
         raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the generation in {folder} "
                          f"started from step {record.global_step}: the rest would come from other weights; start "
@@ -351,7 +362,7 @@ def generate_from_config(config: DictConfig, run: TrainedRun | None = None,
                          swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Generate as a composed ``configs/generate.yaml`` says, with ``run`` if it is loaded already."""
     options = generation_options(config)
-    run = run or load_trained(options.ckpt, ema=options.ema, data_path=options.data_path)
+    run = run or load_run(options)
     return generate(run, options, swept=swept)
 
 

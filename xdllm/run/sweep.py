@@ -31,8 +31,8 @@ from xdllm.config.compose import compose_config, first_swept_override
 from xdllm.config.override_text import command
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
-from xdllm.run.checkpoint import TrainedRun, load_trained
-from xdllm.run.generate import CheckedGeneration, check_generation, continue_generation, run_generation
+from xdllm.run.checkpoint import TrainedRun
+from xdllm.run.generate import CheckedGeneration, check_generation, continue_generation, load_run, run_generation
 from xdllm.run.generation_folder import (
     PREDICTIONS,
     SUMMARY,
@@ -119,7 +119,7 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     combinations, configs = sweep_configs(overrides)
     if OmegaConf.is_missing(configs[0], "ckpt"):
         raise XdllmError("ckpt=<checkpoint file or run directory> is required")
-    run = load_trained(configs[0].ckpt, ema=configs[0].ema, data_path=configs[0].data_path)
+    run = load_run(configs[0])
     # a bad value is refused before the first generation runs; each runs as checked (its
     # held-out samples drawn once, when it runs)
     generations = [check_generation(run, config) for config in configs]
@@ -162,9 +162,11 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     of ``sweep.jsonl``), a stopped one is continued, the others are run. Returns what
     :func:`run_sweep` returns, for the whole sweep."""
     record = read_record(sweep_dir / SWEEP_RECORD, ("overrides", "checkpoint", "global_step"))
-    # the sweep's overrides, then device=/live= given now: the last of a key wins (as for train's resume=)
-    combinations, configs = sweep_configs([*record.overrides, *overrides])
-    run = load_trained(record.checkpoint, ema=configs[0].ema, data_path=configs[0].data_path)
+    # the sweep's overrides, less those of a key given now (a +frozen.<name>= given twice would be refused)
+    given = {override_key(text) for text in overrides}
+    combinations, configs = sweep_configs([*(text for text in record.overrides if override_key(text) not in given),
+                                           *overrides])
+    run = load_run(configs[0], record.checkpoint)
     if run.global_step != record.global_step:
         raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the sweep in {sweep_dir} "
                          f"started from step {record.global_step}: the rest would come from other weights; start "

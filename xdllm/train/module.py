@@ -40,6 +40,8 @@ from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import WeightAverage
 
 VALIDATION_ROLES = ("loss", "prediction")
+FROZEN_SOURCES_KEY = "xdllm_frozen_sources"
+"""Where a checkpoint records each frozen model's source: its checkpoint file, step and family."""
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +269,7 @@ class DiffusionLMModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["xdllm_config"] = self.config
-        checkpoint["xdllm_frozen_sources"] = self.frozen_sources
+        checkpoint[FROZEN_SOURCES_KEY] = self.frozen_sources
         checkpoint.update(self.checkpoint_extras)
         if self.weight_average is not None:
             if self.weight_average.applied:
