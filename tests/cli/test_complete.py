@@ -2,8 +2,10 @@
 
 import inspect
 import json
+from pathlib import Path
 
 import pytest
+from test_free_text import TINY_TEXT
 
 import xdllm
 from xdllm.cli.main import main
@@ -91,3 +93,32 @@ def test_the_top_level_names_are_the_run_layers_and_others_are_refused():
     assert xdllm.load_trained is load_trained and xdllm.complete is complete
     with pytest.raises(AttributeError, match="module 'xdllm' has no attribute 'generate'"):
         xdllm.generate  # noqa: B018
+
+
+STORIES = Path(__file__).parents[2] / "experiments" / "data"
+
+
+@pytest.fixture(scope="module")
+def word_level_run(tmp_path_factory) -> Path:
+    """A run on the shipped stories corpus, whose tokenizer is word-level: 81 lower-case words."""
+    run_dir = tmp_path_factory.mktemp("stories") / "run"
+    assert main(["train", "task=text_file", f"task.params.path={STORIES / 'stories.txt'}",
+                 f"tokenizer={STORIES / 'stories_tokenizer.json'}", "model=mdlm", *TINY_TEXT,
+                 "generate_after_train=false", f"run_dir={run_dir}"]) == 0
+    return run_dir
+
+
+def test_words_outside_a_word_level_vocabulary_are_refused_not_read_as_unknown(word_level_run, tmp_path, capsys):
+    with pytest.raises(XdllmError, match=r"^prompts\[1\]: 'Once', 'upon', 'time' are not in the tokenizer's "
+                                         r"vocabulary of 81 tokens: the model would see its unknown token <unk> "
+                                         r"instead$"):
+        xdllm.complete(word_level_run, ["sam went to the park", "Once upon a time"])
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("sam went to the park\nSam went to the park\n")
+    capsys.readouterr()
+    assert main(["generate", f"ckpt={word_level_run}", f"prompts_file={prompts}"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"xdllm: error: {prompts}:2: 'Sam' is not in the tokenizer's vocabulary of 81 tokens (in lower case it is "
+        "known): the model would see its unknown token <unk> instead")
+    (record,) = xdllm.complete(word_level_run, ["sam went to the park"], predictor={"max_new_tokens": 4})
+    assert record["prompt"] == "sam went to the park"  # the whole prompt reached the model

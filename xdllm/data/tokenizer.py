@@ -168,6 +168,15 @@ class HFTokenizerFile:
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
+    def unknown_pieces(self, text: str) -> list[str]:
+        """The pieces of ``text`` that encode to the unknown token (none when the model has none,
+        as a byte-level BPE has not)."""
+        unknown = self.unk_token_id
+        if unknown is None:
+            return []
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        return [text[start:end] for token, (start, end) in zip(encoding.ids, encoding.offsets) if token == unknown]
+
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``encode`` of each text, in one call into ``tokenizers``: ``encode_batch_fast``
         (no character offsets, the same ids) where the installed version has it."""

@@ -40,12 +40,29 @@ class PromptsFile:
 
 def prompt_example(run: TrainedRun, text: str, sample_index: int, where: str) -> Example:
     """``text`` tokenized with the run's tokenizer as a prompt to complete; a text the tokenizer
-    cannot encode is refused naming ``where`` it came from."""
+    cannot encode, or encodes in part as its unknown token (a word-level vocabulary), is refused
+    naming ``where`` it came from."""
+    tokenizer = run.tokenizer
     try:
-        prompt_ids = run.tokenizer.encode(text)
+        prompt_ids = tokenizer.encode(text)
     except ValueError as error:
         raise XdllmError(f"{where}: {error}") from error
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    if unknown is not None and unknown in prompt_ids:
+        raise XdllmError(f"{where}: {_unknown_words(tokenizer, text, unknown)}")
     return Example(prompt_ids=prompt_ids, target_ids=[], sample_index=sample_index, step=0)
+
+
+def _unknown_words(tokenizer: Any, text: str, unknown: int) -> str:
+    """What of ``text`` the tokenizer's vocabulary lacks, and whether lower case would do."""
+    pieces = list(dict.fromkeys(getattr(tokenizer, "unknown_pieces", lambda _: [])(text)))
+    unknown_text = tokenizer.decode([unknown], skip_special_tokens=False)
+    said = ", ".join(repr(piece) for piece in pieces) if pieces else "part of the prompt"
+    one = len(pieces) == 1
+    lower = f" (in lower case {'it is' if one else 'they are'} known)" if (
+        text.lower() != text and unknown not in tokenizer.encode(text.lower())) else ""
+    return (f"{said} {'is' if one else 'are'} not in the tokenizer's vocabulary of "
+            f"{tokenizer.vocab_size} tokens{lower}: the model would see its unknown token {unknown_text} instead")
 
 
 def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
