@@ -11,6 +11,9 @@ from xdllm.cli.main import main
 TRAIN = [
     ("trainer.max_steps=0", "trainer.max_steps=0 is not allowed: trainer.max_steps must be a whole number >= 1"),
     ("trainer.max_steps=three", "trainer.max_steps='three' is not allowed"),
+    ("+frozen.target=123", "frozen.target=123 is not allowed: frozen.target must be a string (a run directory or "
+                           "checkpoint); Hydra read the value as a number: for a string, quote it as typed, e.g. "
+                           "frozen.target='123'"),
     ("data.batch_size=-3", "data.batch_size must be a whole number >= 1"),
     ("data.eval_batch_size=0", "data.eval_batch_size must be a whole number >= 1"),
     ("data.num_val_samples=0", "data.num_val_samples must be a whole number >= 1"),
@@ -67,6 +70,13 @@ GENERATE = [
     ("data_path=", "data_path= is empty: give the folder or file the run's data is in now"),
     ("data_path=123", "data_path=123 is not allowed: data_path must be a string (or null); Hydra read the value as "
                       "a number: for a string, quote it as typed, e.g. data_path='123'"),
+    ("frozen=abc", "frozen='abc' is not allowed: frozen maps names to run directories or checkpoints, one per name: "
+                   "frozen.NAME=<path> (+frozen.NAME=<path> for a name it has not)"),
+    ("+frozen.target=true", "frozen.target=True is not allowed: frozen.target must be a string (a run directory or "
+                            "checkpoint); Hydra read the value as true/false: for a string, quote it as typed, e.g. "
+                            "frozen.target='true'"),
+    ("+frozen.target=[a,b]", "frozen.target=['a', 'b'] is not allowed: frozen.target must be a string"),
+    ("+frozen.target={file}", ": the run has no frozen model 'target' (it has: none)"),
 ]
 
 

@@ -200,15 +200,38 @@ def check_values(config: DictConfig, config_name: str) -> None:
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value, resolve=True)
         if not rule.allows(value):
-            quote = (f"; Hydra read the value as {'true/false' if isinstance(value, bool) else 'a number'}: for a "
-                     f"string, quote it as typed, e.g. "
-                     f"{key}='{value}'" if rule.types == (str,) and isinstance(value, (int, float, bool)) else "")
+            quote = _quote_hint(key, value) if rule.types == (str,) else ""
             raise XdllmError(f"{key}={value!r} is not allowed: {key} must be {rule.describe()}{quote}")
+    if "frozen" in config:
+        _check_frozen(config.frozen)
     roles = OmegaConf.select(config, "data.validation_roles", throw_on_missing=False)
     if roles is not None and (not roles or len(set(roles)) != len(roles)
                               or not set(roles) <= {"loss", "prediction"}):
         raise XdllmError(f"data.validation_roles={list(roles)} is not allowed: it must list loss and/or "
                          "prediction, each once")
+
+
+def _quote_hint(key: str, value: Any) -> str:
+    """For a string option Hydra read as a number or true/false: how to give it as a string."""
+    if not isinstance(value, (int, float, bool)):
+        return ""
+    return (f"; Hydra read the value as {'true/false' if isinstance(value, bool) else 'a number'}: for a string, "
+            f"quote it as typed, e.g. {key}='{str(value).lower() if isinstance(value, bool) else value}'")
+
+
+def _check_frozen(frozen: Any) -> None:
+    """``frozen``: names mapped to checkpoint files or run directories (null: none)."""
+    if frozen is None:
+        return
+    if not isinstance(frozen, DictConfig):
+        raise XdllmError(f"frozen={frozen!r} is not allowed: frozen maps names to run directories or checkpoints, "
+                         "one per name: frozen.NAME=<path> (+frozen.NAME=<path> for a name it has not)")
+    for name in frozen:
+        value = OmegaConf.select(frozen, str(name), throw_on_missing=False)
+        if not isinstance(value, str) and value is not None:
+            shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+            raise XdllmError(f"frozen.{name}={shown!r} is not allowed: frozen.{name} must be a string (a run "
+                             f"directory or checkpoint){_quote_hint(f'frozen.{name}', value)}")
 
 
 def _annotation_rule(annotation: Any) -> tuple[tuple[type, ...], tuple[Any, ...] | None, bool] | None:
