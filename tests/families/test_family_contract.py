@@ -17,6 +17,7 @@ import pytest
 import torch
 from tiny_run import TINY_RUN
 
+import xdllm
 from xdllm.cli.main import main
 from xdllm.registry import discover_families
 from xdllm.run.checkpoint import load_trained
@@ -94,6 +95,21 @@ def test_family_predictions_do_not_depend_on_the_batch_size(trained, capsys):
         lines = (output / "predictions.jsonl").read_text().splitlines()
         texts.append([(r["sample_index"], r["text"], r["steps_taken"]) for r in map(json.loads, lines)])
     assert texts[0] == texts[1]
+
+
+def test_family_completes_prompts_from_python_as_generate_does(trained, tmp_path, capsys):
+    _, run_dir = trained
+    prompts = ["3 1 2", "9 0 4 4 1", "5 5", "8 1 1 0 7 2"]
+    prompts_file = tmp_path / "prompts.txt"
+    prompts_file.write_text("\n".join(prompts) + "\n")
+    assert main(["generate", f"ckpt={run_dir}", f"prompts_file={prompts_file}", "batch_size=3",
+                 f"output_dir={tmp_path / 'generated'}"]) == 0
+    capsys.readouterr()
+    lines = (tmp_path / "generated" / "predictions.jsonl").read_text().splitlines()
+    kept = ("sample_index", "prompt", "text", "ids", "steps_taken")
+    written = [{key: record[key] for key in kept} for record in map(json.loads, lines)]
+    completed = [{key: record[key] for key in kept} for record in xdllm.complete(run_dir, prompts, batch_size=3)]
+    assert completed == written
 
 
 @pytest.mark.parametrize("family", FAMILIES)
