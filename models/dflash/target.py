@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from xdllm.config.override_text import override, shell_word
 from xdllm.errors import XdllmError
 from xdllm.nn import CausalMask, KVCache, RotaryTransformer, TransformerOutput
-from xdllm.run.checkpoint import CONFIG_KEY, resolve_checkpoint
+from xdllm.run.run_checkpoint import CONFIG_KEY, resolve_checkpoint
 from xdllm.train.checkpoint_io import read_checkpoint_file
 
 TARGET_FAMILY = "arlm"

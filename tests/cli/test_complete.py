@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_free_text import TINY_TEXT
+from tiny_run import TINY_TEXT
 
 import xdllm
 from xdllm.cli.main import main

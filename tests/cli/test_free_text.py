@@ -8,14 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_tokenizer_train import corpus_lines
+from tiny_run import TINY_TEXT
 
 from xdllm.cli.main import main
 from xdllm.run.free_text import apply_task_defaults
-
-TINY_TEXT = ["task.params.max_tokens=16", "model.d_model=32", "model.n_layers=1", "model.n_heads=2",
-             "trainer.max_steps=4", "trainer.val_check_interval=2", "data.batch_size=8",
-             "data.num_val_samples=8", "data.num_test_samples=8", "trainer.enable_model_summary=false",
-             "history.num_samples=0", "torch_threads=1", "optim.warmup_steps=1"]
 
 
 @pytest.fixture

@@ -6,9 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_free_text import TINY_TEXT
 from test_tokenizer_train import corpus_lines
-from tiny_run import TINY
+from tiny_run import TINY, TINY_TEXT
 
 from xdllm.cli.main import main
 from xdllm.data.tokenizer import HFTokenizerFile

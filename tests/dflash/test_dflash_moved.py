@@ -75,9 +75,9 @@ def test_a_target_at_another_training_step_is_said_once(moved_runs, tmp_path, ca
     shutil.copytree(target, further)
     assert main(["train", f"resume={further}", "trainer.max_steps=4"]) == 0
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="xdllm.run.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="xdllm.run.frozen_models"):
         load_trained(drafter, frozen={"target": further / "checkpoints" / "last.ckpt"})
-    (line,) = [record.getMessage() for record in caplog.records if record.name == "xdllm.run.checkpoint"]
+    (line,) = [record.getMessage() for record in caplog.records if record.name == "xdllm.run.frozen_models"]
     assert line.startswith(f"frozen.target: {further / 'checkpoints' / 'last.ckpt'} holds training step 4, but ")
     assert "was trained with step 2 of " in line
 

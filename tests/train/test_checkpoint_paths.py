@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from xdllm.errors import XdllmError
-from xdllm.run.checkpoint import resolve_checkpoint, resume_point, run_dir_of
+from xdllm.run.checkpoint import resume_point
+from xdllm.run.run_checkpoint import resolve_checkpoint, run_dir_of
 from xdllm.temporary_files import remove_stale_temporaries
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file, save_checkpoint_file
 

@@ -4,11 +4,15 @@ context, they never train, and checkpoints store only where they came from."""
 from pathlib import Path
 
 import torch
-from tiny_run import TINY
+from omegaconf import OmegaConf
+from tiny_run import TINY, TINY_TEXT
 
 from xdllm.cli.main import main
 from xdllm.run.checkpoint import load_trained
+from xdllm.run.frozen_models import load_frozen_models
 from xdllm_models.mlm.loss import MLMLoss
+
+STORIES = Path(__file__).parents[2] / "experiments" / "data"
 
 
 class DistillToTeacherLoss:
@@ -49,3 +53,21 @@ def test_frozen_teacher_is_used_never_trained_and_not_stored(tmp_path: Path):
         assert torch.equal(value, teacher_before[key]), key
     assert not torch.equal(student.model.state_dict()["transformer.lm_head.weight"],
                            teacher_before["transformer.lm_head.weight"])
+
+
+def test_a_frozen_model_loads_without_its_run_s_data(tmp_path: Path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text((STORIES / "stories.txt").read_text())
+    teacher_dir = tmp_path / "teacher"
+    assert main(["train", "task=text_file", f"task.params.path={corpus}", "model=mdlm", *TINY_TEXT,
+                 f"tokenizer={STORIES / 'stories_tokenizer.json'}", "generate_after_train=false",
+                 f"run_dir={teacher_dir}"]) == 0
+    trained = load_trained(teacher_dir).model.state_dict()
+    corpus.unlink()  # the teacher's own data, which a frozen teacher does not need
+
+    models, sources = load_frozen_models(OmegaConf.create({"frozen": {"teacher": str(teacher_dir)}}))
+    teacher = models["teacher"]
+    assert not teacher.training and not any(p.requires_grad for p in teacher.parameters())
+    assert teacher.state_dict().keys() == trained.keys()
+    assert all(torch.equal(value, trained[key]) for key, value in teacher.state_dict().items())
+    assert sources["teacher"]["model_family"] == "mdlm" and sources["teacher"]["global_step"] == 4

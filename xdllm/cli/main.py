@@ -358,7 +358,7 @@ def _interrupted_run_hint(interrupt: KeyboardInterrupt) -> str:
     training = sys.modules.get("xdllm.run.train")
     if training is None or not isinstance(interrupt, training.TrainingInterrupted):
         return ""
-    from xdllm.run.checkpoint import CHECKPOINT_DIR
+    from xdllm.run.run_checkpoint import CHECKPOINT_DIR
     from xdllm.train.latest_checkpoint import LAST_NAME
 
     last = interrupt.run_dir / CHECKPOINT_DIR / LAST_NAME

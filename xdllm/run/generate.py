@@ -31,7 +31,7 @@ from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
 from xdllm.interfaces import Evaluator, HistoryRecorder, PredictionDict
-from xdllm.run.checkpoint import RUN_CONFIG, TrainedRun, load_trained, resolve_checkpoint, run_dir_of
+from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
 from xdllm.run.generation_folder import PREDICTIONS, SUMMARY, claim_output_dir, discard_unfinished, sweep_of
@@ -60,6 +60,7 @@ from xdllm.run.prompt_sources import (
     read_prompts_file,
     refuse_masks_to_continue,
 )
+from xdllm.run.run_checkpoint import RUN_CONFIG, resolve_checkpoint, run_dir_of
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 from xdllm.train.module import takes_frozen
 

@@ -18,7 +18,7 @@ import yaml
 
 from xdllm.config.override_text import command
 from xdllm.errors import XdllmError
-from xdllm.run.checkpoint import run_dir_of
+from xdllm.run.run_checkpoint import run_dir_of
 from xdllm.temporary_files import write_text_atomically
 
 OVERRIDES_FILE = "overrides.yaml"

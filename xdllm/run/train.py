@@ -33,9 +33,11 @@ from xdllm.config.override_text import shell_word
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.errors import CollateError, XdllmError
 from xdllm.run.build import build_components, build_datamodule, check_positions
-from xdllm.run.checkpoint import CHECKPOINT_DIR, RUN_CONFIG, ResumePoint, load_frozen_models, resume_point, run_dir_of
+from xdllm.run.checkpoint import ResumePoint, resume_point
 from xdllm.run.free_text import apply_task_defaults, is_free_text
+from xdllm.run.frozen_models import load_frozen_models
 from xdllm.run.preflight import check_loss_reads_collated_batches
+from xdllm.run.run_checkpoint import CHECKPOINT_DIR, RUN_CONFIG, run_dir_of
 from xdllm.run.run_lock import RunDirLock, refuse_if_training
 from xdllm.run.run_overrides import continue_command, save_overrides
 from xdllm.run.stored_tokenizer import resumed_tokenizer, tokenizer_record
