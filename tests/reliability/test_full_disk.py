@@ -10,6 +10,7 @@ import builtins
 import errno
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -152,3 +153,24 @@ def test_the_writer_thread_s_own_report_of_it_is_dropped(tmp_path, monkeypatch):
     failing.start()
     failing.join()
     assert [type(args.exc_value) for args in reported] == [ZeroDivisionError]  # others still reported
+
+
+def test_training_whose_tensorboard_writes_fail_is_one_line_with_the_step(tmp_path, monkeypatch, capfd):
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    write, calls = RecordWriter.write, []
+
+    def full_after_a_few_writes(self, data):
+        calls.append(1)
+        if len(calls) > 12:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self, data)
+
+    monkeypatch.setattr(RecordWriter, "write", full_after_a_few_writes)
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY, "trainer.max_steps=8", "trainer.val_check_interval=4",
+                 "checkpoint.last_every_n_steps=2", f"run_dir={run_dir}"]) == 2
+    err = capfd.readouterr().err
+    assert re.fullmatch(rf"xdllm: error: No space left on device \(training stopped at step \d; once fixed, "
+                        rf"continue with: xdllm train resume={re.escape(str(run_dir))}\)", err.strip().splitlines()[-1])
+    assert "Exception in thread" not in err and "Traceback" not in err

@@ -364,8 +364,9 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         raise XdllmError(f"{error}{_stopped_at(trainer.global_step, run_dir, f'{continuing} KEY=VALUE')}") from error
     except Exception as error:
         death = dead_worker_error(error, config.data.num_workers)
-        if death is None and isinstance(error, OSError) and error.filename:  # a write failed: a full disk, say
-            raise XdllmError(f"{error.strerror or error}: {error.filename}"
+        if death is None and isinstance(error, OSError):  # a write failed: a full disk, say
+            where = f": {error.filename}" if error.filename else ""  # TensorBoard's writer names no file
+            raise XdllmError(f"{error.strerror or error}{where}"
                              f"{_stopped_at(trainer.global_step, run_dir, continuing)}") from error
         if death is None:
             raise
