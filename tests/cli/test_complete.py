@@ -49,6 +49,17 @@ def test_history_of_the_completions_is_recorded_per_batch(trained_run, tmp_path)
         assert len(sample.steps) == record["steps_taken"]
 
 
+def test_a_completion_s_denoising_is_a_picture_in_a_notebook(trained_run, tmp_path):
+    from xdllm.history import DenoisingFigure
+
+    xdllm.complete(trained_run, PROMPTS[:1], history_dir=tmp_path / "history")
+    (sample,) = iter_samples(tmp_path / "history")
+    figure = DenoisingFigure(sample)
+    first, last = figure.picture(0), figure.picture(figure.num_steps - 1)
+    assert first.mode == last.mode == "RGB" and first.size == last.size
+    assert first.tobytes() != last.tobytes()  # later rows are filled in
+
+
 def test_a_run_predictor_takes_overrides_checked_against_its_signature(trained_run):
     run = xdllm.load_trained(trained_run)
     assert run.predictor(threshold=0.7).threshold == 0.7

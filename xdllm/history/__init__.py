@@ -2,11 +2,13 @@
 
 - :class:`HistoryTopKPlugin` records top-k alternatives, canvases and commits per step;
 - :func:`load_history` / :class:`HistoryFile` / :class:`SampleHistory` read them back;
-- :func:`write_tensorboard` renders them for TensorBoard, :func:`format_replay` for a terminal.
+- :func:`write_tensorboard` renders them for TensorBoard, :func:`format_replay` for a terminal,
+  :class:`DenoisingFigure` as a picture (a PIL image, which a notebook shows inline).
 
 File format and usage: ``docs/history.md``.
 """
 
+from xdllm.history.figures import DenoisingFigure
 from xdllm.history.format import FORMAT_NAME, FORMAT_VERSION, HistoryError, HistoryFormatError
 from xdllm.history.reader import HistoryFile, SampleHistory, iter_samples, load_history
 from xdllm.history.recorder import HistoryTopKPlugin
@@ -17,6 +19,7 @@ from xdllm.history.tensorboard import write_tensorboard
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "DenoisingFigure",
     "HistoryError",
     "HistoryFile",
     "HistoryFormatError",
