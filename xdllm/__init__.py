@@ -21,3 +21,7 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:  # tab completion in a notebook lists the names imported on first use
+    return sorted({*globals(), *_LAZY})

@@ -102,6 +102,7 @@ def test_the_top_level_names_are_the_run_layers_and_others_are_refused():
     from xdllm.run.complete import complete
 
     assert xdllm.load_trained is load_trained and xdllm.complete is complete
+    assert {"load_trained", "complete", "TrainedRun"} <= set(dir(xdllm))  # a notebook's tab completion
     with pytest.raises(AttributeError, match="module 'xdllm' has no attribute 'generate'"):
         xdllm.generate  # noqa: B018
 
