@@ -5,9 +5,7 @@ and ``xdllm.complete(run, prompts)``. Both are imported on first use, so that ``
 xdllm.<part>`` stays light.
 """
 
-from __future__ import annotations
-
-from typing import Any
+import importlib as _importlib
 
 _LAZY = {"load_trained": "xdllm.run.checkpoint", "TrainedRun": "xdllm.run.checkpoint",
          "complete": "xdllm.run.complete"}
@@ -15,12 +13,10 @@ _LAZY = {"load_trained": "xdllm.run.checkpoint", "TrainedRun": "xdllm.run.checkp
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name not in _LAZY:
         raise AttributeError(f"module 'xdllm' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_LAZY[name]), name)
+    return getattr(_importlib.import_module(_LAZY[name]), name)
 
 
 def __dir__() -> list[str]:  # tab completion in a notebook lists the names imported on first use
