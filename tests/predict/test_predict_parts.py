@@ -197,3 +197,16 @@ def test_fill_after_eos_only_once_nothing_is_masked_before_it():
     filled_ids, filled = fill_after_eos(window, valid, eos, mask, pad)
     assert filled_ids.tolist() == [[5, 3, 0, 0, 0], [1, 3, 1, 6, 0], [5, 6, 7, 8, 9]]
     assert filled.tolist() == [[False, False, True, True, True], [False] * 5, [False] * 5]
+
+
+def test_a_predictor_prints_its_options():
+    from xdllm_models.bd3lm.predictor import BD3LMPredictor
+    from xdllm_models.mdlm.predictor import MDLMPredictor
+    from xdllm_models.mlm.predictor import MLMPredictor
+
+    shown = repr(MLMPredictor(max_steps=9, confidence="top_prob", threshold=0.9))
+    assert shown.startswith("MLMPredictor(max_steps=9, max_new_tokens=None,") and "threshold=0.9" in shown
+    assert repr(MDLMPredictor(max_steps=4, sampler="ancestral", confidence=None)).startswith(
+        "MDLMPredictor(sampler='ancestral', max_steps=4,")  # its own option, then its base's
+    shown = repr(BD3LMPredictor(max_new_tokens=8, block_size=4))
+    assert "steps_per_block=4" in shown and "max_steps" not in shown  # what it is built with

@@ -13,6 +13,7 @@ on the batch it is in, its row, or the padding layout.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -171,6 +172,23 @@ class UnmaskingPredictor(nn.Module):
         self.block_size = block_size
         self.stop_at_eos = stop_at_eos
         self.seed = seed
+
+    def extra_repr(self) -> str:
+        """The constructor's options as the predictor holds them, ``MLMPredictor(max_steps=9, ...,
+        threshold=0.9)`` (an ``nn.Module`` without submodules printed as ``MLMPredictor()``
+        otherwise). A subclass's own ``__init__`` names them; one that passes ``**kwargs`` on
+        adds its base's."""
+        names: list[str] = []
+        for cls in type(self).__mro__:
+            init = cls.__dict__.get("__init__")
+            if init is None:
+                continue
+            parameters = inspect.signature(init).parameters.values()
+            names += [p.name for p in parameters if p.name not in (*names, "self", "tokenizer", "model")
+                      and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+                break
+        return ", ".join(f"{name}={getattr(self, name)!r}" for name in names if hasattr(self, name))
 
     # ------------------------------------------------------------------ setup
 
