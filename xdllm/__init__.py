@@ -1,14 +1,14 @@
 """xdllm: diffusion language models in the masked (MLM) style.
 
-From Python, a trained run: ``xdllm.load_trained(path)`` (a checkpoint file or run directory)
-and ``xdllm.complete(run, prompts)``. Both are imported on first use, so that ``import
-xdllm.<part>`` stays light.
+From Python, a trained run: ``xdllm.load_trained(path)`` (a checkpoint file or run directory),
+``xdllm.complete(run, prompts)`` and ``xdllm.evaluate_run(run, split="test")``. They are imported
+on first use, so that ``import xdllm.<part>`` stays light.
 """
 
 import importlib as _importlib
 
 _LAZY = {"load_trained": "xdllm.run.checkpoint", "TrainedRun": "xdllm.run.checkpoint",
-         "complete": "xdllm.run.complete"}
+         "complete": "xdllm.run.complete", "evaluate_run": "xdllm.run.evaluate"}
 
 __all__ = sorted(_LAZY)
 

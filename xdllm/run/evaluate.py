@@ -5,6 +5,8 @@ scored against). ``held_out_loss`` is also the after-training step's loss on fre
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.compose import ROOT_CONFIG_DIR
 from xdllm.config.override_text import command, override
+from xdllm.config.schema import check_values
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
@@ -33,11 +36,31 @@ log = logging.getLogger(__name__)
 
 
 def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
-    """Loss (deterministic corruption) and generation metrics on a split; writes nothing. On
-    free text, the loss metrics only: a generation there has nothing to be scored against."""
+    """``xdllm eval`` of a composed ``configs/generate.yaml``."""
     options = generation_options(config)
     _refuse_output_options(options)
-    run = load_run(options)
+    return _metrics(load_run(options), options)
+
+
+def evaluate_run(run: TrainedRun | str | Path, *, split: str = "test", num_samples: int | None = None,
+             predictor: Mapping[str, Any] | None = None, device: str = "auto", batch_size: int = 64
+             ) -> dict[str, Any]:
+    """``xdllm eval`` from Python (a notebook, a script): the loss and generation metrics of
+    ``run`` (a :class:`TrainedRun`, or a checkpoint file or run directory to load) on the first
+    ``num_samples`` of a held-out ``split``, with ``predictor`` merged over the run's predictor
+    (``{"threshold": 0.9}`` as ``predictor.threshold=0.9``); writes nothing."""
+    options = OmegaConf.load(ROOT_CONFIG_DIR / "generate.yaml")
+    checkpoint = run.checkpoint if isinstance(run, TrainedRun) else run
+    options.merge_with({"ckpt": str(checkpoint), "split": split, "num_samples": num_samples, "device": device,
+                        "batch_size": batch_size, "predictor": dict(predictor or {})})
+    check_values(options, "generate")
+    options = generation_options(options)
+    return _metrics(run if isinstance(run, TrainedRun) else load_run(options), options)
+
+
+def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
+    """Loss (deterministic corruption) and generation metrics on a split; writes nothing. On
+    free text, the loss metrics only: a generation there has nothing to be scored against."""
     if options.prompts_file:
         raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
     if is_free_text(run.components.task):

@@ -1,4 +1,5 @@
-"""`xdllm.complete`: prompts completed from Python, as `xdllm generate prompts_file=` does."""
+"""From Python: `xdllm.complete` completes prompts as `xdllm generate prompts_file=` does, and
+`xdllm.evaluate_run` scores a run as `xdllm eval` does."""
 
 import inspect
 import json
@@ -97,12 +98,36 @@ def test_a_prompt_that_is_not_a_string_is_refused_by_its_index(trained_run):
         unchecked(xdllm.load_trained(trained_run), ["3 1 2 0", 7])
 
 
+def test_evaluate_run_reports_what_xdllm_eval_prints(trained_run, capsys):
+    capsys.readouterr()
+    assert main(["eval", f"ckpt={trained_run}", "num_samples=8", "predictor.threshold=0.01"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    run = xdllm.load_trained(trained_run)
+    computed = xdllm.evaluate_run(run, num_samples=8, predictor={"threshold": 0.01})
+    timings = ("tokens_per_second", "seconds")
+    assert {k: v for k, v in computed.items() if k not in timings} == {
+        k: v for k, v in printed.items() if k not in timings}
+    assert computed["mean_steps"] == 1.0 and computed["num_samples"] == 8  # the threshold reached the predictor
+    assert xdllm.evaluate_run(str(trained_run), split="validation", num_samples=4)["num_samples"] == 4
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"split": "train"}, "split='train' is not allowed: split must be test or validation"),
+    ({"num_samples": 0}, "num_samples=0 is not allowed"),
+    ({"predictor": {"treshold": 0.9}}, r"did you mean predictor.threshold\?"),
+])
+def test_evaluate_run_refuses_wrong_options_in_one_line(trained_run, options, message):
+    with pytest.raises(XdllmError, match=message):
+        xdllm.evaluate_run(trained_run, **options)
+
+
 def test_the_top_level_names_are_the_run_layers_and_others_are_refused():
     from xdllm.run.checkpoint import load_trained
     from xdllm.run.complete import complete
+    from xdllm.run.evaluate import evaluate_run
 
-    assert xdllm.load_trained is load_trained and xdllm.complete is complete
-    assert {"load_trained", "complete", "TrainedRun"} <= set(dir(xdllm))  # a notebook's tab completion
+    assert xdllm.load_trained is load_trained and xdllm.complete is complete and xdllm.evaluate_run is evaluate_run
+    assert {"load_trained", "complete", "evaluate_run", "TrainedRun"} <= set(dir(xdllm))  # tab completion
     with pytest.raises(AttributeError, match="module 'xdllm' has no attribute 'generate'"):
         xdllm.generate  # noqa: B018
 
