@@ -74,6 +74,8 @@ def test_a_run_predictor_takes_overrides_checked_against_its_signature(trained_r
     ([], {}, "prompts is empty"),
     (["3 1 2 0", "hello"], {}, r"prompts\[1\]: SymbolTokenizer.encode: unknown symbol 'hello'"),
     (["3 1 2 0"], {"batch_size": 0}, "batch_size must be >= 1, got 0"),
+    (["3 1 2 0"], {"history_dir": "history", "history_k": 0}, "history_k must be >= 1, got 0"),
+    (["3 1 2 0"], {"history_dir": __file__}, "is a file, not a folder"),
     (["3 1 2 0"], {"device": "gpu"}, "device must be one of auto, cpu, cuda, got 'gpu'"),
     (["3 1 2 0"], {"predictor": {"threshold": "high"}}, "predictor.threshold='high' is not allowed"),
     (["3 1 2 0", "3 <mask> 2 0"], {}, r"prompts\[1\]: the prompt holds mask tokens \(<mask>\), which a "

@@ -46,6 +46,9 @@ def complete(run: TrainedRun | str | Path, prompts: Sequence[str], *, predictor:
             raise XdllmError(f"prompts[{index}] is {type(text).__name__} {text!r}, not a string")
     if batch_size < 1:
         raise XdllmError(f"batch_size must be >= 1, got {batch_size}")
+    if history_dir is not None and (history_k < 1 or Path(history_dir).is_file()):
+        raise XdllmError(f"history_k must be >= 1, got {history_k}" if history_k < 1 else
+                         f"history_dir {history_dir} is a file, not a folder")
     if not isinstance(run, TrainedRun):
         run = load_trained(run)
     chosen = run.predictor(**(predictor or {}))
