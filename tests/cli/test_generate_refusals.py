@@ -106,3 +106,26 @@ def test_free_text_samples_may_outnumber_the_held_out_documents_but_their_loss_m
     assert json.loads(out[out.index("{"):])["text_samples"] == 6
     assert main(["eval", f"ckpt={run_dir}", "num_samples=6"]) == 2
     assert "num_samples=6 is more than the run's 4 held-out test samples" in _error(capsys)
+
+
+def test_of_two_generations_into_one_output_dir_started_at_once_one_is_refused(trained_run, tmp_path, monkeypatch,
+                                                                                 capsys):
+    out = tmp_path / "shared"
+    assert main(["generate", f"ckpt={trained_run}", "num_samples=2", f"output_dir={out}"]) == 0
+    written = (out / "predictions.jsonl").read_text()
+    # the second checked the folder before the first had written anything (as when both start at once)
+    monkeypatch.setattr("xdllm.run.generation_folder.generation_content_in", lambda folder: [])
+    assert main(["generate", f"ckpt={trained_run}", "num_samples=1", f"output_dir={out}"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"xdllm: error: output_dir {out} already holds generate.yaml;")
+    assert (out / "predictions.jsonl").read_text() == written
+
+
+def test_a_generation_killed_as_it_claimed_its_folder_is_said_so_on_resume(tmp_path, capsys):
+    claimed = tmp_path / "claimed"
+    claimed.mkdir()
+    (claimed / "generate.yaml").touch()  # what a generation killed between its claim and its first write leaves
+    assert main(["generate", f"resume={claimed}"]) == 2
+    assert _error(capsys) == (f"xdllm: error: {claimed / 'generate.yaml'} is empty: the generation that claimed "
+                              f"{claimed} was stopped before it wrote anything; there is nothing to continue: move "
+                              f"{claimed} away and start a new one")

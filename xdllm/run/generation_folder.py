@@ -7,6 +7,7 @@ only a finished generation writes."""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def generation_content_in(folder: Path) -> list[str]:
 
 def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "") -> tuple[Path, Path | None]:
     """A folder of this generation's own: ``output_dir`` if it holds nothing a generation writes
-    (:data:`GENERATION_CONTENT`: a run's own folder, say, holds ``history`` and ``tensorboard``), else
+    (:data:`GENERATION_CONTENT`: a run's own folder, say, holds ``history`` and ``tensorboard``),
+    claimed by creating its ``generate.yaml`` exclusively (two started at once: one is refused), else
     ``<run>/generate/<time>`` (``<time>_<settings>`` when predictor options were given) made with
     an exclusive ``mkdir`` (a numbered suffix when two start in the same second). Temporary files
     that interrupted generations left are removed first. Also returns the outermost folder this
@@ -43,10 +45,15 @@ def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "")
     if requested:
         folder = Path(requested).expanduser()
         held = generation_content_in(folder)
-        if held:
-            raise XdllmError(f"output_dir {folder} already holds {', '.join(held)}; a generation writes those "
-                             f"there and would overwrite or mix with them: choose another folder{stopped_hint(folder)}")
-        return folder, make_output_dir(folder)
+        if not held:
+            made = make_output_dir(folder)
+            try:  # claimed by creating its generate.yaml: of two generations started at once, one gets it
+                os.close(os.open(folder / GENERATE_CONFIG, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                return folder, made
+            except FileExistsError:
+                held = [GENERATE_CONFIG]
+        raise XdllmError(f"output_dir {folder} already holds {', '.join(held)}; a generation writes those "
+                         f"there and would overwrite or mix with them: choose another folder{stopped_hint(folder)}")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"_{settings}" if settings else "")
     generated.mkdir(parents=True, exist_ok=True)
     for attempt in range(1000):

@@ -99,6 +99,9 @@ def read_record(path: Path, required: Sequence[str]) -> DictConfig:
     except (OSError, yaml.YAMLError, OmegaConfBaseException) as error:
         raise XdllmError(f"{path} cannot be read ({str(error).splitlines()[0]}): it was edited or not written "
                          "by xdllm") from error
+    if path.stat().st_size == 0:  # a generation claims its folder by creating its generate.yaml empty
+        raise XdllmError(f"{path} is empty: the generation that claimed {path.parent} was stopped before it wrote "
+                         f"anything; there is nothing to continue: move {path.parent} away and start a new one")
     missing = [key for key in required if not isinstance(record, DictConfig) or key not in record]
     if missing:
         raise XdllmError(f"{path} lacks {', '.join(missing)}: it was edited or not written by xdllm")
