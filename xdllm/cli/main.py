@@ -42,6 +42,11 @@ def _help_epilog() -> str:
         "  xdllm train --cfg experiment=sort_mlm      (print the composed config, run nothing)",
         "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
         "  xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json",
+        "",
+        "from Python (docs/predictor.md):",
+        "  import xdllm; run = xdllm.load_trained('runs/quick')",
+        "  xdllm.complete(run, ['7 6 5 5 5 4 9 6'], predictor={'threshold': 0.9})",
+        "  xdllm.evaluate_run(run, split='test', predictor={'threshold': 0.9})",
     ]
     return "\n".join(lines)
 
