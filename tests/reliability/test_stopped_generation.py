@@ -127,7 +127,7 @@ def test_resume_is_refused_where_it_cannot_finish_the_same_generation(run, tmp_p
         assert main(list(arguments)) == 2
         return capsys.readouterr().err
 
-    assert "only device=, live=, data_path=, frozen= may be given with it, not batch_size=2" in refused(
+    assert "only device=, live=, data_path=, +frozen.NAME= may be given with it, not batch_size=2" in refused(
         "generate", f"resume={stopped}", "batch_size=2")
     assert "it takes no -m" in refused("generate", "-m", f"resume={stopped}", "device=cpu,auto")
     assert "xdllm eval writes nothing and has nothing to continue" in refused("eval", f"resume={stopped}")
@@ -298,7 +298,7 @@ def test_a_sweep_resumes_only_from_the_weights_it_started_with(run, tmp_path, mo
     assert main(["generate", f"resume={stopped}"]) == 2
     assert f"now holds training step 2, but the sweep in {stopped} started from step 1" in capsys.readouterr().err
     assert main(["generate", f"resume={stopped}", "predictor.max_steps=4"]) == 2
-    assert "only device=, live=, data_path=, frozen= may be given with it" in capsys.readouterr().err
+    assert "only device=, live=, data_path=, +frozen.NAME= may be given with it" in capsys.readouterr().err
 
 
 def test_an_error_part_way_keeps_the_finished_batches_too(run, tmp_path, monkeypatch, capsys):

@@ -208,8 +208,9 @@ def _continue_generation(folder: str, overrides: Sequence[str], print_config: bo
                          "sweep.yaml for a sweep)")
     others = [override for override in overrides if override_key(override).split(".")[0] not in RESUME_OPTIONS]
     if others:
+        allowed = ", ".join("+frozen.NAME=" if key == "frozen" else f"{key}=" for key in RESUME_OPTIONS)
         raise XdllmError(f"resume= continues a generation with the options it started with (in {folder}); "
-                         f"only {', '.join(f'{key}=' for key in RESUME_OPTIONS)} may be given with it, not "
+                         f"only {allowed} may be given with it, not "
                          f"{' '.join(others)}: start a "
                          "new generation for other options")
     print(json.dumps(continue_stopped(Path(folder), overrides), indent=2))
