@@ -34,6 +34,8 @@ def test_completions_are_the_predictions_generate_writes_for_a_prompts_file(trai
 
     assert _without_times(records) == _without_times(written)
     assert [record["prompt"] for record in records] == PROMPTS
+    from_a_generator = xdllm.complete(str(trained_run), (prompt for prompt in PROMPTS), predictor={"threshold": 0.01})
+    assert _without_times(from_a_generator) == _without_times(written)
     assert any(record["steps_taken"] < 5 for record in records)  # the threshold reached the predictor
 
 

@@ -12,7 +12,7 @@ the prompt's index, ``prompt``, ``text``, ``ids``, ``steps_taken``, ``time_taken
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from xdllm.run.generate import place_run, predict_batch
 from xdllm.run.prompt_sources import check_canvas_fits, prompt_batches, prompt_example, refuse_masks_to_continue
 
 
-def complete(run: TrainedRun | str | Path, prompts: Sequence[str], *, predictor: Mapping[str, Any] | None = None,
+def complete(run: TrainedRun | str | Path, prompts: Iterable[str], *, predictor: Mapping[str, Any] | None = None,
              device: str = "auto", batch_size: int = 64, history_dir: str | Path | None = None,
              history_k: int = 5) -> list[dict[str, Any]]:
     """Complete every prompt with the run's predictor, ``predictor`` merged over its config
@@ -39,6 +39,7 @@ def complete(run: TrainedRun | str | Path, prompts: Sequence[str], *, predictor:
     """
     if isinstance(prompts, str):
         raise XdllmError(f"prompts is one string ({prompts[:40]!r}); give a list of prompts, e.g. [{prompts[:40]!r}]")
+    prompts = list(prompts)  # a tuple, a generator, a pandas column
     if not prompts:
         raise XdllmError("prompts is empty: give at least one prompt")
     for index, text in enumerate(prompts):
