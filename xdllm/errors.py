@@ -1,6 +1,12 @@
 """The one exception type the CLI turns into a single ``xdllm: error: ...`` line."""
 
 
+def os_error_text(error: OSError) -> str:
+    """An OSError as one line says it: its reason and, when it names one, the file
+    (``No space left on device: runs/x/checkpoints/last.ckpt``)."""
+    return f"{error.strerror or error}: {error.filename}" if error.filename else f"{error.strerror or error}"
+
+
 class XdllmError(Exception):
     """A user-facing error: bad override, unknown name, missing file. Message says what and where."""
 

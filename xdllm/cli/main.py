@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
-from xdllm.errors import XdllmError
+from xdllm.errors import XdllmError, os_error_text
 from xdllm.event_files import quiet_event_writer_threads
 from xdllm.registry import ModelRegistryError, discover_families
 
@@ -152,18 +152,16 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
         return EXIT_TERMINATED if result.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if config.generate_after_train and checkpoint is not None:
+        again = command("xdllm", "generate", override("ckpt", result.run_dir))
         try:
             summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train,
                                               config.text_samples_temperature)
         except XdllmError as error:
             raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
-                             f"training failed: {error}. Generate again with "
-                             f"{command('xdllm', 'generate', override('ckpt', result.run_dir))} once that is "
-                             "fixed") from error
+                             f"training failed: {error}. Generate again with {again} once that is fixed") from error
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM
             print(f"xdllm: training finished (checkpoints in {checkpoint.parent}); the generation after it was "
-                  f"stopped: generate again with: {command('xdllm', 'generate', override('ckpt', result.run_dir))}",
-                  file=sys.stderr)
+                  f"stopped: generate again with: {again}", file=sys.stderr)
             raise
         print(json.dumps(summary, indent=2))
     return 0
@@ -346,8 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     except OSError as error:  # a folder that cannot be written, a disk that is full, ...
-        where = f": {error.filename}" if error.filename else ""
-        print(f"xdllm: error: {error.strerror or error}{where}", file=sys.stderr)
+        print(f"xdllm: error: {os_error_text(error)}", file=sys.stderr)
         return EXIT_USAGE
     except Terminated:
         print("xdllm: stopped by SIGTERM", file=sys.stderr)

@@ -19,6 +19,7 @@ from xdllm.interfaces import Tokenizer
 from xdllm.registry import SEARCH_PATH_ENV
 from xdllm.run.build import RunComponents, build_components, build_datamodule, instantiate_component
 from xdllm.run.frozen_models import frozen_missing, load_frozen_models, relocate_frozen, warn_of_other_steps
+from xdllm.run.generation_record import predictor_config
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, read_run_checkpoint, run_dir_of
 from xdllm.run.stored_tokenizer import TOKENIZER_KEY, stored_tokenizer
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
@@ -107,7 +108,7 @@ class TrainedRun:
     def predictor(self, **overrides: Any) -> Any:
         """The run's predictor (``config.predictor``) with ``overrides`` merged over it, each key
         checked against the predictor's signature: ``run.predictor(threshold=0.9)``."""
-        merged = OmegaConf.to_container(OmegaConf.merge(self.config.predictor, overrides), resolve=True)
+        merged = predictor_config(self.config, overrides)
         check_component(merged, "predictor")
         return instantiate_component(OmegaConf.create(merged), "predictor", tokenizer=self.tokenizer)
 

@@ -43,8 +43,8 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
 
 
 def evaluate_run(run: TrainedRun | str | Path, *, split: str = "test", num_samples: int | None = None,
-             predictor: Mapping[str, Any] | None = None, device: str = "auto", batch_size: int = 64
-             ) -> dict[str, Any]:
+                 predictor: Mapping[str, Any] | None = None, device: str = "auto",
+                 batch_size: int = 64) -> dict[str, Any]:
     """``xdllm eval`` from Python (a notebook, a script): the loss and generation metrics of
     ``run`` (a :class:`TrainedRun`, or a checkpoint file or run directory to load) on the first
     ``num_samples`` of a held-out ``split``, with ``predictor`` merged over the run's predictor
@@ -107,7 +107,7 @@ def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionDataModul
         data = held_out_data(run, options, "loss")
     totals = MetricTotals()
     loss_fn = run.loss_function()
-    device, dtype = place_run(run, options.get("device", "auto"))
+    device, dtype = place_run(run, options.device)
     with torch.inference_mode(), autocast(device, dtype):
         for batch in data.held_out_dataloader(options.split, "loss"):
             totals.add(run.components.evaluator.loss_metrics(run.model, batch_to(batch, device), loss_fn))

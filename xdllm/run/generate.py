@@ -26,7 +26,7 @@ from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
 from xdllm.config.schema import override_key
 from xdllm.data.datamodule import DiffusionDataModule
-from xdllm.errors import XdllmError
+from xdllm.errors import XdllmError, os_error_text
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
@@ -34,7 +34,14 @@ from xdllm.interfaces import Evaluator, HistoryRecorder, PredictionDict
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
-from xdllm.run.generation_folder import PREDICTIONS, SUMMARY, claim_output_dir, discard_unfinished, sweep_of
+from xdllm.run.generation_folder import (
+    PREDICTIONS,
+    SUMMARY,
+    claim_output_dir,
+    discard_unfinished,
+    resume_command,
+    sweep_of,
+)
 from xdllm.run.generation_progress import GenerationProgress
 from xdllm.run.generation_record import (
     GENERATE_CONFIG,
@@ -149,7 +156,7 @@ def run_generation(run: TrainedRun, checked: CheckedGeneration, write_outputs: b
                    swept: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """:func:`generate` of a generation checked already (once: its batches are used up)."""
     options = checked.options
-    device, dtype = place_run(run, options.get("device", "auto"))
+    device, dtype = place_run(run, options.device)
     settings = {**generation_settings(options), **(swept or {})}
     if not write_outputs:
         return _generate_into(None, run, checked, device, dtype, settings)
@@ -293,12 +300,11 @@ def _keep_finished(output_dir: Path, done: FinishedBatches, history: HistoryTopK
     try:
         path = write_partial(output_dir, done)
     except OSError as error:  # a full disk, say: the error that stopped the generation is the one raised
-        log.warning("the %d finished samples could not be kept either (%s: %s)", len(done.records),
-                    error.strerror or error, error.filename)
+        log.warning("the %d finished samples could not be kept either (%s)", len(done.records), os_error_text(error))
         return
     recorded = f"; their denoising history is in {history.output_dir}" if history is not None else ""
     # a sweep's generation is continued with its sweep, which says how
-    how = "" if sweep_of(output_dir) else f"; continue it with: {command('xdllm', 'generate', f'resume={output_dir}')}"
+    how = "" if sweep_of(output_dir) else f"; continue it with: {resume_command(output_dir)}"
     log.warning("generation stopped after %d samples: their predictions are in %s%s%s", len(done.records), path,
                 recorded, how)
 
@@ -344,7 +350,7 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
         raise XdllmError(f"prompts_file {options.prompts_file} has changed since the generation in {folder} started "
                          f"(sha256 {recorded_prompts[:12]}..., now {checked.prompts_sha256[:12]}...): the rest "
                          "would answer other prompts; put the file back as it was, or start a new generation")
-    device, dtype = place_run(run, options.get("device", "auto"))
+    device, dtype = place_run(run, options.device)
     for written in (folder, folder / "history"):  # what a write killed outright left
         remove_stale_temporaries(written)
     finished = read_partial(folder, device)

@@ -74,16 +74,17 @@ def sweep_of(folder: Path) -> Path | None:
 def stopped_hint(folder: Path) -> str:
     """How to continue the stopped generation or sweep ``folder`` holds, if it holds one."""
     if (folder / SWEEP_RECORD).is_file():
-        return f", or, if that sweep stopped part-way, continue it with: {_resume(folder)}"
+        return f", or, if that sweep stopped part-way, continue it with: {resume_command(folder)}"
     if not (folder / PARTIAL_STATE).is_file():
         return ""
     sweep = sweep_of(folder)
     if sweep is not None:
-        return f", or continue the stopped sweep with: {_resume(sweep)}"
-    return f", or continue the stopped one with: {_resume(folder)}"
+        return f", or continue the stopped sweep with: {resume_command(sweep)}"
+    return f", or continue the stopped one with: {resume_command(folder)}"
 
 
-def _resume(folder: Path) -> str:
+def resume_command(folder: Path) -> str:
+    """The command that continues the generation or sweep stopped in ``folder``."""
     return command("xdllm", "generate", f"resume={folder}")
 
 

@@ -63,7 +63,7 @@ def settings_name(settings: Mapping[str, Any]) -> str:
     return ",".join(parts).replace(os.sep, "_")
 
 
-def predictor_config(run_config: DictConfig, overrides: DictConfig) -> dict[str, Any]:
+def predictor_config(run_config: DictConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The predictor a generation runs: the run's predictor config with the overrides merged."""
     return OmegaConf.to_container(OmegaConf.merge(run_config.predictor, overrides), resolve=True)
 

@@ -28,7 +28,6 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.compose import compose_config, first_swept_override
-from xdllm.config.override_text import command
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun
@@ -40,6 +39,7 @@ from xdllm.run.generation_folder import (
     discard_unfinished,
     generation_content_in,
     make_output_dir,
+    resume_command,
     stopped_hint,
     sweep_of,
 )
@@ -151,7 +151,7 @@ def continue_stopped(folder: Path, overrides: Sequence[str]) -> dict[str, Any]:
     sweep = sweep_of(folder)
     if sweep is not None:
         raise XdllmError(f"{folder} is one generation of the sweep in {sweep}: continue the sweep with: "
-                         f"{command('xdllm', 'generate', f'resume={sweep}')}")
+                         f"{resume_command(sweep)}")
     return continue_generation(folder, overrides)
 
 
@@ -250,6 +250,6 @@ def _run_planned(run: TrainedRun, sweep_dir: Path, plan: Sequence[_Planned], res
         elif len(results) < total:
             kept = f" (their results are in {path})" if results else ""
             log.warning("the sweep stopped with %d of %d generations finished%s; continue it with: %s",
-                        len(results), total, kept, command("xdllm", "generate", f"resume={sweep_dir}"))
+                        len(results), total, kept, resume_command(sweep_dir))
         raise
     return {"sweep": str(sweep_dir), "summary": str(path), "runs": results}

@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.override_text import shell_word
 from xdllm.config.run_paths import record_absolute_paths
-from xdllm.errors import CollateError, XdllmError
+from xdllm.errors import CollateError, XdllmError, os_error_text
 from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import ResumePoint, resume_point
 from xdllm.run.free_text import apply_task_defaults, is_free_text
@@ -365,9 +365,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     except Exception as error:
         death = dead_worker_error(error, config.data.num_workers)
         if death is None and isinstance(error, OSError):  # a write failed: a full disk, say
-            where = f": {error.filename}" if error.filename else ""  # TensorBoard's writer names no file
-            raise XdllmError(f"{error.strerror or error}{where}"
-                             f"{_stopped_at(trainer.global_step, run_dir, continuing)}") from error
+            stopped = _stopped_at(trainer.global_step, run_dir, continuing)
+            raise XdllmError(f"{os_error_text(error)}{stopped}") from error
         if death is None:
             raise
         raise XdllmError(f"{' '.join(str(death).split()).rstrip('. ')}: a data-loading process died (the system "
