@@ -32,6 +32,7 @@ def test_generation_takes_best_else_last(tmp_path):
     assert resolve_checkpoint(tmp_path) == checkpoints / "best.ckpt"
     (checkpoints / "best.ckpt").unlink()
     assert resolve_checkpoint(tmp_path) == checkpoints / "last.ckpt"
+    assert resolve_checkpoint(checkpoints) == checkpoints / "last.ckpt"  # the folder of a run's checkpoints
     assert resolve_checkpoint(checkpoints / "last.ckpt") == checkpoints / "last.ckpt"
     assert run_dir_of(checkpoints / "last.ckpt") == tmp_path.resolve()
 

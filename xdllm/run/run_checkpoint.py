@@ -25,12 +25,13 @@ MODEL_PREFIX = "model."
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """The checkpoint to generate or evaluate from: a file as given, or a run directory's
-    ``best.ckpt`` (else its ``last.ckpt``)."""
+    ``best.ckpt`` (else its ``last.ckpt``); its ``checkpoints`` folder given stands for it."""
     path = Path(path).expanduser()
     if path.is_file():
         return path
     if path.is_dir():
-        for candidate in (path / CHECKPOINT_DIR / name for name in ("best.ckpt", LAST_NAME)):
+        folder = path if path.name == CHECKPOINT_DIR else path / CHECKPOINT_DIR
+        for candidate in (folder / name for name in ("best.ckpt", LAST_NAME)):
             if candidate.is_file():
                 return candidate
         raise XdllmError(f"no checkpoint in run directory {path} (looked for "
