@@ -14,6 +14,10 @@ TRAIN = [
     ("+frozen.target=123", "frozen.target=123 is not allowed: frozen.target must be a string (a run directory or "
                            "checkpoint); Hydra read the value as a number: for a string, quote it as typed, e.g. "
                            "frozen.target='123'"),
+    ("init_from=123", "init_from=123 is not allowed: init_from must be a string (or null); Hydra read the value "
+                      "as a number: for a string, quote it as typed, e.g. init_from='123'"),
+    ("init_from=nowhere", "init_from: checkpoint not found: /"),
+    ("init_from=''", "init_from= is empty: give the run directory or checkpoint to start from"),
     ("data.batch_size=-3", "data.batch_size must be a whole number >= 1"),
     ("data.eval_batch_size=0", "data.eval_batch_size must be a whole number >= 1"),
     ("data.num_val_samples=0", "data.num_val_samples must be a whole number >= 1"),

@@ -85,6 +85,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "run_dir": Rule((str,), nullable=True),
         "existing_run_dir": Rule((str,), choices=("refuse", "move_aside")),
         "tokenizer": Rule((str,)),
+        "init_from": Rule((str,), nullable=True),
         "generate_after_train": FLAG,
         "text_samples_after_train": COUNT,
         "text_samples_temperature": Rule(NUMBER, low=0, nullable=True),

@@ -36,6 +36,7 @@ from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import ResumePoint, resume_point
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
+from xdllm.run.initial_weights import initial_weights, shape_misfits
 from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, RUN_CONFIG, run_dir_of
 from xdllm.run.run_lock import RunDirLock, refuse_if_training
@@ -198,17 +199,15 @@ def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: Dic
                          f"{config.model_family}")
     saved = {k.removeprefix("model."): v.shape for k, v in checkpoint["state_dict"].items()
              if k.startswith("model.")}
-    built = {name: tensor.shape for name, tensor in model.state_dict().items()}
-    for name in sorted(set(saved) | set(built)):
-        if saved.get(name) != built.get(name):
-            raise XdllmError(
-                f"resume: {point.checkpoint} does not fit the model this config builds: {name} is "
-                f"{_shape(saved.get(name))} there and {_shape(built.get(name))} here (resume with the "
-                "model options the run was trained with)")
-
-
-def _shape(shape: torch.Size | None) -> str:
-    return "missing" if shape is None else str(list(shape))
+    misfits = shape_misfits(saved, {name: tensor.shape for name, tensor in model.state_dict().items()})
+    if misfits:
+        raise XdllmError(f"resume: {point.checkpoint} does not fit the model this config builds: {misfits[0]} "
+                         "(resume with the model options the run was trained with)")
+    started_from = checkpoint["xdllm_config"].get("init_from")
+    if config.get("init_from") != started_from:
+        raise XdllmError(f"resume: init_from={config.get('init_from')} but this run started from "
+                         f"{started_from or 'its own initialisation'}: a resumed run continues from its checkpoint's "
+                         "weights; to start from other weights, start a new run (without resume=)")
 
 
 def checkpoint_callbacks(config: DictConfig, run_dir: Path) -> tuple[ModelCheckpoint, LatestCheckpoint]:
@@ -274,7 +273,15 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     tokenizer, tokenizer_note = resumed_tokenizer(config, point.tokenizer_json if point else None)
     if tokenizer_note and launching:
         log.warning(tokenizer_note)
+    start = initial_weights(config) if point is None else None  # a resumed run has its own weights
+    if start is not None:
+        tokenizer = start.tokenizer
+        overrides = [*overrides, *([start.tokenizer_override] if start.tokenizer_override else [])]
     components = build_components(config, tokenizer)
+    if start is not None:
+        started = start.load_into(components.model, config)
+        if launching:
+            log.info(started)
     # training rows and the validation / after-training generations, as the predictor places them
     # (a loaded checkpoint's generation is checked with its own predictor options: check_canvas_fits)
     check_positions(components.model, components.task, int(config.derived.max_new_tokens), components.predictor)
@@ -307,7 +314,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         config=resolved,
         frozen=frozen,
         frozen_sources=frozen_sources,
-        checkpoint_extras=tokenizer_record(components.tokenizer),
+        checkpoint_extras={**tokenizer_record(components.tokenizer), **(start.record() if start else {})},
     )
     check_loss_reads_collated_batches(module, components.collators, datamodule.held_out_examples("validation")[:2],
                                       config.get("model_family", "<unknown>"),
