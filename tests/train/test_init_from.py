@@ -96,6 +96,7 @@ def test_a_text_run_takes_the_tokenizer_its_weights_trained_with(tmp_path: Path,
     tokenizer.unlink()  # the checkpoint stores it
 
     _train(*text, "trainer.max_steps=2", f"init_from={tmp_path / 'pretrained'}", f"run_dir={tmp_path / 'tuned'}")
+    assert f"tokenizer: the one it trained with, {tokenizer} (its checkpoint stores it)" in capsys.readouterr().err
     config = yaml.safe_load((tmp_path / "tuned" / "config.yaml").read_text())
     assert config["tokenizer"] == str(tokenizer)
     assert f"tokenizer={tokenizer}" in yaml.safe_load((tmp_path / "tuned" / "overrides.yaml").read_text())

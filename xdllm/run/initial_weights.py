@@ -65,8 +65,11 @@ class InitialWeights:
         into = "" if family == config.get("model_family") else f", into this run's {config.get('model_family')} model"
         average = ", its moving average" if self.source.averaged else ""
         renaming = f" (names: {renamed})" if renamed else ""
+        tokenizer = (f"; tokenizer: the one it trained with, {config.tokenizer} (its checkpoint stores it)"
+                     if self.tokenizer_override else "")
         return (f"init_from: starting from the weights of {self.source.path} ({family} family, step "
-                f"{self.source.global_step}{average}){into}{renaming}; optimizer and schedule start afresh")
+                f"{self.source.global_step}{average}){into}{renaming}; optimizer and schedule start afresh"
+                f"{tokenizer}")
 
 
 def aligned_names(weights: dict[str, torch.Tensor], built: set[str]) -> tuple[dict[str, torch.Tensor], str]:
