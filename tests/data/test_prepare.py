@@ -215,3 +215,14 @@ def test_a_killed_preparation_leaves_nothing_the_next_one_keeps(tmp_path):
     prepare(PrepareOptions(inputs=[source], output=tmp_path / "prepared", tokenizer="builtin", val_fraction=0.0,
                            test_fraction=0.0))
     assert not abandoned.exists() and running.is_dir() and (tmp_path / "prepared" / "manifest.json").is_file()
+
+
+def test_documents_other_than_lines_are_for_text_only(tmp_path, capsys):
+    source = tmp_path / "pairs.jsonl"
+    source.write_text('{"prompt": "a", "response": "b"}\n')
+    code = main(["data", "prepare", str(source), "-o", str(tmp_path / "out"), "--tokenizer", "builtin",
+                 "--format", "prompt_response", "--documents", "paragraph"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == ("xdllm: error: --documents paragraph is for --format text; in "
+                                              "prompt_response each line is one record")
+    assert not (tmp_path / "out").exists()

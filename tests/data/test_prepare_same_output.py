@@ -3,6 +3,7 @@ its own, documents cut into ``max_tokens`` pieces, held-out samples drawn from t
 
 import hashlib
 import json
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,59 @@ def test_an_error_names_the_first_failing_line_of_a_batch(tmp_path, monkeypatch)
                                    record_format=RecordFormat("prompt_response")))
 
 
+def _documents_plainly(texts: list[str], documents: str) -> list[str]:
+    """Each file's documents the plain way: runs of non-blank lines (paragraphs), or the file
+    from its first to its last non-blank line."""
+    found = []
+    for text in texts:
+        lines = text.replace("\r\n", "\n").split("\n")
+        if documents == "paragraph":
+            found += ["\n".join(run) for filled, run in groupby(lines, key=lambda line: bool(line.strip())) if filled]
+        else:
+            while lines and not lines[-1].strip():
+                lines.pop()
+            while lines and not lines[0].strip():
+                lines.pop(0)
+            found += ["\n".join(lines)] if lines else []
+    return found
+
+
+@pytest.mark.parametrize("documents, chunk_bytes, batch_lines", [
+    ("paragraph", 1 << 20, 1024), ("paragraph", 97, 3), ("file", 97, 3), ("file", 1 << 20, 2),
+])
+def test_paragraph_and_file_documents_equal_the_plain_algorithm(tmp_path, monkeypatch, documents, chunk_bytes,
+                                                                batch_lines):
+    stories = STORIES.read_text().splitlines()[:60]
+    texts = []
+    for part in range(3):  # paragraphs of 1-4 lines between blank, whitespace-only or several blank lines
+        lines = []
+        for i, line in enumerate(stories[part * 20:(part + 1) * 20]):
+            lines.append(line)
+            if i % 3 == 2:
+                lines += [["", "  \t", "\n"][i % 9 // 3]]
+        texts.append("".join(line + ("\r\n" if i % 4 == 0 else "\n") for i, line in enumerate(["", *lines])))
+    texts.append("\n \n")  # a file of blank lines: no document
+    sources = []
+    for index, text in enumerate(texts):
+        sources.append(tmp_path / f"book{index}.txt")
+        sources[-1].write_bytes(text.encode())
+    tokenizer = _bpe_tokenizer(tmp_path / "bpe.json", stories)
+    monkeypatch.setattr(prepare_worker, "BATCH_LINES", batch_lines)
+    output = tmp_path / "prepared"
+    summary = prepare(PrepareOptions(inputs=sources, output=output, tokenizer=str(tokenizer), workers=2,
+                                     record_format=RecordFormat(documents=documents), val_fraction=0.0,
+                                     test_fraction=0.0, chunk_bytes=chunk_bytes))
+    expected = _documents_plainly(texts, documents)
+    assert len(expected) == (3 if documents == "file" else 3 * 7)
+    encoder = load_tokenizer(str(tokenizer))
+    ids = [encoder.encode(document) for document in expected]
+    prepared = _prepared(output)
+    np.testing.assert_array_equal(prepared["train.tokens"], np.concatenate(ids))
+    np.testing.assert_array_equal(prepared["train.offsets"], np.cumsum([0] + [len(i) for i in ids]))
+    assert summary["samples"]["train"] == len(expected)
+    assert any("\n" in document for document in expected)  # lines inside a document are kept as lines
+
+
 @pytest.mark.parametrize("record_format",
                          [RecordFormat("text"), RecordFormat("jsonl"), RecordFormat("prompt_response")])
 def test_records_of_a_batch_are_those_of_record(record_format):
@@ -188,5 +242,5 @@ def test_records_of_a_batch_are_those_of_record(record_format):
     numbered = list(enumerate(lines, start=7))
     expected = [(number, *record) for number, line in numbered
                 if (record := record_format.record(line, f"f:{number}")) is not None]
-    assert record_format.records(numbered, "f") == expected
+    assert record_format.records(numbered, "f") == (expected, len(numbered) - len(expected))
     assert [number for number, *_ in expected] == [7, 12]

@@ -46,6 +46,16 @@ def test_each_line_is_a_document_and_long_lines_are_split_not_dropped(corpus):
     assert task.max_target_len == 5 and task.max_prompt_len == 0
 
 
+@pytest.mark.parametrize("documents, lengths", [("paragraph", [9, 15]), ("file", [24])])
+def test_paragraphs_or_the_whole_file_are_documents(corpus, documents, lengths):
+    path, tokenizer = corpus
+    task = TextFileTask(path, tokenizer, max_tokens=64, documents=documents)
+    assert [len(document) for document in task.documents] == lengths  # the first two lines are one paragraph
+    assert task.documents[0][:9] == tuple(tokenizer.encode("the cat sat on the mat\na dog ran"))
+    with pytest.raises(ValueError, match="documents must be one of line, paragraph, file, got 'page'"):
+        TextFileTask(path, tokenizer, documents="page")
+
+
 def test_examples_are_token_ids_and_training_avoids_held_out_documents(corpus):
     path, tokenizer = corpus
     task = get_task("text_file", tokenizer=tokenizer, path=str(path), max_tokens=64)

@@ -11,13 +11,15 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PREPARE_EPILOG = """\
-formats (one record per line; blank lines are skipped and counted):
-  text             each line is one document
+formats (blank lines outside documents are skipped and counted):
+  text             each line is one document; with --documents paragraph, lines up to a blank line
+                   (joined by newlines); with --documents file, each input file (a book, say)
   jsonl            each line is a JSON object; --text-field (text) is the document
   prompt_response  each line is a JSON object with --prompt-field (prompt) and --response-field (response)
 
 examples:
   xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json
+  xdllm data prepare books/*.txt -o data/books --tokenizer tokenizer.json --documents file --max-tokens 512
   xdllm data prepare pairs.jsonl -o data/pairs --tokenizer tokenizer.json --format prompt_response
   xdllm train task=prepared task.params.path=data/corpus tokenizer=tokenizer.json
 """
@@ -36,6 +38,8 @@ def add_data_parser(commands: argparse._SubParsersAction) -> None:
     prepare.add_argument("-o", "--output", type=Path, required=True, help="folder to create")
     prepare.add_argument("--tokenizer", required=True, help="'builtin' or a local tokenizers .json file")
     prepare.add_argument("--format", default="text", choices=("text", "jsonl", "prompt_response"))
+    prepare.add_argument("--documents", default="line", choices=("line", "paragraph", "file"),
+                         help="text: what one document is (default: a line)")
     prepare.add_argument("--text-field", default="text", help="jsonl: the field holding the document")
     prepare.add_argument("--prompt-field", default="prompt", help="prompt_response: the prompt's field")
     prepare.add_argument("--response-field", default="response", help="prompt_response: the response's field")
@@ -53,7 +57,7 @@ def run_data_command(arguments: argparse.Namespace) -> int:
     from xdllm.data.source_records import RecordFormat
 
     record_format = RecordFormat(arguments.format, arguments.text_field, arguments.prompt_field,
-                                 arguments.response_field)
+                                 arguments.response_field, arguments.documents)
     summary = prepare(PrepareOptions(
         inputs=arguments.inputs, output=arguments.output, tokenizer=arguments.tokenizer,
         record_format=record_format, workers=arguments.workers, val_fraction=arguments.val_fraction,

@@ -1,6 +1,6 @@
 """``xdllm data prepare``: tokenize local files once into a prepared dataset that training maps.
 
-1. The sources are cut into chunks of whole lines (:func:`~xdllm.data.source_records.plan_chunks`)
+1. The sources are cut into chunks of whole documents (:func:`~xdllm.data.source_records.plan_chunks`)
    and tokenized by ``workers`` processes (:mod:`xdllm.data.prepare_worker`), each chunk into a
    part, with a progress bar over the bytes.
 2. Held-out samples are chosen once, here: ``round(n * fraction)`` of the ``n`` samples for
@@ -217,7 +217,8 @@ def _manifest(options: PrepareOptions, tokenizer: Any, dtype: str, splits: dict,
         "token_dtype": dtype,
         "sources": [{"path": str(Path(path).resolve()), "bytes": Path(path).stat().st_size}
                     for path in options.inputs],
-        "options": {"format": record_format.format, "text_field": record_format.text_field,
+        "options": {"format": record_format.format, "documents": record_format.documents,
+                    "text_field": record_format.text_field,
                     "prompt_field": record_format.prompt_field, "response_field": record_format.response_field,
                     "max_tokens": options.max_tokens, "seed": options.seed,
                     "val_fraction": options.val_fraction, "test_fraction": options.test_fraction},
@@ -245,7 +246,7 @@ def prepare(options: PrepareOptions) -> dict[str, Any]:
     except (ValueError, FileNotFoundError) as error:
         raise XdllmError(f"data prepare: {error}") from error
     dtype = token_dtype(tokenizer.vocab_size).name
-    chunks = plan_chunks([Path(path) for path in options.inputs], options.chunk_bytes)
+    chunks = plan_chunks([Path(path) for path in options.inputs], options.chunk_bytes, options.record_format.documents)
     output = options.output
     output.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned_folders(output)

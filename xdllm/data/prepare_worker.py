@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
 from jaxtyping import Int64
 
-from xdllm.data.source_records import Chunk, RecordFormat, chunk_lines
+from xdllm.data.source_records import Chunk, RecordFormat, chunk_lines, document_blocks
 from xdllm.data.tokenizer import HFTokenizerFile, SymbolTokenizer, load_tokenizer
 from xdllm.errors import XdllmError
 
@@ -58,7 +58,7 @@ def part_path(parts: Path, index: int, array: str) -> Path:
 
 @dataclass(frozen=True)
 class _Records:
-    """The records of a chunk's next :data:`BATCH_LINES` lines (their line numbers, prompt and
+    """The records of a chunk's next :data:`BATCH_LINES` lines or so (their line numbers, prompt and
     target texts), and how many of those lines were blank."""
 
     numbers: list[int]
@@ -68,13 +68,13 @@ class _Records:
 
 
 def _record_batches(chunk: Chunk, record_format: RecordFormat) -> Iterator[_Records]:
-    """The chunk's records, a batch per :data:`BATCH_LINES` lines, in line order."""
+    """The chunk's records, a batch per :data:`BATCH_LINES` lines (to the end of the document
+    under way), in line order."""
     path = str(chunk.path)
-    lines = chunk_lines(chunk)
-    while block := list(islice(lines, BATCH_LINES)):
-        records = record_format.records(block, path)
+    for block in document_blocks(chunk_lines(chunk), BATCH_LINES, record_format.documents):
+        records, blank = record_format.records(block, path)
         numbers, prompts, targets = ([list(column) for column in zip(*records)] if records else ([], [], []))
-        yield _Records(numbers=numbers, prompts=prompts, targets=targets, blank_lines=len(block) - len(records))
+        yield _Records(numbers=numbers, prompts=prompts, targets=targets, blank_lines=blank)
 
 
 def _encode_records(tokenizer: HFTokenizerFile | SymbolTokenizer, batch: _Records, pairs: bool, path: Path

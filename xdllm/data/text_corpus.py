@@ -1,7 +1,8 @@
 """A local text file as a task: unconditional documents for real-text training.
 
-Each non-empty line of a UTF-8 file is one document, tokenized once by the run's tokenizer (for
-real text, a local Hugging Face ``tokenizers`` JSON: ``tokenizer=/path/tokenizer.json``). A line
+Each non-empty line of a UTF-8 file is one document (``documents="paragraph"``: lines up to a
+blank line; ``"file"``: the whole file), tokenized once by the run's tokenizer (for
+real text, a local Hugging Face ``tokenizers`` JSON: ``tokenizer=/path/tokenizer.json``). A document
 longer than ``max_tokens`` tokens becomes several consecutive documents of at most
 ``max_tokens`` tokens: nothing is truncated or dropped. Samples are documents drawn uniformly
 with the sample's seeded generator; the held-out splits are the first draws of their own
@@ -16,6 +17,7 @@ import random
 from pathlib import Path
 from typing import ClassVar
 
+from xdllm.data.source_records import DOCUMENTS, split_documents
 from xdllm.interfaces import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -27,9 +29,13 @@ class TextFileTask:
     name: ClassVar[str] = "text_file"
     needs_tokenizer: ClassVar[bool] = True
 
-    def __init__(self, path: str | Path, tokenizer: Tokenizer, max_tokens: int = 128) -> None:
+    def __init__(self, path: str | Path, tokenizer: Tokenizer, max_tokens: int = 128,
+                 documents: str = "line") -> None:
         if max_tokens < 1:
             raise ValueError(f"TextFileTask.max_tokens must be >= 1, got {max_tokens}")
+        if documents not in DOCUMENTS:
+            raise ValueError(f"text_file task: documents must be one of {', '.join(DOCUMENTS)}, got {documents!r}")
+        self.documents_are = documents
         self.path = Path(path).expanduser()
         if self.path.is_dir():
             raise FileNotFoundError(f"text_file task: {self.path} is a folder, not a text file")
@@ -47,10 +53,8 @@ class TextFileTask:
         except UnicodeDecodeError as error:
             raise ValueError(f"text_file task: {self.path} is not UTF-8 text ({error})") from error
         unknown, unknown_count, first_unknown_line = getattr(tokenizer, "unk_token_id", None), 0, None
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            ids = tokenizer.encode(line)
+        for number, text in split_documents(list(enumerate(lines, start=1)), self.documents_are)[0]:
+            ids = tokenizer.encode(text)
             if unknown is not None and unknown in ids:
                 unknown_count += ids.count(unknown)
                 first_unknown_line = first_unknown_line or number
