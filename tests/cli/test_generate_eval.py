@@ -55,6 +55,29 @@ def test_generate_from_a_prompts_file_with_predictor_overrides(trained_run, tmp_
     assert all("target" not in r for r in records)
 
 
+def test_a_jsonl_prompts_file_with_responses_is_scored_as_a_split_is(trained_run, tmp_path, capsys):
+    (test_predictions,) = trained_run.glob("generate/*/predictions.jsonl")
+    held_out = [json.loads(line) for line in test_predictions.read_text().splitlines()][:6]
+    prompts = tmp_path / "benchmark.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": r["prompt"], "response": r["target"], "id": n}) + "\n"
+                               for n, r in enumerate(held_out)))
+    assert main(["generate", f"ckpt={trained_run}", f"prompts_file={prompts}", "batch_size=4",
+                 f"output_dir={tmp_path / 'gen'}"]) == 0
+    summary = _summary(capsys)
+    records = [json.loads(line) for line in (tmp_path / "gen" / "predictions.jsonl").read_text().splitlines()]
+    assert [(r["prompt"], r["target"], r["text"], r["exact_match"]) for r in records] == [
+        (r["prompt"], r["target"], r["text"], r["exact_match"]) for r in held_out]  # as on the test split
+    assert summary["exact_match"] == sum(r["exact_match"] for r in held_out) / 6
+    assert summary["checkpoint"].startswith("/")
+
+    assert main(["eval", f"ckpt={trained_run}", f"prompts_file={prompts}"]) == 2  # eval: the held-out split
+    assert "give them to xdllm generate as a .jsonl prompts_file" in capsys.readouterr().err
+
+    prompts.write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in held_out))  # prompts alone
+    assert main(["generate", f"ckpt={trained_run}", f"prompts_file={prompts}", f"output_dir={tmp_path / 'bare'}"]) == 0
+    assert "exact_match" not in _summary(capsys)
+
+
 @pytest.mark.slow
 def test_infilling_from_a_prompts_file_fills_only_the_masks(trained_run, tmp_path, capsys):
     prompts = tmp_path / "infill.txt"

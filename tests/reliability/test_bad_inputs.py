@@ -70,6 +70,15 @@ GENERATE = [
                                         "has max_positions=512"),
     ("prompts_file={latin1}", "is not UTF-8 text"),
     ("prompts_file={missing}", "prompts_file not found"),
+    ("prompts_file={not_json}", "not_json.jsonl:1: not valid JSON (Extra data at column 3); a .jsonl prompts_file "
+                                "holds a JSON object per line ({\"prompt\": ...}), a file of another name a plain "
+                                "prompt per line"),
+    ("prompts_file={no_prompt}", "no_prompt.jsonl:1: a .jsonl prompts_file holds one JSON object per line with a "
+                                 "string 'prompt' (and a string 'response' to score against), got {\"text\": \"1 2\"}"),
+    ("prompts_file={some_responses}", "some_responses.jsonl:2: no 'response', where "),
+    ("prompts_file={long_response}", "long_response.jsonl:1: the response is 7 tokens with its EOS, more than the 5 "
+                                     "the predictor generates (predictor.max_new_tokens=5): give "
+                                     "predictor.max_new_tokens=7 or more"),
     ("predictor.temperature=-1", "temperature"),
     ("data_path=", "data_path= is empty: give the folder or file the run's data is in now"),
     ("data_path=123", "data_path=123 is not allowed: data_path must be a string (or null); Hydra read the value as "
@@ -88,8 +97,14 @@ def _fill(argument: str, tmp_path: Path) -> str:
     (tmp_path / "broken.json").write_text('{"model": ')
     (tmp_path / "file").write_text("x")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 1 2\n".encode("latin-1"))
+    jsonl = {"not_json": "1 2 3\n", "no_prompt": '{"text": "1 2"}\n',
+             "some_responses": '{"prompt": "1 2", "response": "1 2"}\n{"prompt": "2 1"}\n',
+             "long_response": '{"prompt": "1 2", "response": "1 2 3 4 5 6"}\n'}
+    for name, text in jsonl.items():
+        (tmp_path / f"{name}.jsonl").write_text(text)
     return argument.format(broken=tmp_path / "broken.json", file=tmp_path / "file",
-                           latin1=tmp_path / "latin1.txt", missing=tmp_path / "missing.txt")
+                           latin1=tmp_path / "latin1.txt", missing=tmp_path / "missing.txt",
+                           **{name: tmp_path / f"{name}.jsonl" for name in jsonl})
 
 
 def _one_line_error(code: int, capsys) -> str:

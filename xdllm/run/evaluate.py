@@ -62,7 +62,9 @@ def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     """Loss (deterministic corruption) and generation metrics on a split; writes nothing. On
     free text, the loss metrics only: a generation there has nothing to be scored against."""
     if options.prompts_file:
-        raise XdllmError("eval needs targets: use split=test or split=validation, not prompts_file")
+        raise XdllmError("eval scores the run's held-out split (split=test or split=validation), not a "
+                         "prompts_file; to score your own prompts against their responses, give them to xdllm "
+                         "generate as a .jsonl prompts_file ({\"prompt\": ..., \"response\": ...} per line)")
     if is_free_text(run.components.task):
         return _evaluate_free_text(run, options)
     data = held_out_data(run, options, "loss")  # one draw of the split, for the loss and the generation

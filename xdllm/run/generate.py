@@ -61,6 +61,7 @@ from xdllm.run.partial_generation import (
 )
 from xdllm.run.prompt_sources import (
     check_canvas_fits,
+    check_responses_fit,
     drawn_when_iterated,
     held_out_data,
     prompt_batches,
@@ -133,8 +134,10 @@ def check_generation(run: TrainedRun, config: DictConfig,
     if options.prompts_file:
         prompts = read_prompts_file(run, Path(options.prompts_file))
         refuse_masks_to_continue(run, predictor, prompts.examples, prompts.places, "predictor.max_new_tokens=0")
+        check_responses_fit(prompts, predictor)
         check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in prompts.examples))
-        return CheckedGeneration(options, predictor, prompt_batches(run, prompts.examples, options.batch_size),
+        return CheckedGeneration(options, predictor,
+                                 prompt_batches(run, prompts.examples, options.batch_size, prompts.scored),
                                  prompts.sha256)
     check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
     if data is None:
@@ -362,7 +365,7 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
 def checkpoint_fields(run: TrainedRun) -> dict[str, Any]:
     """Which weights a summary's figures come from: the checkpoint, and for a run trained with
     ``optim.ema_decay`` whether its averaged weights (``ema``) or its trained ones."""
-    return {"checkpoint": str(run.checkpoint), **({} if run.ema is None else {"ema": run.ema})}
+    return {"checkpoint": str(run.checkpoint.resolve()), **({} if run.ema is None else {"ema": run.ema})}
 
 
 def generate_from_config(config: DictConfig, run: TrainedRun | None = None,

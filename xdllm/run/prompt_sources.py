@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -36,6 +37,8 @@ class PromptsFile:
     sha256: str
     places: list[str]
     """Where each prompt is: ``<file>:<line>``."""
+    scored: bool = False
+    """Whether the prompts come with responses to score against (``target_ids``)."""
 
 
 def prompt_example(run: TrainedRun, text: str, sample_index: int, where: str) -> Example:
@@ -65,8 +68,13 @@ def _unknown_words(tokenizer: Any, text: str, unknown: int) -> str:
             f"{tokenizer.vocab_size} tokens{lower}: the model would see its unknown token {unknown_text} instead")
 
 
+PROMPT_FIELD, RESPONSE_FIELD = "prompt", "response"
+
+
 def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
-    """One example per non-empty line of a UTF-8 file, tokenized with the run's tokenizer."""
+    """One example per non-empty line of a UTF-8 file, tokenized with the run's tokenizer: the
+    line itself, or in a ``.jsonl`` file a JSON object's ``prompt`` and, where every line has
+    one, the ``response`` the generation is scored against (exact match, as a held-out split)."""
     if not path.is_file():
         raise XdllmError(f"prompts_file not found: {path}")
     content = path.read_bytes()
@@ -76,26 +84,80 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
         raise XdllmError(f"prompts_file {path} is not UTF-8 text: {error}") from error
     examples: list[Example] = []
     places: list[str] = []
+    responded: list[bool] = []
     blank = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             blank += 1
             continue
         places.append(f"{path}:{number}")
-        examples.append(prompt_example(run, line.strip(), len(examples), places[-1]))
+        prompt, response = _prompt_and_response(line, places[-1]) if path.suffix == ".jsonl" else (line.strip(), None)
+        example = prompt_example(run, prompt, len(examples), places[-1])
+        if response is not None:
+            example = {**example, "target_ids": _response_ids(run, response, places[-1])}
+        examples.append(example)
+        responded.append(response is not None)
     if not examples:
         raise XdllmError(f"prompts_file {path} holds no prompts")
+    if any(responded) and not all(responded):  # scored as a whole or not at all
+        raise XdllmError(f"{places[responded.index(False)]}: no {RESPONSE_FIELD!r}, where "
+                         f"{places[responded.index(True)]} has one: give every prompt its response (to score the "
+                         "generation) or none")
     if blank:  # sample_index counts prompts, not lines
         log.info("prompts_file %s: %d prompts; %d blank %s skipped", path, len(examples), blank,
                  "line" if blank == 1 else "lines")
-    return PromptsFile(examples, hashlib.sha256(content).hexdigest(), places)
+    return PromptsFile(examples, hashlib.sha256(content).hexdigest(), places, all(responded))
 
 
-def prompt_batches(run: TrainedRun, examples: list[Example], batch_size: int) -> Iterator[Mapping[str, Any]]:
+def _prompt_and_response(line: str, where: str) -> tuple[str, str | None]:
+    """A JSONL line's prompt and response (None: the line has none)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise XdllmError(f"{where}: not valid JSON ({error.msg} at column {error.colno}); a .jsonl prompts_file "
+                         f"holds a JSON object per line ({{\"{PROMPT_FIELD}\": ...}}), a file of another name a "
+                         "plain prompt per line") from error
+    if not isinstance(record, dict) or not isinstance(record.get(PROMPT_FIELD), str):
+        raise XdllmError(f"{where}: a .jsonl prompts_file holds one JSON object per line with a string "
+                         f"{PROMPT_FIELD!r} (and a string {RESPONSE_FIELD!r} to score against), got "
+                         f"{line.strip()[:80]}")
+    response = record.get(RESPONSE_FIELD)
+    if response is not None and not isinstance(response, str):
+        raise XdllmError(f"{where}: {RESPONSE_FIELD!r} must be a string, got {json.dumps(response)[:40]}")
+    return record[PROMPT_FIELD], response
+
+
+def _response_ids(run: TrainedRun, response: str, where: str) -> list[int]:
+    try:
+        return run.tokenizer.encode(response)
+    except ValueError as error:
+        raise XdllmError(f"{where}: the response: {error}") from error
+
+
+def check_responses_fit(prompts: PromptsFile, predictor: Any) -> None:
+    """Refuse responses the predictor cannot generate whole: longer, with their EOS, than the
+    tokens it adds (every one would be scored wrong)."""
+    new_tokens = getattr(predictor, "max_new_tokens", None)
+    if not prompts.scored or not new_tokens:
+        return
+    examples, places = prompts.examples, prompts.places
+    lengths = [len(example["target_ids"]) + 1 for example in examples]
+    longest = max(lengths)
+    if longest > new_tokens:
+        raise XdllmError(f"{places[lengths.index(longest)]}: the response is {longest} tokens with its EOS, more than "
+                         f"the {new_tokens} the predictor generates (predictor.max_new_tokens={new_tokens}): give "
+                         f"predictor.max_new_tokens={longest} or more")
+
+
+def prompt_batches(run: TrainedRun, examples: list[Example], batch_size: int,
+                   scored: bool = False) -> Iterator[Mapping[str, Any]]:
+    """The prompts in batches of the run's prediction collator, with the responses to score
+    against (``target_ids``) where they are ``scored``."""
     collate = NamedCollate(run.components.collators["prediction"], "collator.prediction")
     for start in range(0, len(examples), batch_size):
         batch = dict(collate(examples[start:start + batch_size]))
-        batch.pop("target_ids", None)
+        if not scored:
+            batch.pop("target_ids", None)
         yield batch
 
 
