@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 
 from xdllm.errors import XdllmError
+from xdllm.train.optim import SCHEDULES
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,8 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "optim.eps": Rule(NUMBER, above=0),
         "optim.warmup_steps": COUNT,
         "optim.min_lr_ratio": Rule(NUMBER, low=0, high=1),
+        "optim.schedule": Rule((str,), choices=SCHEDULES),
+        "optim.decay_fraction": Rule(NUMBER, above=0, high=1),
         "optim.gradient_clip_val": Rule(NUMBER, low=0, nullable=True),
         "optim.accumulate_grad_batches": POSITIVE,
         "optim.fused": Rule((bool,), nullable=True),

@@ -1,6 +1,7 @@
-"""AdamW with weight-decay groups, linear warmup and cosine decay (per optimizer step), gradient
-clipping by norm, and the number of accumulation micro-batches per optimizer step. AdamW runs
-fused (one kernel for all parameters) where every parameter is on CUDA, unless told otherwise."""
+"""AdamW with weight-decay groups, a learning-rate schedule per optimizer step (linear warmup,
+then cosine, linear, constant or warmup-stable-decay), gradient clipping by norm, and the number
+of accumulation micro-batches per optimizer step. AdamW runs fused (one kernel for all
+parameters) where every parameter is on CUDA, unless told otherwise."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ class OptimConfig:
     eps: float = 1e-8
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1
+    schedule: str = "cosine"
+    """After warmup: cosine or linear decay to ``min_lr_ratio`` at the last step, constant, or wsd
+    (constant, then linear decay over the last ``decay_fraction`` of the steps)."""
+    decay_fraction: float = 0.2
     gradient_clip_val: float | None = 1.0
     accumulate_grad_batches: int = 1
     fused: bool | None = None
@@ -31,6 +36,10 @@ class OptimConfig:
             raise ValueError(f"optim.lr must be > 0, got {self.lr}")
         if self.warmup_steps < 0:
             raise ValueError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"optim.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise ValueError(f"optim.decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"optim.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
         if self.gradient_clip_val is not None and self.gradient_clip_val < 0:
@@ -53,13 +62,24 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
-    """LR multiplier: linear 0 -> 1 over warmup, then cosine 1 -> min_lr_ratio at total_steps."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    decay_steps = max(1, total_steps - warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / decay_steps)
-    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+SCHEDULES = ("cosine", "linear", "constant", "wsd")
+
+
+def lr_multiplier(step: int, config: OptimConfig, total_steps: int) -> float:
+    """The learning rate of optimizer step ``step`` (from 0) over ``config.lr``: linear 0 -> 1 over
+    ``warmup_steps``, then by ``config.schedule`` to ``min_lr_ratio`` at ``total_steps``: cosine,
+    linear, constant (1 to the end), or wsd (1 until the last ``decay_fraction`` of the steps,
+    then linear)."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return 1.0
+    decay_start = config.warmup_steps
+    if config.schedule == "wsd":
+        decay_start = max(decay_start, total_steps - round(config.decay_fraction * total_steps))
+    progress = min(1.0, (step - decay_start) / max(1, total_steps - decay_start)) if step >= decay_start else 0.0
+    shape = 0.5 * (1.0 + math.cos(math.pi * progress)) if config.schedule == "cosine" else 1.0 - progress
+    return config.min_lr_ratio + (1.0 - config.min_lr_ratio) * shape
 
 
 def uses_fused_adamw(model: torch.nn.Module, fused: bool | None) -> bool:
@@ -78,6 +98,6 @@ def build_optimizer(model: torch.nn.Module, config: OptimConfig, total_steps: in
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
-        lambda step: warmup_cosine(step, config.warmup_steps, total_steps, config.min_lr_ratio),
+        lambda step: lr_multiplier(step, config, total_steps),
     )
     return optimizer, scheduler
