@@ -16,7 +16,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from xdllm.cli.main import main
 from xdllm.errors import XdllmError
 from xdllm.run.generation_record import settings_name
-from xdllm.run.sweep import sweep_combinations
+from xdllm.run.sweep import sweep_combinations, sweep_configs
 
 
 def _scalars(tensorboard_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -132,7 +132,7 @@ def test_sweep_combinations_are_the_cartesian_product():
 ])
 def test_bad_sweeps_are_refused(overrides, message):
     with pytest.raises(XdllmError, match=message):
-        sweep_combinations(overrides)
+        sweep_configs(overrides)
 
 
 def test_settings_name():

@@ -18,6 +18,11 @@ TRAIN = [
                       "as a number: for a string, quote it as typed, e.g. init_from='123'"),
     ("init_from=nowhere", "init_from: checkpoint not found: /"),
     ("init_from=''", "init_from= is empty: give the run directory or checkpoint to start from"),
+    ("-m", "-m (sweep) needs at least one swept option, e.g. optim.lr=1e-3,3e-4 seed=0,1"),
+    ("-m model.n_heads=4,3", "model.n_heads=3: could not build model"),  # refused before the first run trains
+    ("-m run_dir=a,b", "run_dir cannot be swept"),
+    ("-m trainer_strategy=ddp seed=0,1", "-m trains the sweep's runs one after another in this process, but "
+                                         "trainer.strategy=ddp with trainer.devices=2 trains in several"),
     ("data.batch_size=-3", "data.batch_size must be a whole number >= 1"),
     ("data.eval_batch_size=0", "data.eval_batch_size must be a whole number >= 1"),
     ("data.num_val_samples=0", "data.num_val_samples must be a whole number >= 1"),

@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
 from xdllm.errors import XdllmError, os_error_text
@@ -40,6 +41,8 @@ def _help_epilog() -> str:
         "  xdllm generate ckpt=runs/quick predictor.threshold=0.9 history=topk",
         "  xdllm eval ckpt=runs/quick split=test",
         "  xdllm train --cfg experiment=sort_mlm      (print the composed config, run nothing)",
+        "  xdllm train -m experiment=sort_mlm optim.lr=1e-3,3e-4 seed=0,1   (a sweep: one run each)",
+        "  xdllm train model=mdlm init_from=runs/quick optim.lr=3e-4   (start from another run's weights)",
         "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
         "  xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json",
         "",
@@ -60,6 +63,7 @@ predictor.KEY=VALUE is merged over the run's predictor config:
 examples:
   xdllm generate ckpt=runs/sort_mlm predictor.threshold=0.9 history=topk
   xdllm generate ckpt=runs/sort_mlm prompts_file=prompts.txt predictor.temperature=0.7
+  xdllm generate ckpt=runs/sort_mlm prompts_file=bench.jsonl   ({"prompt", "response"}: scored)
   xdllm eval ckpt=runs/sort_mlm split=validation
   xdllm generate -m ckpt=runs/sort_mlm predictor.threshold=0.5,0.7,0.9   (a sweep)
   xdllm generate --cfg ckpt=runs/sort_mlm      (print the composed options, run nothing)
@@ -89,9 +93,10 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Hydra overrides")
         sub.add_argument("--cfg", action="store_true",
                          help="print the composed config (YAML) and exit without running")
-        if name == "generate":
+        if name in ("generate", "train"):
+            what = "generation" if name == "generate" else "training run (one after another)"
             sub.add_argument("-m", "--multirun", action="store_true",
-                             help="sweep: one generation per combination of KEY=A,B,... values, "
+                             help=f"sweep: one {what} per combination of KEY=A,B,... values, "
                                   "each in a folder named by its settings")
     commands.add_parser("models", help="list the discovered model-family packages")
     add_history_parser(commands)
@@ -112,30 +117,44 @@ def _split_resume(overrides: Sequence[str]) -> tuple[list[str], str | None]:
 
 
 def refuse_several_values(command: str, overrides: Sequence[str]) -> None:
-    """``train`` and ``eval`` run one configuration: ``KEY=A,B`` is refused with how to run one
-    per value."""
+    """``train`` (without ``-m``) and ``eval`` run one configuration: ``KEY=A,B`` is refused with
+    how to run one per value."""
     from xdllm.config.compose import first_swept_override
 
     swept = first_swept_override(overrides)
     if swept is None:
         return
+    if command == "train":
+        raise XdllmError(f"{swept.input_line} gives several values: add -m to train one run per value, one after "
+                         "another (quote a single value that contains a comma)")
     key, values = swept.get_key_element(), " ".join(swept.sweep_string_iterator())
-    generate = ("" if command == "train" or key in ("ckpt", "output_dir") else
+    generate = ("" if key in ("ckpt", "output_dir") else
                 "; xdllm generate -m sweeps it in one command (the generation metrics of each value)")
     raise XdllmError(f"{swept.input_line} gives several values, but xdllm {command} runs one configuration: run it "
                      f"once per value, e.g. for v in {values}; do xdllm {command} ... {key}=$v; done{generate} "
                      "(quote a single value that contains a comma)")
 
 
-def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
+def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
-    from xdllm.config.override_text import command, override
-    from xdllm.run.after_training import generate_after_training
+    from xdllm.run.after_training import finish_training
     from xdllm.run.run_overrides import with_stored_overrides
     from xdllm.run.train import train
+    from xdllm.run.train_sweep import continue_train_sweep, is_train_sweep, print_sweep_configs, run_train_sweep
 
     overrides, resume = _split_resume(overrides)
+    if resume is not None and is_train_sweep(resume):
+        if overrides or print_config:
+            raise XdllmError(f"resume={resume} continues a stopped training sweep as it started: give it alone")
+        return _sweep_done(continue_train_sweep(Path(resume).expanduser()))
+    if sweep and resume is not None:
+        raise XdllmError(f"-m starts a sweep; resume={resume} is not a sweep's folder (it has no sweep.yaml)")
+    if sweep and print_config:  # one YAML document per run
+        print("---\n".join(composed_yaml(config) for config in print_sweep_configs(overrides)), end="")
+        return 0
+    if sweep:
+        return _sweep_done(run_train_sweep(overrides))
     refuse_several_values("train", overrides)
     overrides = with_stored_overrides(resume, overrides)  # resume=<run> alone continues it as it was
     config = compose_config("train", overrides)
@@ -150,21 +169,20 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False) -> int:
         print(f"xdllm: stopped by {result.stopped_by} after step {result.stopped_at_step}, saved in "
               f"{result.last_checkpoint}; continue with: {result.continue_command}", file=sys.stderr)
         return EXIT_TERMINATED if result.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
-    checkpoint = result.best_checkpoint or result.last_checkpoint
-    if config.generate_after_train and checkpoint is not None:
-        again = command("xdllm", "generate", override("ckpt", result.run_dir))
-        try:
-            summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train,
-                                              config.text_samples_temperature)
-        except XdllmError as error:
-            raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
-                             f"training failed: {error}. Generate again with {again} once that is fixed") from error
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM
-            print(f"xdllm: training finished (checkpoints in {checkpoint.parent}); the generation after it was "
-                  f"stopped: generate again with: {again}", file=sys.stderr)
-            raise
+    summary = finish_training(result, config)
+    if summary is not None:
         print(json.dumps(summary, indent=2))
     return 0
+
+
+def _sweep_done(result: Any) -> int:
+    """Print a training sweep's results; the exit status of a sweep a signal stopped."""
+    print(json.dumps(result.printed(), indent=2))
+    if result.stopped is None:
+        return 0
+    print(f"xdllm: stopped by {result.stopped.stopped_by} after step {result.stopped.stopped_at_step} of "
+          f"{result.stopped.run_dir}; continue the sweep with: {result.resume_command}", file=sys.stderr)
+    return EXIT_TERMINATED if result.stopped.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
 
 
 def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: bool = False) -> int:
@@ -296,7 +314,7 @@ def flags_first(argv: Sequence[str]) -> list[str]:
 
 def _run_command(arguments: argparse.Namespace) -> int:
     if arguments.command == "train":
-        return _cmd_train(arguments.overrides, arguments.cfg)
+        return _cmd_train(arguments.overrides, arguments.cfg, arguments.multirun)
     if arguments.command == "generate":
         return _cmd_generate(arguments.overrides, arguments.cfg, arguments.multirun)
     if arguments.command == "eval":
@@ -317,11 +335,11 @@ def _run_command(arguments: argparse.Namespace) -> int:
 
 
 def refuse_multirun(argv: Sequence[str]) -> None:
-    """``-m`` belongs to ``generate``; on ``train`` or ``eval`` it is one line saying so, not
+    """``-m`` belongs to ``generate`` and ``train``; on ``eval`` it is one line saying so, not
     argparse's usage of the whole command."""
-    if argv and argv[0] in ("train", "eval") and {"-m", "--multirun"} & set(argv[1:]):
-        raise XdllmError(f"-m (a sweep) is for xdllm generate only: xdllm {argv[0]} runs one configuration; "
-                         f"run it once per value, e.g. for v in A B; do xdllm {argv[0]} ... KEY=$v; done")
+    if argv and argv[0] == "eval" and {"-m", "--multirun"} & set(argv[1:]):
+        raise XdllmError("-m (a sweep) is for xdllm generate and train: xdllm eval runs one configuration; run it "
+                         "once per value, e.g. for v in A B; do xdllm eval ... KEY=$v; done")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,17 +10,20 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from xdllm.config.compose import compose_config
-from xdllm.config.override_text import override
+from xdllm.config.override_text import command, override
+from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import load_trained
 from xdllm.run.evaluate import held_out_loss
 from xdllm.run.generate import checkpoint_fields, generate, generate_from_config
 from xdllm.run.generation_record import write_scalars
+from xdllm.run.train import TrainResult
 
 
 def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int,
@@ -45,3 +48,23 @@ def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int
         samples["text_samples"] = samples.pop("num_samples")  # not the loss's samples: the split's
         summary.update({key: value for key, value in samples.items() if key not in summary})
     return summary
+
+
+def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] | None:
+    """The after-training step of a run that trained to its end, as ``config`` asks
+    (``generate_after_train``); None where it asks none or no checkpoint was saved. A failure or
+    a stop says that the checkpoints are whole and how to generate again."""
+    checkpoint = result.best_checkpoint or result.last_checkpoint
+    if not config.generate_after_train or checkpoint is None:
+        return None
+    again = command("xdllm", "generate", override("ckpt", result.run_dir))
+    try:
+        return generate_after_training(checkpoint, result.free_text, config.text_samples_after_train,
+                                       config.text_samples_temperature)
+    except XdllmError as error:
+        raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
+                         f"training failed: {error}. Generate again with {again} once that is fixed") from error
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
+        print(f"xdllm: training finished (checkpoints in {checkpoint.parent}); the generation after it was "
+              f"stopped: generate again with: {again}", file=sys.stderr)
+        raise

@@ -63,8 +63,10 @@ def refuse_sweep_without_multirun(overrides: Sequence[str]) -> None:
                          "per value (quote a single value that contains a comma)")
 
 
-def sweep_combinations(overrides: Sequence[str]) -> tuple[list[str], list[dict[str, str]]]:
-    """The fixed overrides, and one ``{key: value}`` per combination of the swept ones."""
+def sweep_combinations(overrides: Sequence[str], example: str = "predictor.threshold=0.5,0.7,0.9"
+                       ) -> tuple[list[str], list[dict[str, str]]]:
+    """The fixed overrides, and one ``{key: value}`` per combination of the swept ones (none
+    swept is refused, with ``example``)."""
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as error:
@@ -72,11 +74,7 @@ def sweep_combinations(overrides: Sequence[str]) -> tuple[list[str], list[dict[s
     fixed = [override.input_line for override in parsed if not override.is_sweep_override()]
     swept = [override for override in parsed if override.is_sweep_override()]
     if not swept:
-        raise XdllmError("-m (sweep) needs at least one swept option, e.g. predictor.threshold=0.5,0.7,0.9")
-    for override in swept:
-        if override.key_or_group in ("ckpt", "output_dir", "ema"):
-            raise XdllmError(f"{override.key_or_group} cannot be swept: a sweep runs one checkpoint's weights "
-                             "into one folder")
+        raise XdllmError(f"-m (sweep) needs at least one swept option, e.g. {example}")
     keys = [override.get_key_element() for override in swept]
     values = [list(override.sweep_string_iterator()) for override in swept]
     return fixed, [dict(zip(keys, combination)) for combination in itertools.product(*values)]
@@ -95,6 +93,10 @@ def _sweep_dir(requested: str | None, run_dir: Path) -> tuple[Path, Path | None]
 def sweep_configs(overrides: Sequence[str]) -> tuple[list[dict[str, str]], list[DictConfig]]:
     """Each combination and its composed ``generate`` config (all checked before any runs)."""
     fixed, combinations = sweep_combinations(overrides)
+    for key in combinations[0]:
+        if override_key(key) in ("ckpt", "output_dir", "ema"):
+            raise XdllmError(f"{override_key(key)} cannot be swept: a sweep runs one checkpoint's weights into one "
+                             "folder")
     return combinations, [compose_config("generate", [*fixed, *(f"{k}={v}" for k, v in combination.items())])
                           for combination in combinations]
 
@@ -172,7 +174,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
                          f"started from step {record.global_step}: the rest would come from other weights; start "
                          "a new sweep")
     summary_path = sweep_dir / SWEEP_SUMMARY
-    earlier = {line["folder"]: line for line in _summary_lines(summary_path)}
+    earlier = {line["folder"]: line for line in sweep_summary_lines(summary_path)}
     results, plan = [], []
     for combination, name, config in zip(combinations, _folder_names(combinations), configs):
         folder = sweep_dir / name
@@ -212,7 +214,7 @@ def _json_object(path: Path) -> dict[str, Any]:
     return value
 
 
-def _summary_lines(path: Path) -> list[dict[str, Any]]:
+def sweep_summary_lines(path: Path) -> list[dict[str, Any]]:
     """The lines of a stopped sweep's ``sweep.jsonl`` (none if it finished no generation)."""
     if not path.is_file():
         return []

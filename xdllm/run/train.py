@@ -74,6 +74,9 @@ class TrainResult:
 
     continue_command: str = ""
     """The command that continues this run (its overrides and ``resume=<run_dir>``)."""
+    monitor: str | None = None
+    best_score: float | None = None
+    """The best value of ``monitor`` (``checkpoint.monitor``), that of ``best.ckpt``."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -385,5 +388,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
             lock.release()
     best_path = Path(best.best_model_path) if best.best_model_path else None
     last = run_dir / CHECKPOINT_DIR / LAST_NAME
+    score = None if best.best_model_score is None else float(best.best_model_score)
     return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero,
-                       is_free_text(components.task), stopped_at_step, stopped_by, continue_command=continuing)
+                       is_free_text(components.task), stopped_at_step, stopped_by, continue_command=continuing,
+                       monitor=best.monitor, best_score=score)

@@ -1,0 +1,67 @@
+"""``xdllm train -m``: one run per combination of swept values, one after another, each a whole run
+directory under one sweep folder; a sweep stopped part-way continues with ``resume=<sweep>``."""
+
+import json
+from pathlib import Path
+
+import torch
+import yaml
+from tiny_run import TINY
+
+from xdllm.cli.main import main
+from xdllm.run import train_sweep
+
+SHORT = [*TINY, "trainer.max_steps=2", "trainer.val_check_interval=2"]
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+
+
+def _lines(sweep: Path) -> list[dict]:
+    return [json.loads(line) for line in (sweep / "sweep.jsonl").read_text().splitlines()]
+
+
+def test_a_sweep_trains_each_combination_as_its_own_run_would(tmp_path, capsys):
+    sweep, alone = tmp_path / "sweep", tmp_path / "alone"
+    assert main(["train", "-m", *SHORT, "seed=0,1", "optim.lr=1e-3", "generate_after_train=true",
+                 f"run_dir={sweep}"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["sweep"] == str(sweep) and [run["folder"] for run in printed["runs"]] == ["seed=0", "seed=1"]
+    lines = _lines(sweep)
+    assert lines == printed["runs"]
+    assert [line["settings"] for line in lines] == [{"seed": 0}, {"seed": 1}]  # as composed: numbers
+    assert all(line["monitor"] == "val/exact_match" and line["best_score"] is not None for line in lines)
+    assert all(line["num_samples"] == 16 and "exact_match" in line for line in lines)  # the generation after training
+    stored = yaml.safe_load((sweep / "seed=1" / "overrides.yaml").read_text())  # the run resumes on its own too
+    assert {"optim.lr=1e-3", "seed=1"} <= set(stored) and not any(o.startswith("run_dir=") for o in stored)
+
+    assert main(["train", *SHORT, "seed=1", "optim.lr=1e-3", f"run_dir={alone}"]) == 0
+    expected, swept = _weights(alone), _weights(sweep / "seed=1")
+    assert all(torch.equal(expected[name], swept[name]) for name in expected)
+    assert not all(torch.equal(expected[name], value) for name, value in _weights(sweep / "seed=0").items())
+
+
+def test_a_stopped_sweep_continues_where_it_stopped(tmp_path, monkeypatch, capsys):
+    sweep = tmp_path / "sweep"
+    finish = train_sweep.finish_training
+    calls = []
+
+    def stopped_in_the_second_run_s_generation(result, config):
+        calls.append(result.run_dir.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C after the run's last checkpoint, before its line
+        return finish(result, config)
+
+    monkeypatch.setattr(train_sweep, "finish_training", stopped_in_the_second_run_s_generation)
+    assert main(["train", "-m", *SHORT, "seed=0,1,2", f"run_dir={sweep}"]) == 130  # as Ctrl-C exits
+    assert [line["folder"] for line in _lines(sweep)] == ["seed=0"]
+    assert f"continue it with: xdllm train resume={sweep}" in capsys.readouterr().err
+    trained = _weights(sweep / "seed=1")
+
+    assert main(["train", f"resume={sweep}"]) == 0
+    assert calls == ["seed=0", "seed=1", "seed=1", "seed=2"]  # seed=0 kept, seed=1 continued, seed=2 trained
+    assert [line["folder"] for line in _lines(sweep)] == ["seed=0", "seed=1", "seed=2"]
+    assert all(torch.equal(value, trained[name]) for name, value in _weights(sweep / "seed=1").items())
+    assert main(["train", f"resume={sweep}"]) == 2
+    assert "has finished all 3 runs: there is nothing to continue" in capsys.readouterr().err

@@ -1,0 +1,204 @@
+"""``xdllm train -m KEY=A,B ...``: one training run per combination of the swept values, one after
+another in this process, each a whole run directory named by its settings under one sweep folder::
+
+    <sweep>/optim.lr=0.001,seed=0/   config.yaml, checkpoints/, tensorboard/, generate/, ...
+    <sweep>/optim.lr=0.0003,seed=0/
+    <sweep>/sweep.jsonl              one line per finished run: settings, run directory, results
+    <sweep>/sweep.yaml               each run's folder, settings and overrides (paths absolute)
+
+``<sweep>`` is ``run_dir`` when given, else ``runs/<name>/sweep-<time>``; ``tensorboard --logdir
+<sweep>`` overlays the runs' curves. Values are swept with Hydra's override grammar, several
+swept keys give their Cartesian product. Every combination is composed and its components built
+before the first run trains, so a value one of them refuses costs no training. A sweep stopped
+part-way (Ctrl-C, SIGTERM, an error) is continued with ``xdllm train resume=<sweep>``: the
+finished runs are kept, the stopped one continues from its newest checkpoint, the rest train.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from xdllm.config.compose import compose_config
+from xdllm.config.override_text import command, override
+from xdllm.config.run_paths import record_absolute_paths
+from xdllm.config.schema import override_key
+from xdllm.errors import XdllmError
+from xdllm.run.after_training import finish_training
+from xdllm.run.build import build_components
+from xdllm.run.generation_record import settings_name
+from xdllm.run.run_checkpoint import CHECKPOINT_DIR
+from xdllm.run.sweep import SWEEP_SUMMARY, sweep_combinations, sweep_summary_lines
+from xdllm.run.train import TrainResult, check_run_options, train
+from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
+
+SWEEP_PLAN = "sweep.yaml"
+TRAIN_EXAMPLE = "optim.lr=1e-3,3e-4 seed=0,1"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a sweep: its folder's name, its swept values and the overrides it is composed
+    from (``run_dir`` included, paths absolute)."""
+
+    folder: str
+    settings: dict[str, str]
+    overrides: list[str]
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did: its folder, each finished run's line of ``sweep.jsonl``, and the run a
+    Ctrl-C or SIGTERM stopped (None: it ran to the end)."""
+
+    sweep_dir: Path
+    runs: list[dict[str, Any]]
+    stopped: TrainResult | None = None
+
+    def printed(self) -> dict[str, Any]:
+        return {"sweep": str(self.sweep_dir), "summary": str(self.sweep_dir / SWEEP_SUMMARY), "runs": self.runs}
+
+    @property
+    def resume_command(self) -> str:
+        return command("xdllm", "train", override("resume", self.sweep_dir))
+
+
+def _refuse_unsweepable(combinations: Sequence[dict[str, str]]) -> None:
+    for key in combinations[0]:
+        if key in ("run_dir", "existing_run_dir"):
+            raise XdllmError(f"{key} cannot be swept: a sweep's runs go into folders named by their settings under "
+                             "one run_dir")
+
+
+def _refuse_several_processes(config: DictConfig) -> None:
+    devices = config.trainer.devices
+    strategy = str(config.trainer.get("strategy", "auto"))
+    if strategy.startswith(("ddp", "fsdp")) or (isinstance(devices, int) and devices > 1) or isinstance(devices, list):
+        raise XdllmError(f"-m trains the sweep's runs one after another in this process, but trainer.strategy="
+                         f"{strategy} with trainer.devices={devices} trains in several: run one xdllm train per "
+                         "value for those")
+
+
+def _sweep_dir(config: DictConfig) -> Path:
+    if config.run_dir is not None:
+        return Path(config.run_dir).expanduser().resolve()
+    return Path("runs", config.name, f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}").resolve()
+
+
+def plan_sweep(overrides: Sequence[str]) -> tuple[Path, list[PlannedRun], list[DictConfig]]:
+    """The sweep's folder, its runs and their composed configs, every one checked (its options,
+    and its components built) before anything is written."""
+    fixed, combinations = sweep_combinations(overrides, TRAIN_EXAMPLE)
+    _refuse_unsweepable(combinations)
+    first = compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combinations[0].items())])
+    _refuse_several_processes(first)
+    sweep_dir = _sweep_dir(first)
+    plan, configs = [], []
+    for combination in combinations:
+        folder = settings_name(combination)
+        given = [*(o for o in fixed if not o.startswith("run_dir=")), *(f"{k}={v}" for k, v in combination.items()),
+                 override("run_dir", sweep_dir / folder)]
+        config = compose_config("train", given)
+        try:
+            check_run_options(config)
+            build_components(copy.deepcopy(config))  # a value a component refuses, before any run trains
+        except XdllmError as error:
+            raise XdllmError(f"{folder}: {error}") from error
+        plan.append(PlannedRun(folder, dict(combination), record_absolute_paths(config, given)))
+        configs.append(config)
+    return sweep_dir, plan, configs
+
+
+def run_train_sweep(overrides: Sequence[str]) -> SweepResult:
+    """Train once per combination of the swept values, each into its folder of the sweep."""
+    sweep_dir, plan, configs = plan_sweep(overrides)
+    if (sweep_dir / SWEEP_PLAN).exists():
+        raise XdllmError(f"{sweep_dir} holds a sweep already ({SWEEP_PLAN}); continue it with: "
+                         f"{command('xdllm', 'train', override('resume', sweep_dir))}, or choose another run_dir")
+    held = [run.folder for run in plan if (sweep_dir / run.folder).exists()]
+    if held:
+        raise XdllmError(f"{sweep_dir / held[0]} exists already: choose another run_dir for the sweep")
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(sweep_dir / SWEEP_PLAN, yaml.safe_dump(
+        {"runs": [{"folder": run.folder, "settings": run.settings, "overrides": run.overrides} for run in plan]},
+        sort_keys=False))
+    return _train_planned(sweep_dir, list(zip(plan, configs)), [], resumed=set())
+
+
+def continue_train_sweep(sweep_dir: Path) -> SweepResult:
+    """``xdllm train resume=<sweep>``: keep the finished runs, continue a stopped one from its
+    newest checkpoint, train the rest, as the sweep's ``sweep.yaml`` composed them."""
+    plan = _read_plan(sweep_dir / SWEEP_PLAN)
+    finished = {line["folder"]: line for line in sweep_summary_lines(sweep_dir / SWEEP_SUMMARY)}
+    results = [finished[run.folder] for run in plan if run.folder in finished]
+    todo = [(run, compose_config("train", run.overrides)) for run in plan if run.folder not in finished]
+    if not todo:
+        raise XdllmError(f"the sweep in {sweep_dir} has finished all {len(plan)} runs: there is nothing to continue")
+    resumed = {run.folder for run, _ in todo if any((sweep_dir / run.folder / CHECKPOINT_DIR).glob("*.ckpt"))}
+    log.info("continuing the sweep in %s: %d of %d runs finished", sweep_dir, len(results), len(plan))
+    return _train_planned(sweep_dir, todo, results, resumed)
+
+
+def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]], results: list[dict[str, Any]],
+                   resumed: set[str]) -> SweepResult:
+    """Train (or continue) each planned run, rewriting ``sweep.jsonl`` after each."""
+    total = len(results) + len(todo)
+    outcome = SweepResult(sweep_dir, results)
+    try:
+        for run, config in todo:
+            log.info("sweep run %d of %d: %s", len(results) + 1, total, run.folder)
+            result = train(config, resume=str(sweep_dir / run.folder) if run.folder in resumed else None,
+                           overrides=run.overrides)
+            if result.stopped_at_step is not None:
+                outcome.stopped = result
+                break
+            summary = finish_training(result, config) or {"checkpoint": str(result.best_checkpoint)}
+            results.append({"settings": _settings(run, config), "folder": run.folder, "run_dir": str(result.run_dir),
+                            "monitor": result.monitor, "best_score": result.best_score, **summary})
+            write_jsonl_atomically(sweep_dir / SWEEP_SUMMARY, results)  # after each: a stop keeps what finished
+            log.info("sweep run %d of %d finished: %s: best %s=%s", len(results), total, run.folder, result.monitor,
+                     "none" if result.best_score is None else f"{result.best_score:.4g}")
+    except BaseException:
+        log.warning("the sweep stopped with %d of %d runs finished; continue it with: %s", len(results), total,
+                    outcome.resume_command)
+        raise
+    if outcome.stopped is not None:
+        log.warning("the sweep stopped with %d of %d runs finished; continue it with: %s", len(results), total,
+                    outcome.resume_command)
+    return outcome
+
+
+def _settings(run: PlannedRun, config: DictConfig) -> dict[str, Any]:
+    """The run's swept keys and their values as composed (numbers as numbers)."""
+    return {key: OmegaConf.select(config, override_key(key)) for key in run.settings}
+
+
+def _read_plan(path: Path) -> list[PlannedRun]:
+    try:
+        record = yaml.safe_load(path.read_text())
+        return [PlannedRun(run["folder"], dict(run["settings"]), list(run["overrides"])) for run in record["runs"]]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
+        raise XdllmError(f"{path} is not a sweep's plan xdllm wrote ({' '.join(str(error).split())}): it was "
+                         "edited or damaged") from error
+
+
+def is_train_sweep(path: str | Path) -> bool:
+    """Whether ``path`` is a training sweep's folder (it holds ``sweep.yaml``)."""
+    return (Path(path).expanduser() / SWEEP_PLAN).is_file()
+
+
+def print_sweep_configs(overrides: Sequence[str]) -> list[DictConfig]:
+    """The composed config of every run of a sweep, for ``--cfg`` (nothing is checked or written)."""
+    fixed, combinations = sweep_combinations(overrides, TRAIN_EXAMPLE)
+    return [compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combination.items())])
+            for combination in combinations]
+
