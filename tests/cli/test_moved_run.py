@@ -52,6 +52,7 @@ def test_a_copied_run_generates_the_same_text_with_its_data_path_given(moved_tex
     code, error = _generate(capsys, f"ckpt={run}", "output_dir=nodata")
     assert code == 2
     assert "text_file task: no such file " in error and str(Path("machine_a") / "corpus.txt") in error
+    assert "task text_file: text_file task" not in error  # the task named once
     assert error.rstrip().endswith("; if the run's data moved since training, or the run was copied from another "
                                    "machine, give its place now: data_path=<folder or file>")
     code, error = _generate(capsys, f"ckpt={run}", f"data_path={data}.gone", "output_dir=nodata")
