@@ -65,3 +65,21 @@ def test_a_stopped_sweep_continues_where_it_stopped(tmp_path, monkeypatch, capsy
     assert all(torch.equal(value, trained[name]) for name, value in _weights(sweep / "seed=1").items())
     assert main(["train", f"resume={sweep}"]) == 2
     assert "has finished all 3 runs: there is nothing to continue" in capsys.readouterr().err
+
+
+def test_a_run_stopped_before_its_first_checkpoint_trains_anew(tmp_path, monkeypatch):
+    sweep = tmp_path / "sweep"
+    finish = train_sweep.finish_training
+
+    def stopped_once(result, config):
+        monkeypatch.setattr(train_sweep, "finish_training", finish)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_sweep, "finish_training", stopped_once)
+    assert main(["train", "-m", *SHORT, "seed=0,1", f"run_dir={sweep}"]) == 130
+    for checkpoint in (sweep / "seed=0" / "checkpoints").glob("*.ckpt"):
+        checkpoint.unlink()  # as if stopped before its first step was saved
+    assert main(["train", f"resume={sweep}"]) == 0
+    assert [line["folder"] for line in _lines(sweep)] == ["seed=0", "seed=1"]
+    assert (sweep / "seed=0" / "checkpoints" / "last.ckpt").is_file()
+    assert [path.name.split(".moved-")[0] for path in sweep.glob("seed=0.moved-*")] == ["seed=0"]

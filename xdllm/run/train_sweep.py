@@ -99,15 +99,14 @@ def plan_sweep(overrides: Sequence[str]) -> tuple[Path, list[PlannedRun], list[D
     and its components built) before anything is written."""
     fixed, combinations = sweep_combinations(overrides, TRAIN_EXAMPLE)
     _refuse_unsweepable(combinations)
-    first = compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combinations[0].items())])
-    _refuse_several_processes(first)
-    sweep_dir = _sweep_dir(first)
+    sweep_dir = _sweep_dir(compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combinations[0].items())]))
     plan, configs = [], []
     for combination in combinations:
         folder = settings_name(combination)
         given = [*(o for o in fixed if not o.startswith("run_dir=")), *(f"{k}={v}" for k, v in combination.items()),
                  override("run_dir", sweep_dir / folder)]
         config = compose_config("train", given)
+        _refuse_several_processes(config)
         try:
             check_run_options(config)
             build_components(copy.deepcopy(config))  # a value a component refuses, before any run trains
@@ -144,6 +143,9 @@ def continue_train_sweep(sweep_dir: Path) -> SweepResult:
     if not todo:
         raise XdllmError(f"the sweep in {sweep_dir} has finished all {len(plan)} runs: there is nothing to continue")
     resumed = {run.folder for run, _ in todo if any((sweep_dir / run.folder / CHECKPOINT_DIR).glob("*.ckpt"))}
+    for run, config in todo:  # stopped before its first checkpoint: what it wrote is moved aside
+        if run.folder not in resumed and (sweep_dir / run.folder).exists():
+            config.existing_run_dir = "move_aside"
     log.info("continuing the sweep in %s: %d of %d runs finished", sweep_dir, len(results), len(plan))
     return _train_planned(sweep_dir, todo, results, resumed)
 
