@@ -32,6 +32,7 @@ def test_a_sweep_trains_each_combination_as_its_own_run_would(tmp_path, capsys):
     assert lines == printed["runs"]
     assert [line["settings"] for line in lines] == [{"seed": 0}, {"seed": 1}]  # as composed: numbers
     assert all(line["monitor"] == "val/exact_match" and line["best_score"] is not None for line in lines)
+    assert all(line["mode"] == "max" for line in lines)
     assert all(line["num_samples"] == 16 and "exact_match" in line for line in lines)  # the generation after training
     stored = yaml.safe_load((sweep / "seed=1" / "overrides.yaml").read_text())  # the run resumes on its own too
     assert {"optim.lr=1e-3", "seed=1"} <= set(stored) and not any(o.startswith("run_dir=") for o in stored)
@@ -83,3 +84,13 @@ def test_a_run_stopped_before_its_first_checkpoint_trains_anew(tmp_path, monkeyp
     assert [line["folder"] for line in _lines(sweep)] == ["seed=0", "seed=1"]
     assert (sweep / "seed=0" / "checkpoints" / "last.ckpt").is_file()
     assert [path.name.split(".moved-")[0] for path in sweep.glob("seed=0.moved-*")] == ["seed=0"]
+
+
+def test_the_ranking_puts_the_best_first_for_the_metric_s_mode():
+    lines = [{"folder": "a", "monitor": "val/loss", "mode": "min", "best_score": 0.5},
+             {"folder": "b", "monitor": "val/loss", "mode": "min", "best_score": 0.25},
+             {"folder": "c", "monitor": "val/loss", "mode": "min", "best_score": None}]
+    assert train_sweep.ranking(lines).splitlines() == ["the sweep's runs, best val/loss first:", "  0.25  b",
+                                                       "  0.5  a", "  none  c"]
+    maximised = [{**line, "mode": "max", "monitor": "val/exact_match"} for line in lines[:2]]
+    assert train_sweep.ranking(maximised).splitlines()[1:] == ["  0.5  a", "  0.25  b"]

@@ -77,6 +77,8 @@ class TrainResult:
     monitor: str | None = None
     best_score: float | None = None
     """The best value of ``monitor`` (``checkpoint.monitor``), that of ``best.ckpt``."""
+    mode: str | None = None
+    """Whether the best ``monitor`` is the ``max`` or the ``min``."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -391,4 +393,4 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     score = None if best.best_model_score is None else float(best.best_model_score)
     return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero,
                        is_free_text(components.task), stopped_at_step, stopped_by, continue_command=continuing,
-                       monitor=best.monitor, best_score=score)
+                       monitor=best.monitor, best_score=score, mode=best.mode)

@@ -165,7 +165,8 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
                 break
             summary = finish_training(result, config) or {"checkpoint": str(result.best_checkpoint)}
             results.append({"settings": _settings(run, config), "folder": run.folder, "run_dir": str(result.run_dir),
-                            "monitor": result.monitor, "best_score": result.best_score, **summary})
+                            "monitor": result.monitor, "mode": result.mode, "best_score": result.best_score,
+                            **summary})
             write_jsonl_atomically(sweep_dir / SWEEP_SUMMARY, results)  # after each: a stop keeps what finished
             log.info("sweep run %d of %d finished: %s: best %s=%s", len(results), total, run.folder, result.monitor,
                      "none" if result.best_score is None else f"{result.best_score:.4g}")
@@ -176,7 +177,19 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
     if outcome.stopped is not None:
         log.warning("the sweep stopped with %d of %d runs finished; continue it with: %s", len(results), total,
                     outcome.resume_command)
+    else:
+        log.info(ranking(results))
     return outcome
+
+
+def ranking(results: Sequence[dict[str, Any]]) -> str:
+    """The finished runs, best validation score first, a line each (runs without one last)."""
+    scored = [line for line in results if line.get("best_score") is not None]
+    first = scored[0] if scored else {}
+    order = sorted(scored, key=lambda line: line["best_score"], reverse=first.get("mode") != "min")
+    lines = [f"  {line['best_score']:.4g}  {line['folder']}" for line in order]
+    lines += [f"  none  {line['folder']}" for line in results if line.get("best_score") is None]
+    return "\n".join([f"the sweep's runs, best {first.get('monitor', 'score')} first:", *lines])
 
 
 def _settings(run: PlannedRun, config: DictConfig) -> dict[str, Any]:
