@@ -283,8 +283,11 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         tokenizer = start.tokenizer
         overrides = [*overrides, *([start.tokenizer_override] if start.tokenizer_override else [])]
     components = build_components(config, tokenizer)
+    started_from: dict[str, Any] = {}  # the checkpoint entry saying so
     if start is not None:
         started = start.load_into(components.model, config)
+        started_from = start.record()
+        start = None  # the source checkpoint's whole content (its optimizer state too) is not held while training
         if launching:
             log.info(started)
     # training rows and the validation / after-training generations, as the predictor places them
@@ -319,7 +322,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         config=resolved,
         frozen=frozen,
         frozen_sources=frozen_sources,
-        checkpoint_extras={**tokenizer_record(components.tokenizer), **(start.record() if start else {})},
+        checkpoint_extras={**tokenizer_record(components.tokenizer), **started_from},
     )
     check_loss_reads_collated_batches(module, components.collators, datamodule.held_out_examples("validation")[:2],
                                       config.get("model_family", "<unknown>"),
