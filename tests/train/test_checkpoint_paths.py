@@ -37,6 +37,15 @@ def test_generation_takes_best_else_last(tmp_path):
     assert run_dir_of(checkpoints / "last.ckpt") == tmp_path.resolve()
 
 
+def test_a_folder_of_runs_names_them(tmp_path):
+    for name in ("seed=0", "seed=1"):
+        (tmp_path / name / "checkpoints").mkdir(parents=True)
+        (tmp_path / name / "checkpoints" / "last.ckpt").write_bytes(b"l")
+    with pytest.raises(XdllmError, match=r"is not a run directory but holds runs \(seed=0, seed=1\): give one of "
+                                         r"them, e.g. .*seed=0"):
+        resolve_checkpoint(tmp_path)
+
+
 def test_resume_takes_the_newest_valid_checkpoint_and_says_why(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     for name, step in (("best.ckpt", 2), ("last.ckpt", 3), ("step0000004.ckpt", 4), ("step0000001.ckpt", 1)):

@@ -34,6 +34,11 @@ def resolve_checkpoint(path: str | Path) -> Path:
         for candidate in (folder / name for name in ("best.ckpt", LAST_NAME)):
             if candidate.is_file():
                 return candidate
+        runs = sorted(child.name for child in path.iterdir() if any((child / CHECKPOINT_DIR).glob("*.ckpt")))
+        if runs:  # a folder of runs: a training sweep's, or runs/
+            shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+            raise XdllmError(f"{path} is not a run directory but holds runs ({shown}): give one of them, e.g. "
+                             f"{path / runs[0]}")
         raise XdllmError(f"no checkpoint in run directory {path} (looked for "
                          f"{CHECKPOINT_DIR}/best.ckpt and {CHECKPOINT_DIR}/{LAST_NAME})")
     raise XdllmError(f"checkpoint not found: {path}")
