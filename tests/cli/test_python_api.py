@@ -39,6 +39,15 @@ def test_completions_are_the_predictions_generate_writes_for_a_prompts_file(trai
     assert any(record["steps_taken"] < 5 for record in records)  # the threshold reached the predictor
 
 
+def test_completions_with_responses_are_scored_as_a_jsonl_prompts_file_is(trained_run, tmp_path):
+    (test_predictions,) = trained_run.glob("generate/*/predictions.jsonl")
+    held_out = [json.loads(line) for line in test_predictions.read_text().splitlines()][:5]
+    records = xdllm.complete(trained_run, [r["prompt"] for r in held_out], responses=[r["target"] for r in held_out],
+                             batch_size=2)
+    scored = ("prompt", "text", "target", "exact_match", "correct_tokens")
+    assert [{key: r[key] for key in scored} for r in records] == [{key: r[key] for key in scored} for r in held_out]
+
+
 def test_history_of_the_completions_is_recorded_per_batch(trained_run, tmp_path):
     run = xdllm.load_trained(trained_run)
     assert isinstance(run, TrainedRun)
@@ -80,6 +89,12 @@ def test_a_run_predictor_takes_overrides_checked_against_its_signature(trained_r
     (["3 1 2 0"], {"history_dir": __file__}, "is a file, not a folder"),
     (["3 1 2 0"], {"device": "gpu"}, "device must be one of auto, cpu, cuda, got 'gpu'"),
     (["3 1 2 0"], {"predictor": {"threshold": "high"}}, "predictor.threshold='high' is not allowed"),
+    (["3 1 2 0", "1 2"], {"responses": ["0 1 2 3"]}, "1 responses for 2 prompts: give one response per prompt"),
+    (["3 1 2 0"], {"responses": "0 1 2 3"}, "responses is one string"),
+    (["3 1 2 0"], {"responses": ["0 1 hello 3"]}, r"responses\[0\]: the response: SymbolTokenizer.encode: unknown "
+     r"symbol 'hello'"),
+    (["3 1 2 0"], {"responses": ["0 1 2 3 4 5"]}, r"responses\[0\]: the response is 7 tokens with its EOS, more "
+     r"than the 5 the predictor generates"),
     (["3 1 2 0", "3 <mask> 2 0"], {}, r"prompts\[1\]: the prompt holds mask tokens \(<mask>\), which a "
      r"continuation \(the predictor's max_new_tokens=5\) does not fill; to fill them instead, give "
      r"predictor=\{'max_new_tokens': 0\}"),

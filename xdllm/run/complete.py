@@ -6,8 +6,9 @@ prompts_file=...`` does, without files.
     records = xdllm.complete(run, ["7 6 5 5 5 4 9 6"], predictor={"threshold": 0.9})
     records[0]["text"]           # '4 5 5 5 6 6 7 9'
 
-Each record is a line of ``predictions.jsonl`` without the target fields (``sample_index``:
-the prompt's index, ``prompt``, ``text``, ``ids``, ``steps_taken``, ``time_taken``).
+Each record is a line of ``predictions.jsonl`` (``sample_index``: the prompt's index, ``prompt``,
+``text``, ``ids``, ``steps_taken``, ``time_taken``; with ``responses``, the target fields too:
+``target``, ``exact_match``, ...), as ``prompts_file=bench.jsonl`` scores its responses.
 """
 
 from __future__ import annotations
@@ -20,17 +21,26 @@ import torch
 
 from xdllm.errors import XdllmError
 from xdllm.history import HistoryTopKPlugin
+from xdllm.interfaces import Example
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, batch_to
 from xdllm.run.generate import place_run, predict_batch
-from xdllm.run.prompt_sources import check_canvas_fits, prompt_batches, prompt_example, refuse_masks_to_continue
+from xdllm.run.prompt_sources import (
+    check_canvas_fits,
+    check_responses_fit,
+    prompt_batches,
+    prompt_example,
+    refuse_masks_to_continue,
+    response_ids,
+)
 
 
 def complete(run: TrainedRun | str | Path, prompts: Iterable[str], *, predictor: Mapping[str, Any] | None = None,
              device: str = "auto", batch_size: int = 64, history_dir: str | Path | None = None,
-             history_k: int = 5) -> list[dict[str, Any]]:
+             history_k: int = 5, responses: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Complete every prompt with the run's predictor, ``predictor`` merged over its config
-    (``{"threshold": 0.9}`` as ``predictor.threshold=0.9`` on the command line).
+    (``{"threshold": 0.9}`` as ``predictor.threshold=0.9`` on the command line). ``responses``:
+    one per prompt, the expected completions: each record is scored against its own.
 
     ``run``: a :class:`TrainedRun` or a checkpoint file or run directory to load. ``device``:
     ``auto | cpu | cuda``; the run's model moves there (autocast as it trained on CUDA).
@@ -55,6 +65,8 @@ def complete(run: TrainedRun | str | Path, prompts: Iterable[str], *, predictor:
     chosen = run.predictor(**(predictor or {}))
     places = [f"prompts[{index}]" for index in range(len(prompts))]
     examples = [prompt_example(run, text, index, place) for index, (text, place) in enumerate(zip(prompts, places))]
+    if responses is not None:
+        examples = _with_responses(run, examples, responses, chosen)
     refuse_masks_to_continue(run, chosen, examples, places, "predictor={'max_new_tokens': 0}")
     check_canvas_fits(run, chosen, 1 + max(len(example["prompt_ids"]) for example in examples))
     placed, dtype = place_run(run, device)
@@ -64,8 +76,26 @@ def complete(run: TrainedRun | str | Path, prompts: Iterable[str], *, predictor:
                                      split="prompts")
     records: list[dict[str, Any]] = []
     with torch.inference_mode(), autocast(placed, dtype):
-        for batch in prompt_batches(run, examples, batch_size):
+        for batch in prompt_batches(run, examples, batch_size, scored=responses is not None):
             batch = batch_to(batch, placed)
             prediction = predict_batch(run, chosen, batch, recorder)
             records.extend(run.components.evaluator.records(batch, prediction))
     return records
+
+
+def _with_responses(run: TrainedRun, examples: list[Example], responses: Iterable[str], predictor: Any
+                    ) -> list[Example]:
+    """The examples with each response as the target they are scored against."""
+    if isinstance(responses, str):
+        raise XdllmError(f"responses is one string ({responses[:40]!r}); give a list, one response per prompt")
+    responses = list(responses)
+    if len(responses) != len(examples):
+        raise XdllmError(f"{len(responses)} responses for {len(examples)} prompts: give one response per prompt")
+    places = [f"responses[{index}]" for index in range(len(responses))]
+    for place, text in zip(places, responses):
+        if not isinstance(text, str):
+            raise XdllmError(f"{place} is {type(text).__name__} {text!r}, not a string")
+    scored = [{**example, "target_ids": response_ids(run, text, place)}
+              for example, text, place in zip(examples, responses, places)]
+    check_responses_fit(scored, places, predictor)
+    return scored

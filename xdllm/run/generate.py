@@ -134,7 +134,8 @@ def check_generation(run: TrainedRun, config: DictConfig,
     if options.prompts_file:
         prompts = read_prompts_file(run, Path(options.prompts_file))
         refuse_masks_to_continue(run, predictor, prompts.examples, prompts.places, "predictor.max_new_tokens=0")
-        check_responses_fit(prompts, predictor)
+        if prompts.scored:
+            check_responses_fit(prompts.examples, prompts.places, predictor)
         check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in prompts.examples))
         return CheckedGeneration(options, predictor,
                                  prompt_batches(run, prompts.examples, options.batch_size, prompts.scored),

@@ -94,7 +94,7 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
         prompt, response = _prompt_and_response(line, places[-1]) if path.suffix == ".jsonl" else (line.strip(), None)
         example = prompt_example(run, prompt, len(examples), places[-1])
         if response is not None:
-            example = {**example, "target_ids": _response_ids(run, response, places[-1])}
+            example = {**example, "target_ids": response_ids(run, response, places[-1])}
         examples.append(example)
         responded.append(response is not None)
     if not examples:
@@ -127,20 +127,19 @@ def _prompt_and_response(line: str, where: str) -> tuple[str, str | None]:
     return record[PROMPT_FIELD], response
 
 
-def _response_ids(run: TrainedRun, response: str, where: str) -> list[int]:
+def response_ids(run: TrainedRun, response: str, where: str) -> list[int]:
     try:
         return run.tokenizer.encode(response)
     except ValueError as error:
         raise XdllmError(f"{where}: the response: {error}") from error
 
 
-def check_responses_fit(prompts: PromptsFile, predictor: Any) -> None:
-    """Refuse responses the predictor cannot generate whole: longer, with their EOS, than the
-    tokens it adds (every one would be scored wrong)."""
+def check_responses_fit(examples: list[Example], places: list[str], predictor: Any) -> None:
+    """Refuse responses (``target_ids``) the predictor cannot generate whole: longer, with their
+    EOS, than the tokens it adds (every one would be scored wrong)."""
     new_tokens = getattr(predictor, "max_new_tokens", None)
-    if not prompts.scored or not new_tokens:
+    if not new_tokens:
         return
-    examples, places = prompts.examples, prompts.places
     lengths = [len(example["target_ids"]) + 1 for example in examples]
     longest = max(lengths)
     if longest > new_tokens:
