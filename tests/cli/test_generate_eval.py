@@ -70,12 +70,20 @@ def test_a_jsonl_prompts_file_with_responses_is_scored_as_a_split_is(trained_run
     assert summary["exact_match"] == sum(r["exact_match"] for r in held_out) / 6
     assert summary["checkpoint"].startswith("/")
 
-    assert main(["eval", f"ckpt={trained_run}", f"prompts_file={prompts}"]) == 2  # eval: the held-out split
-    assert "give them to xdllm generate as a .jsonl prompts_file" in capsys.readouterr().err
+    timeless = ("tokens_per_second", "prompts_file", "split")
+    assert main(["eval", f"ckpt={trained_run}", f"prompts_file={prompts}", "batch_size=4"]) == 0
+    on_file = {key: value for key, value in _summary(capsys).items() if key not in timeless}
+    assert main(["eval", f"ckpt={trained_run}", "num_samples=6", "batch_size=4"]) == 0
+    on_split = {key: value for key, value in _summary(capsys).items() if key not in timeless}
+    numbers = [key for key, value in on_split.items() if isinstance(value, float)]
+    assert {key: on_file[key] for key in numbers} == pytest.approx({key: on_split[key] for key in numbers}, rel=1e-6)
+    assert "loss" in numbers and on_file.keys() == on_split.keys()  # the loss too: the same corruption per sample
 
     prompts.write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in held_out))  # prompts alone
     assert main(["generate", f"ckpt={trained_run}", f"prompts_file={prompts}", f"output_dir={tmp_path / 'bare'}"]) == 0
     assert "exact_match" not in _summary(capsys)
+    assert main(["eval", f"ckpt={trained_run}", f"prompts_file={prompts}"]) == 2
+    assert "has prompts alone: give a .jsonl prompts_file with" in capsys.readouterr().err
 
 
 @pytest.mark.slow

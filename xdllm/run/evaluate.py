@@ -1,11 +1,12 @@
-"""``xdllm eval``: a checkpoint's loss metrics and generation metrics on a held-out split,
-written nowhere; on free text, the loss metrics only (a generation there has nothing to be
-scored against). ``held_out_loss`` is also the after-training step's loss on free text."""
+"""``xdllm eval``: a checkpoint's loss metrics and generation metrics on a held-out split (or on
+a ``.jsonl`` prompts_file's prompts and responses), written nowhere; on free text, the loss
+metrics only (a generation there has nothing to be scored against). ``held_out_loss`` is also
+the after-training step's loss on free text."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from xdllm.config.compose import ROOT_CONFIG_DIR
 from xdllm.config.override_text import command, override
 from xdllm.config.schema import check_values
 from xdllm.data.datamodule import DiffusionDataModule
+from xdllm.data.named_collate import NamedCollate
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.run.checkpoint import TrainedRun
@@ -30,7 +32,7 @@ from xdllm.run.generate import (
     run_generation,
 )
 from xdllm.run.generation_record import show_value
-from xdllm.run.prompt_sources import held_out_data
+from xdllm.run.prompt_sources import held_out_data, read_prompts_file
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +64,7 @@ def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     """Loss (deterministic corruption) and generation metrics on a split; writes nothing. On
     free text, the loss metrics only: a generation there has nothing to be scored against."""
     if options.prompts_file:
-        raise XdllmError("eval scores the run's held-out split (split=test or split=validation), not a "
-                         "prompts_file; to score your own prompts against their responses, give them to xdllm "
-                         "generate as a .jsonl prompts_file ({\"prompt\": ..., \"response\": ...} per line)")
+        return _prompts_file_metrics(run, options)
     if is_free_text(run.components.task):
         return _evaluate_free_text(run, options)
     data = held_out_data(run, options, "loss")  # one draw of the split, for the loss and the generation
@@ -107,10 +107,32 @@ def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionDataModul
     ``data`` when given)."""
     if data is None:
         data = held_out_data(run, options, "loss")
+    return _loss_metrics(run, options, data.held_out_dataloader(options.split, "loss"))
+
+
+def _loss_metrics(run: TrainedRun, options: DictConfig, batches: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """The evaluator's loss metrics over ``batches`` of the run's val collator."""
     totals = MetricTotals()
     loss_fn = run.loss_function()
     device, dtype = place_run(run, options.device)
     with torch.inference_mode(), autocast(device, dtype):
-        for batch in data.held_out_dataloader(options.split, "loss"):
+        for batch in batches:
             totals.add(run.components.evaluator.loss_metrics(run.model, batch_to(batch, device), loss_fn))
     return run.components.evaluator.finalize(totals.means())
+
+
+def _prompts_file_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
+    """Loss and generation metrics on a ``.jsonl`` prompts_file's prompts and responses."""
+    path = Path(options.prompts_file)
+    prompts = read_prompts_file(run, path)
+    if not prompts.scored:
+        generate = command("xdllm", "generate", override("ckpt", options.ckpt), override("prompts_file", path))
+        raise XdllmError(f"eval scores prompts against their responses, and {path} has prompts alone: give a .jsonl "
+                         "prompts_file with {\"prompt\": ..., \"response\": ...} per line, or complete the prompts "
+                         f"with {generate}")
+    generation = check_generation(run, OmegaConf.merge(options, {"history": None}))
+    collate = NamedCollate(run.components.collators["val"], "collator.val")
+    examples, size = prompts.examples, options.batch_size
+    losses = _loss_metrics(run, options, (collate(examples[start:start + size])
+                                          for start in range(0, len(examples), size)))
+    return {"prompts_file": str(path), **losses, **run_generation(run, generation, write_outputs=False)}
