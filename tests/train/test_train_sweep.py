@@ -94,3 +94,10 @@ def test_the_ranking_puts_the_best_first_for_the_metric_s_mode():
                                                        "  0.5  a", "  none  c"]
     maximised = [{**line, "mode": "max", "monitor": "val/exact_match"} for line in lines[:2]]
     assert train_sweep.ranking(maximised).splitlines()[1:] == ["  0.5  a", "  0.25  b"]
+
+
+def test_a_config_group_is_swept_by_its_option_names(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    assert main(["train", "-m", *SHORT, "model=mlm,mdlm", f"run_dir={sweep}"]) == 0
+    assert [line["settings"] for line in _lines(sweep)] == [{"model": "mlm"}, {"model": "mdlm"}]
+    assert yaml.safe_load((sweep / "model=mdlm" / "config.yaml").read_text())["model_family"] == "mdlm"

@@ -193,8 +193,13 @@ def ranking(results: Sequence[dict[str, Any]]) -> str:
 
 
 def _settings(run: PlannedRun, config: DictConfig) -> dict[str, Any]:
-    """The run's swept keys and their values as composed (numbers as numbers)."""
-    return {key: OmegaConf.select(config, override_key(key)) for key in run.settings}
+    """The run's swept keys and their values as composed (numbers as numbers); a config group
+    (``model=mlm,mdlm``) by the option chosen."""
+    settings = {}
+    for key, given in run.settings.items():
+        value = OmegaConf.select(config, override_key(key))
+        settings[key] = given if OmegaConf.is_config(value) else value
+    return settings
 
 
 def _read_plan(path: Path) -> list[PlannedRun]:
