@@ -141,7 +141,7 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
     from xdllm.run.after_training import finish_training
     from xdllm.run.run_overrides import with_stored_overrides
     from xdllm.run.train import train
-    from xdllm.run.train_sweep import continue_train_sweep, is_train_sweep, print_sweep_configs, run_train_sweep
+    from xdllm.run.train_sweep import continue_train_sweep, is_train_sweep, run_train_sweep, sweep_run_configs
 
     overrides, resume = _split_resume(overrides)
     if resume is not None and is_train_sweep(resume):
@@ -151,7 +151,7 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
     if sweep and resume is not None:
         raise XdllmError(f"-m starts a sweep; resume={resume} is not a sweep's folder (it has no sweep.yaml)")
     if sweep and print_config:  # one YAML document per run
-        print("---\n".join(composed_yaml(config) for config in print_sweep_configs(overrides)), end="")
+        print("---\n".join(composed_yaml(config) for config in sweep_run_configs(overrides)), end="")
         return 0
     if sweep:
         return _sweep_done(run_train_sweep(overrides))

@@ -216,7 +216,7 @@ def is_train_sweep(path: str | Path) -> bool:
     return (Path(path).expanduser() / SWEEP_PLAN).is_file()
 
 
-def print_sweep_configs(overrides: Sequence[str]) -> list[DictConfig]:
+def sweep_run_configs(overrides: Sequence[str]) -> list[DictConfig]:
     """The composed config of every run of a sweep, for ``--cfg`` (nothing is checked or written)."""
     fixed, combinations = sweep_combinations(overrides, TRAIN_EXAMPLE)
     return [compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combination.items())])
