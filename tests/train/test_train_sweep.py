@@ -1,6 +1,7 @@
 """``xdllm train -m``: one run per combination of swept values, one after another, each a whole run
 directory under one sweep folder; a sweep stopped part-way continues with ``resume=<sweep>``."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -101,3 +102,18 @@ def test_a_config_group_is_swept_by_its_option_names(tmp_path, capsys):
     assert main(["train", "-m", *SHORT, "model=mlm,mdlm", f"run_dir={sweep}"]) == 0
     assert [line["settings"] for line in _lines(sweep)] == [{"model": "mlm"}, {"model": "mdlm"}]
     assert yaml.safe_load((sweep / "model=mdlm" / "config.yaml").read_text())["model_family"] == "mdlm"
+
+
+def test_a_sweep_stopped_by_a_signal_exits_as_its_run_did_and_says_how_to_continue(tmp_path, monkeypatch, capsys):
+    sweep = tmp_path / "sweep"
+    trained = train_sweep.train
+
+    def sigterm_in_the_first_run(*args, **kwargs):  # as StopOnInterrupt reports a SIGTERM after a step
+        return dataclasses.replace(trained(*args, **kwargs), stopped_at_step=2, stopped_by="SIGTERM")
+
+    monkeypatch.setattr(train_sweep, "train", sigterm_in_the_first_run)
+    assert main(["train", "-m", *SHORT, "seed=0,1", f"run_dir={sweep}"]) == 143
+    err = capsys.readouterr().err
+    assert f"stopped by SIGTERM after step 2 of {sweep / 'seed=0'}; continue the sweep with: xdllm train " \
+           f"resume={sweep}" in err
+    assert err.count("continue") == 1 and not (sweep / "sweep.jsonl").exists() and not (sweep / "seed=1").exists()

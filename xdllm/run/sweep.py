@@ -181,7 +181,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
         if name in earlier:
             results.append(earlier[name])
         elif (folder / PREDICTIONS).exists() and (folder / SUMMARY).is_file():  # stopped in its views
-            results.append({"settings": _settings(combination, config), "folder": name,
+            results.append({"settings": swept_settings(combination, config), "folder": name,
                             **_json_object(folder / SUMMARY)})
         elif (folder / PREDICTIONS).exists():
             raise XdllmError(f"{folder} holds finished predictions without their {SUMMARY}: move that folder away "
@@ -202,9 +202,14 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     return _run_planned(run, sweep_dir, plan, results, resume_overrides=overrides)
 
 
-def _settings(combination: dict[str, str], config: DictConfig) -> dict[str, Any]:
-    """A generation's swept keys and their values as composed (``sweep.jsonl``'s ``settings``)."""
-    return {key: OmegaConf.select(config, override_key(key)) for key in combination}
+def swept_settings(combination: dict[str, str], config: DictConfig) -> dict[str, Any]:
+    """A sweep's swept keys and their values as composed (numbers as numbers; ``sweep.jsonl``'s
+    ``settings``); a config group (``model=mlm,mdlm``) by the option chosen."""
+    settings = {}
+    for key, given in combination.items():
+        value = OmegaConf.select(config, override_key(key))
+        settings[key] = given if OmegaConf.is_config(value) else value
+    return settings
 
 
 def _json_object(path: Path) -> dict[str, Any]:
@@ -235,7 +240,7 @@ def _run_planned(run: TrainedRun, sweep_dir: Path, plan: Sequence[_Planned], res
     try:
         for planned in plan:
             folder = sweep_dir / planned.name
-            settings = _settings(planned.combination, planned.config)
+            settings = swept_settings(planned.combination, planned.config)
             outside_predictor = {override_key(key): value for key, value in settings.items()
                                  if not override_key(key).startswith("predictor.")}
             if planned.generation is None:

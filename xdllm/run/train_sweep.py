@@ -25,18 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
 from xdllm.config.run_paths import record_absolute_paths
-from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.run.after_training import finish_training
 from xdllm.run.build import build_components
 from xdllm.run.generation_record import settings_name
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
-from xdllm.run.sweep import SWEEP_SUMMARY, sweep_combinations, sweep_summary_lines
+from xdllm.run.sweep import SWEEP_SUMMARY, sweep_combinations, sweep_summary_lines, swept_settings
 from xdllm.run.train import TrainResult, check_run_options, train
 from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
 
@@ -69,7 +68,12 @@ class SweepResult:
 
     @property
     def resume_command(self) -> str:
-        return command("xdllm", "train", override("resume", self.sweep_dir))
+        return train_resume_command(self.sweep_dir)
+
+
+def train_resume_command(sweep_dir: Path) -> str:
+    """``xdllm train resume=<sweep>``: what continues a stopped training sweep."""
+    return command("xdllm", "train", override("resume", sweep_dir))
 
 
 def _refuse_unsweepable(combinations: Sequence[dict[str, str]]) -> None:
@@ -122,7 +126,7 @@ def run_train_sweep(overrides: Sequence[str]) -> SweepResult:
     sweep_dir, plan, configs = plan_sweep(overrides)
     if (sweep_dir / SWEEP_PLAN).exists():
         raise XdllmError(f"{sweep_dir} holds a sweep already ({SWEEP_PLAN}); continue it with: "
-                         f"{command('xdllm', 'train', override('resume', sweep_dir))}, or choose another run_dir")
+                         f"{train_resume_command(sweep_dir)}, or choose another run_dir")
     held = [run.folder for run in plan if (sweep_dir / run.folder).exists()]
     if held:
         raise XdllmError(f"{sweep_dir / held[0]} exists already: choose another run_dir for the sweep")
@@ -164,9 +168,9 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
                 outcome.stopped = result
                 break
             summary = finish_training(result, config) or {"checkpoint": str(result.best_checkpoint)}
-            results.append({"settings": _settings(run, config), "folder": run.folder, "run_dir": str(result.run_dir),
-                            "monitor": result.monitor, "mode": result.mode, "best_score": result.best_score,
-                            **summary})
+            results.append({"settings": swept_settings(run.settings, config), "folder": run.folder,
+                            "run_dir": str(result.run_dir), "monitor": result.monitor, "mode": result.mode,
+                            "best_score": result.best_score, **summary})
             write_jsonl_atomically(sweep_dir / SWEEP_SUMMARY, results)  # after each: a stop keeps what finished
             log.info("sweep run %d of %d finished: %s: best %s=%s", len(results), total, run.folder, result.monitor,
                      "none" if result.best_score is None else f"{result.best_score:.4g}")
@@ -174,10 +178,7 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
         log.warning("the sweep stopped with %d of %d runs finished; continue it with: %s", len(results), total,
                     outcome.resume_command)
         raise
-    if outcome.stopped is not None:
-        log.warning("the sweep stopped with %d of %d runs finished; continue it with: %s", len(results), total,
-                    outcome.resume_command)
-    else:
+    if outcome.stopped is None:  # a stopped one: the caller says where it stopped and how to continue
         log.info(ranking(results))
     return outcome
 
@@ -190,16 +191,6 @@ def ranking(results: Sequence[dict[str, Any]]) -> str:
     lines = [f"  {line['best_score']:.4g}  {line['folder']}" for line in order]
     lines += [f"  none  {line['folder']}" for line in results if line.get("best_score") is None]
     return "\n".join([f"the sweep's runs, best {first.get('monitor', 'score')} first:", *lines])
-
-
-def _settings(run: PlannedRun, config: DictConfig) -> dict[str, Any]:
-    """The run's swept keys and their values as composed (numbers as numbers); a config group
-    (``model=mlm,mdlm``) by the option chosen."""
-    settings = {}
-    for key, given in run.settings.items():
-        value = OmegaConf.select(config, override_key(key))
-        settings[key] = given if OmegaConf.is_config(value) else value
-    return settings
 
 
 def _read_plan(path: Path) -> list[PlannedRun]:
