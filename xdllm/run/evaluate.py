@@ -32,7 +32,7 @@ from xdllm.run.generate import (
     run_generation,
 )
 from xdllm.run.generation_record import show_value
-from xdllm.run.prompt_sources import held_out_data, read_prompts_file
+from xdllm.run.prompt_sources import held_out_data
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +124,13 @@ def _loss_metrics(run: TrainedRun, options: DictConfig, batches: Iterable[Mappin
 def _prompts_file_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     """Loss and generation metrics on a ``.jsonl`` prompts_file's prompts and responses."""
     path = Path(options.prompts_file)
-    prompts = read_prompts_file(run, path)
+    generation = check_generation(run, OmegaConf.merge(options, {"history": None}))  # reads the prompts once
+    prompts = generation.prompts
     if not prompts.scored:
         generate = command("xdllm", "generate", override("ckpt", options.ckpt), override("prompts_file", path))
         raise XdllmError(f"eval scores prompts against their responses, and {path} has prompts alone: give a .jsonl "
                          "prompts_file with {\"prompt\": ..., \"response\": ...} per line, or complete the prompts "
                          f"with {generate}")
-    generation = check_generation(run, OmegaConf.merge(options, {"history": None}))
     collate = NamedCollate(run.components.collators["val"], "collator.val")
     examples, size = prompts.examples, options.batch_size
     losses = _loss_metrics(run, options, (collate(examples[start:start + size])

@@ -60,6 +60,7 @@ from xdllm.run.partial_generation import (
     write_partial,
 )
 from xdllm.run.prompt_sources import (
+    PromptsFile,
     check_canvas_fits,
     check_responses_fit,
     drawn_when_iterated,
@@ -113,13 +114,16 @@ def place_run(run: TrainedRun, requested_device: Any) -> tuple[torch.device, tor
 @dataclass(frozen=True)
 class CheckedGeneration:
     """A generation ``generate`` accepts: its options, its predictor and its prompt batches
-    (held-out samples not drawn until it runs); for a ``prompts_file``, the SHA-256 of the file
-    as read."""
+    (held-out samples not drawn until it runs); for a ``prompts_file``, the prompts as read."""
 
     options: DictConfig
     predictor: Any
     batches: Iterator[Mapping[str, Any]]
-    prompts_sha256: str | None = None
+    prompts: PromptsFile | None = None
+
+    @property
+    def prompts_sha256(self) -> str | None:
+        return None if self.prompts is None else self.prompts.sha256
 
 
 def check_generation(run: TrainedRun, config: DictConfig,
@@ -138,8 +142,7 @@ def check_generation(run: TrainedRun, config: DictConfig,
             check_responses_fit(prompts.examples, prompts.places, predictor)
         check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in prompts.examples))
         return CheckedGeneration(options, predictor,
-                                 prompt_batches(run, prompts.examples, options.batch_size, prompts.scored),
-                                 prompts.sha256)
+                                 prompt_batches(run, prompts.examples, options.batch_size, prompts.scored), prompts)
     check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
     if data is None:
         data = held_out_data(run, options, "prediction")
