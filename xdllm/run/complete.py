@@ -47,14 +47,9 @@ def complete(run: TrainedRun | str | Path, prompts: Iterable[str], *, predictor:
     ``history_dir``: record the top-``history_k`` denoising history there, one file per batch
     (read it with ``xdllm.history.iter_samples(history_dir)``, view it with ``xdllm history``).
     """
-    if isinstance(prompts, str):
-        raise XdllmError(f"prompts is one string ({prompts[:40]!r}); give a list of prompts, e.g. [{prompts[:40]!r}]")
-    prompts = list(prompts)  # a tuple, a generator, a pandas column
+    prompts = _strings(prompts, "prompts")
     if not prompts:
         raise XdllmError("prompts is empty: give at least one prompt")
-    for index, text in enumerate(prompts):
-        if not isinstance(text, str):
-            raise XdllmError(f"prompts[{index}] is {type(text).__name__} {text!r}, not a string")
     if batch_size < 1:
         raise XdllmError(f"batch_size must be >= 1, got {batch_size}")
     if history_dir is not None and (history_k < 1 or Path(history_dir).is_file()):
@@ -86,16 +81,23 @@ def complete(run: TrainedRun | str | Path, prompts: Iterable[str], *, predictor:
 def _with_responses(run: TrainedRun, examples: list[Example], responses: Iterable[str], predictor: Any
                     ) -> list[Example]:
     """The examples with each response as the target they are scored against."""
-    if isinstance(responses, str):
-        raise XdllmError(f"responses is one string ({responses[:40]!r}); give a list, one response per prompt")
-    responses = list(responses)
+    responses = _strings(responses, "responses")
     if len(responses) != len(examples):
         raise XdllmError(f"{len(responses)} responses for {len(examples)} prompts: give one response per prompt")
     places = [f"responses[{index}]" for index in range(len(responses))]
-    for place, text in zip(places, responses):
-        if not isinstance(text, str):
-            raise XdllmError(f"{place} is {type(text).__name__} {text!r}, not a string")
     scored = [{**example, "target_ids": response_ids(run, text, place)}
               for example, text, place in zip(examples, responses, places)]
     check_responses_fit(scored, places, predictor)
     return scored
+
+
+def _strings(values: Iterable[str], name: str) -> list[str]:
+    """``values`` (a list, a tuple, a generator, a pandas column) as a list of strings; a bare
+    string (a sequence of characters) or an item that is not a string is refused by ``name``."""
+    if isinstance(values, str):
+        raise XdllmError(f"{name} is one string ({values[:40]!r}); give a list of {name}, e.g. [{values[:40]!r}]")
+    values = list(values)
+    for index, text in enumerate(values):
+        if not isinstance(text, str):
+            raise XdllmError(f"{name}[{index}] is {type(text).__name__} {text!r}, not a string")
+    return values
