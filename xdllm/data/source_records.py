@@ -92,9 +92,8 @@ def split_documents(lines: Sequence[tuple[int, str]], documents: str = "line") -
     if not filled:
         return [], len(lines)
     if documents == "file":
-        first, last = filled[0], filled[-1]
-        return [(lines[first][0], "\n".join(line for _, line in lines[first:last + 1]))], len(lines) - len(
-            lines[first:last + 1])
+        whole = lines[filled[0]:filled[-1] + 1]  # blank lines inside are the document's
+        return [(whole[0][0], "\n".join(line for _, line in whole))], len(lines) - len(whole)
     found: list[tuple[int, str]] = []
     paragraph: list[tuple[int, str]] = []
     for number, line in [*lines, (0, "")]:  # a blank line after the last ends its paragraph

@@ -34,26 +34,25 @@ class TextFileTask:
         if max_tokens < 1:
             raise ValueError(f"TextFileTask.max_tokens must be >= 1, got {max_tokens}")
         if documents not in DOCUMENTS:
-            raise ValueError(f"text_file task: documents must be one of {', '.join(DOCUMENTS)}, got {documents!r}")
-        self.documents_are = documents
+            raise ValueError(f"documents must be one of {', '.join(DOCUMENTS)}, got {documents!r}")
         self.path = Path(path).expanduser()
         if self.path.is_dir():
-            raise FileNotFoundError(f"text_file task: {self.path} is a folder, not a text file")
+            raise FileNotFoundError(f"{self.path} is a folder, not a text file")
         if not self.path.is_file():
-            raise FileNotFoundError(f"text_file task: no such file {self.path}")
+            raise FileNotFoundError(f"no such file {self.path}")
         self.max_tokens = max_tokens
-        self.documents = self._read_documents(tokenizer)
+        self.documents = self._read_documents(tokenizer, documents)
         if not self.documents:
-            raise ValueError(f"text_file task: {self.path} has no non-empty line")
+            raise ValueError(f"{self.path} has no non-empty line")
 
-    def _read_documents(self, tokenizer: Tokenizer) -> list[tuple[int, ...]]:
+    def _read_documents(self, tokenizer: Tokenizer, unit: str) -> list[tuple[int, ...]]:
         documents = []
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError as error:
-            raise ValueError(f"text_file task: {self.path} is not UTF-8 text ({error})") from error
+            raise ValueError(f"{self.path} is not UTF-8 text ({error})") from error
         unknown, unknown_count, first_unknown_line = getattr(tokenizer, "unk_token_id", None), 0, None
-        for number, text in split_documents(list(enumerate(lines, start=1)), self.documents_are)[0]:
+        for number, text in split_documents(list(enumerate(lines, start=1)), unit)[0]:
             ids = tokenizer.encode(text)
             if unknown is not None and unknown in ids:
                 unknown_count += ids.count(unknown)

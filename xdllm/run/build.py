@@ -145,9 +145,7 @@ def build_components(config: DictConfig, tokenizer: Tokenizer | None = None) -> 
     except MissingMandatoryValue as error:
         raise XdllmError(f"task {config.task.name} needs a value for {error.full_key}") from error
     except (ValueError, FileNotFoundError, KeyError, TypeError) as error:
-        said = str(error)  # named once: a task's own message may start with its name
-        raise XdllmError(said if said.startswith(f"{config.task.name} task:") else f"task {config.task.name}: {said}"
-                         ) from error
+        raise XdllmError(f"task {config.task.name}: {error}") from error
     fill_derived(config, tokenizer, task)
     check_components(config)
     collators = {
