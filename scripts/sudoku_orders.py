@@ -7,6 +7,7 @@ rule-valid grids and forward passes per puzzle. The last line is one JSON object
 
     python scripts/sudoku_orders.py --ckpt runs/sudoku_mlm
     python scripts/sudoku_orders.py --ckpt runs/sudoku_mlm --num-samples 128 --settings random margin
+    python scripts/sudoku_orders.py --ckpt runs/sudoku_mlm --with predictor.max_steps=9 predictor.remask=true
 
 Predictions are not written (``xdllm generate`` with the same ``predictor.*`` overrides does
 that, with history); every setting uses the same puzzles and the same seed.
@@ -30,7 +31,8 @@ SETTINGS = {
     "margin>=0.8": ["predictor.confidence=prob_diff", "predictor.threshold=0.8"],
     "entropy>=-0.3": ["predictor.confidence=entropy", "predictor.threshold=-0.3"],
 }
-"""Setting name -> predictor overrides. Without a threshold one cell is committed per step."""
+"""Setting name -> predictor overrides. Without a threshold one cell is committed per step (unless
+``--with`` gives ``predictor.max_steps``)."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -41,6 +43,9 @@ def parse_args() -> argparse.Namespace:
                         help="puzzles to solve (default: the run's data.num_test_samples)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--with", dest="extra", nargs="+", default=[], metavar="OVERRIDE",
+                        help="generate overrides added to every setting (e.g. predictor.max_steps=9 "
+                             "predictor.remask=true)")
     return parser.parse_args()
 
 
@@ -55,9 +60,10 @@ def main() -> None:
     rows = []
     print(f"{'setting':<16} {'solved':>7} {'blank acc':>9} {'valid':>6} {'passes':>7} {'tok/s':>8}")
     for name in args.settings:
-        options = compose_config("generate", [*common, *SETTINGS[name]])
+        overrides = [*SETTINGS[name], *args.extra]
+        options = compose_config("generate", [*common, *overrides])
         result = generate(run, options, write_outputs=False)
-        row = {"setting": name, "overrides": SETTINGS[name], "num_samples": result["num_samples"],
+        row = {"setting": name, "overrides": overrides, "num_samples": result["num_samples"],
                "solved": result["solved"], "blank_accuracy": result["blank_accuracy"],
                "rule_valid": result["rule_valid"], "forward_passes": result["mean_steps"],
                "tokens_per_second": result["tokens_per_second"]}

@@ -44,6 +44,7 @@ from xdllm.predict.blocks import whole_blocks
 from xdllm.predict.canvas import continuation_canvas
 from xdllm.predict.engine import UnmaskingPredictor
 from xdllm.predict.inputs import predictor_inputs, sample_indices
+from xdllm.predict.remasking import remask_lowest
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
 from xdllm.predict.unmask_count import scheduled_count
@@ -60,7 +61,7 @@ class BD3LMPredictor(UnmaskingPredictor):
         use_cache: keep the clean prefix in a KV cache (False: recompute it every step).
         stop_at_eos: a row stops once its first EOS is settled.
         tokenizer, model, noise_schedule, top_k, top_p, confidence, threshold, temperature,
-        skip_special_tokens, seed: as for :class:`~xdllm.predict.UnmaskingPredictor`, applied
+        skip_special_tokens, remask, seed: as for :class:`~xdllm.predict.UnmaskingPredictor`, applied
         inside each block.
     """
 
@@ -69,7 +70,7 @@ class BD3LMPredictor(UnmaskingPredictor):
                  model: nn.Module | None = None, noise_schedule: str | NoiseSchedule | None = None,
                  top_k: int | None = None, top_p: float | None = None, confidence: str | None = "top_prob",
                  threshold: float | None = None, temperature: float = 0.0, skip_special_tokens: bool = True,
-                 seed: int = 0) -> None:
+                 remask: bool = False, seed: int = 0) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"BD3LMPredictor: max_new_tokens must be >= 1, got {max_new_tokens}")
         if block_size < 1:
@@ -83,7 +84,8 @@ class BD3LMPredictor(UnmaskingPredictor):
         super().__init__(max_steps=steps_per_block, max_new_tokens=max_new_tokens, tokenizer=tokenizer,
                          model=model, noise_schedule=noise_schedule, top_k=top_k, top_p=top_p,
                          confidence=confidence, threshold=threshold, skip_special_tokens=skip_special_tokens,
-                         temperature=temperature, block_size=block_size, stop_at_eos=stop_at_eos, seed=seed)
+                         temperature=temperature, block_size=block_size, stop_at_eos=stop_at_eos, remask=remask,
+                         seed=seed)
         self.steps_per_block = steps_per_block
         self.use_cache = use_cache
 
@@ -135,6 +137,7 @@ class BD3LMPredictor(UnmaskingPredictor):
             block_positions = positions[alive].gather(1, columns)
             end = last_start + high  # past every row's block: later columns are hidden from it
             unfinished = torch.ones(alive.shape, dtype=torch.bool, device=device)
+            written_scores = torch.zeros(block_ids.shape, device=device)  # for remasking
             for step in range(self.steps_per_block):
                 taking_part = unfinished.nonzero().flatten()  # the step's one host sync
                 if taking_part.numel() == 0:
@@ -150,7 +153,13 @@ class BD3LMPredictor(UnmaskingPredictor):
                 masked = old == tok.mask_token_id
                 count = self._count(masked, step)
                 committed = self._select(scores, masked, count)
-                new = torch.where(committed, tokens, old)
+                if self.remask:
+                    remasked = remask_lowest(old, tokens, scores, written_scores[taking_part], masked, committed,
+                                             torch.ones_like(masked), tok.mask_token_id)
+                    new, committed = remasked.window, remasked.committed
+                    written_scores = written_scores.index_copy(0, taking_part, remasked.written_scores)
+                else:
+                    new = torch.where(committed, tokens, old)
                 if self.stop_at_eos:
                     new, padded = fill_after_eos(new, torch.ones_like(masked), tok.eos_token_id,
                                                  tok.mask_token_id, tok.pad_token_id)

@@ -34,7 +34,7 @@ class MDLMPredictor(UnmaskingPredictor):
     """The engine's options (see :class:`~xdllm.predict.engine.UnmaskingPredictor`) plus
     ``sampler``: ``"confidence"`` or ``"ancestral"`` (see the module docstring). Ancestral
     sampling orders positions by their drawn reveal step, so ``confidence`` and ``threshold``
-    must be left unset; ``noise_schedule`` defaults to ``log_linear`` and ``temperature`` to 1.
+    must be left unset and ``remask`` false; ``noise_schedule`` defaults to ``log_linear`` and ``temperature`` to 1.
     """
 
     def __init__(self, *args: Any, sampler: str = "confidence", **kwargs: Any) -> None:
@@ -45,6 +45,9 @@ class MDLMPredictor(UnmaskingPredictor):
                 if kwargs.get(option) is not None:
                     raise ValueError(f"MDLMPredictor: sampler='ancestral' reveals positions at their "
                                      f"drawn step; {option}={kwargs[option]!r} does not apply (set it to null)")
+            if kwargs.get("remask"):
+                raise ValueError("MDLMPredictor: sampler='ancestral' never takes a revealed token back; "
+                                 "remask=true needs sampler='confidence'")
             kwargs.setdefault("temperature", 1.0)
             if kwargs.get("noise_schedule") is None:
                 kwargs["noise_schedule"] = "log_linear"

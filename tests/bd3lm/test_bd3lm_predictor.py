@@ -31,6 +31,8 @@ OPTION_SETS = [
     {"block_size": 4, "threshold": 0.3, "stop_at_eos": True},
     {"block_size": 5, "confidence": None, "temperature": 1.0, "top_k": 5},
     {"block_size": 16, "noise_schedule": "cosine", "temperature": 0.7, "top_p": 0.9, "stop_at_eos": True},
+    {"block_size": 4, "remask": True},
+    {"block_size": 8, "steps_per_block": 4, "threshold": 0.2, "remask": True, "stop_at_eos": True},
 ]
 
 
@@ -121,6 +123,26 @@ def test_the_history_recorder_sees_every_step_of_every_block(tokenizer):
         assert not state.committed[:, outside].any() and not state.topk_probs[:, outside].any()
         assert (state.topk_probs[:, ~outside].sum(-1) > 0).all() and state.active.all()
     assert torch.equal(recorder.steps[-1].canvas, prediction["ids"])
+
+
+def test_remasking_takes_tokens_back_inside_the_block_and_keeps_its_schedule(tokenizer):
+    model = _eos_prone(tokenizer)
+    batch = prompt_batch(tokenizer, PROMPTS)
+    plain, remasking = _Recorder(), _Recorder()
+    options = dict(max_new_tokens=12, block_size=6, steps_per_block=4, tokenizer=tokenizer, stop_at_eos=False)
+    BD3LMPredictor(**options).predict(batch, model, plain)
+    prediction = BD3LMPredictor(remask=True, **options).predict(batch, model, remasking)
+    masks = [[int((state.canvas == tokenizer.mask_token_id).sum()) for state in recorder.steps]
+             for recorder in (plain, remasking)]
+    assert masks[0] == masks[1]
+    before = torch.stack([state.canvas for state in remasking.steps[:-1]])
+    after = torch.stack([state.canvas for state in remasking.steps[1:]])
+    taken_back = (before != tokenizer.mask_token_id) & (after == tokenizer.mask_token_id)
+    assert taken_back.any()
+    steps, rows, columns = taken_back.nonzero(as_tuple=True)
+    block = (columns - remasking.steps[0].output_start[rows]) // 6
+    assert torch.equal(block, (steps + 1) // 4)  # only inside the block being denoised
+    assert not (prediction["ids"] == tokenizer.mask_token_id).any()
 
 
 def test_the_prompt_and_each_finished_block_are_encoded_once(tokenizer):

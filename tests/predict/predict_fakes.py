@@ -110,3 +110,37 @@ def prompt_batch(prompts: list[list[int]], side: str = "left", **extra) -> dict:
         ids[i, cols] = torch.tensor(r)
         mask[i, cols] = True
     return {"input_ids": ids, "attention_mask": mask, **extra}
+
+
+class BagOfTokensModel(nn.Module):
+    """Logits of a position: ``table[position]`` plus the sum of ``embedding[token]`` over the
+    row's real tokens (masks included), so a position's distribution changes as the canvas does,
+    yet not with the row's padding, its place in the batch or its neighbours."""
+
+    def __init__(self, seed: int = 0, length: int = 40, scale: float = 3.0) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.register_buffer("table", torch.randn(length, VOCAB, generator=generator) * scale)
+        self.register_buffer("embedding", torch.randn(VOCAB, VOCAB, generator=generator) * scale / 2)
+
+    def forward(self, x_t, attention_mask=None, positions=None):
+        bag = (self.embedding[x_t] * attention_mask[..., None]).sum(1, keepdim=True)
+        return self.table[positions] + bag
+
+
+class SecondThoughtsModel(nn.Module):
+    """Output columns 2, 3, 4 after the prompt ``[bos, a]``. Alone, column 2 is surest ('a', 0.9);
+    once column 2 is written, columns 3 and 4 become surer still (0.95, 0.92); and with 3 and 4
+    written, column 2 is 'b' (0.99)."""
+
+    def forward(self, x_t, attention_mask=None, positions=None):
+        written = x_t != MASK
+        rows = []
+        for row in written:
+            column_2 = ({letter("b"): 0.99, letter("a"): 0.01} if row[3] and row[4]
+                        else {letter("a"): 0.9, letter("b"): 0.1})
+            column_3 = {letter("c"): 0.95, letter("d"): 0.05} if row[2] else {letter("c"): 0.8, letter("d"): 0.2}
+            column_4 = {letter("e"): 0.92, letter("f"): 0.08} if row[2] else {letter("e"): 0.5, letter("f"): 0.5}
+            rows.append(torch.stack([logits_from_probs({letter("a"): 1.0})] * 2
+                                    + [logits_from_probs(d) for d in (column_2, column_3, column_4)]))
+        return torch.stack(rows)

@@ -61,13 +61,26 @@ def test_a_revision_that_fixes_an_error_is_counted():
     assert counts["fixed"] == 1 and counts["broken"] == 1 and counts["fixed_share"] == 0.5
 
 
+def test_a_token_taken_back_and_rewritten_is_a_revision():
+    # remasking: the first step writes a; the second takes it back (masks it) and writes c, e; the
+    # third writes b where a was (fixed) and takes e back; the last writes e again (not a revision)
+    a, b, c, e = 4, 5, 6, 8
+    sample = _history([[a, MASK, MASK], [MASK, c, e], [b, c, MASK], [b, c, e]],
+                      [[True, False, False], [False, True, True], [True, False, False], [False, False, True]],
+                      [b, c, e])
+    counts = count_revisions([sample]).summary()
+    assert counts["taken_back"] == 2
+    assert counts["revisions"] == 1 and counts["revised_positions"] == 1
+    assert counts["fixed"] == 1 and counts["broken"] == 0
+
+
 def test_masked_diffusion_never_revises():
     # tokens appear once, at their commit; padding after a settled EOS is not a revision
     a, b = 4, 5
     sample = _history([[a, MASK, MASK], [a, EOS, b], [a, EOS, PAD]],
                       [[True, False, False], [False, True, True], [False, False, False]], [a, EOS])
     counts = count_revisions([sample]).summary()
-    assert counts["revisions"] == 0 and counts["fixed"] == 0
+    assert counts["revisions"] == 0 and counts["fixed"] == 0 and counts["taken_back"] == 0
     assert not bool(sample.rewritten.any())
 
 

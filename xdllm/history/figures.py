@@ -8,7 +8,8 @@ the token on the canvas after that step:
   0-1 scale (colour bar), so colours compare across samples and runs;
 - committed at an earlier step: white; masked: dark grey, no text; prompt and other given
   tokens (never committed): light blue; changed at that step without a commit (a predictor
-  that revises its canvas): orange;
+  that revises its canvas): orange; taken back at that step (masked again by a remasking
+  predictor): purple, no text;
 - differing from the target (where the file has one): a red frame at the commit, red text on
   the later rows.
 
@@ -47,6 +48,7 @@ GIVEN_COLOR = "#cfe0f3"
 NOT_YET_COLOR = "#ececec"
 UNKNOWN_CONFIDENCE_COLOR = "#b0b0b0"
 CHANGED_COLOR = "#f5a442"
+TAKEN_BACK_COLOR = "#9b59b6"
 WRONG_COLOR = "#d62728"
 PROMPT_COLUMNS = 12
 CELL_INCHES = (0.46, 0.28)
@@ -195,6 +197,8 @@ class DenoisingFigure:
         ]
         if bool(sample.rewritten.any()):
             legend.append(Patch(facecolor=CHANGED_COLOR, label="changed at this step, not committed"))
+        if bool(sample.taken_back.any()):
+            legend.append(Patch(facecolor=TAKEN_BACK_COLOR, label="taken back (masked again) at this step"))
         self.figure.legend(handles=legend, loc="outside lower center", ncols=3,
                            fontsize=FONT_SIZE + 1, frameon=False)
 
@@ -243,6 +247,7 @@ def _cell_colors(sample: SampleHistory, prompt_shown: int) -> np.ndarray:
     output[:, never_committed] = to_rgba(GIVEN_COLOR)
     output[sample.masked.numpy()] = to_rgba(MASKED_COLOR)
     output[sample.rewritten.numpy()] = to_rgba(CHANGED_COLOR)
+    output[sample.taken_back.numpy()] = to_rgba(TAKEN_BACK_COLOR)
     committed = sample.committed.numpy()
     # the file keeps the confidence of each position's last commit only
     last_commit = committed & (sample.commit_step[None, :] == sample.steps[:, None]).numpy()

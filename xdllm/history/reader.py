@@ -117,6 +117,15 @@ class SampleHistory:
         return written if self.pad_token_id is None else written & (self.canvas != self.pad_token_id)
 
     @property
+    def taken_back(self) -> Bool[Tensor, "steps region"]:
+        """Positions masked again at the step after holding a token: what a remasking predictor
+        (``remask=true``) does to the tokens it trusts least. Never set otherwise."""
+        if self.mask_token_id is None:
+            return torch.zeros_like(self.committed)
+        before = torch.cat([self.initial_canvas[None], self.canvas[:-1]])
+        return (self.canvas == self.mask_token_id) & (before != self.mask_token_id)
+
+    @property
     def tokens_changed(self) -> Integer[Tensor, " steps"]:
         """Number of region positions whose token changed at each step."""
         return self.changed.sum(dim=1)

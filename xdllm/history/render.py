@@ -3,7 +3,8 @@
 It decides what a reader sees at each step: the canvas (masked, given, committed earlier,
 committed at this step, or changed at this step without a commit, as a predictor that revises
 its canvas writes; and whether a token differs from the target), and the top-k alternatives of
-the positions committed or changed at the step and of the positions still masked after it.
+the positions committed, changed or taken back (masked again, by a remasking predictor) at the
+step and of the positions still masked after it.
 Positions are counted from the sample's output start (0 = first output token). The front ends
 only format it.
 """
@@ -14,6 +15,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
+
+import torch
 
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
@@ -34,16 +37,16 @@ class Cell:
 
 @dataclass(frozen=True)
 class PositionView:
-    """The top-k of one position at a step: committed or changed at the step, or still masked
-    after it.
+    """The top-k of one position at a step: committed, changed or taken back at the step, or
+    still masked after it.
 
-    ``token`` is the token written ('' while masked); ``confidence`` the predictor's score at
-    the commit (NaN while masked, when only changed, or when a later re-commit replaced it in
-    the file).
+    ``token`` is the token written (for a position taken back: the token it held; '' while
+    masked); ``confidence`` the predictor's score at the commit (NaN while masked, when only
+    changed or taken back, or when a later re-commit replaced it in the file).
     """
 
     position: int
-    state: Literal["committed", "changed", "masked"]
+    state: Literal["committed", "changed", "taken_back", "masked"]
     token: str
     confidence: float
     wrong: bool
@@ -56,7 +59,8 @@ class StepView:
     then up to the cap of masked ones, in position order), ``hidden_masked`` masked positions
     left out by the cap and ``unscored_masked`` masked positions the step did not score (the
     later blocks of a block-wise predictor: no top-k to show). ``changed`` counts tokens changed
-    without a commit; ``wrong`` counts wrong tokens on the canvas (None without a target)."""
+    without a commit, ``taken_back`` tokens masked again (they count as masked too); ``wrong``
+    counts wrong tokens on the canvas (None without a target)."""
 
     step: int
     row: int
@@ -69,6 +73,7 @@ class StepView:
     positions: list[PositionView]
     hidden_masked: int
     unscored_masked: int
+    taken_back: int = 0
 
 
 VISIBLE_WHITESPACE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
@@ -132,6 +137,8 @@ def step_views(
     masked = sample.masked.tolist()
     committed = sample.committed.tolist()
     rewritten = sample.rewritten.tolist()
+    taken_back = sample.taken_back.tolist()
+    before = torch.cat([sample.initial_canvas[None], sample.canvas[:-1]]).tolist()
     wrong_grid = sample.wrong
     wrong = wrong_grid.tolist() if wrong_grid is not None else [[False] * len(row) for row in canvas]
     top_ids = sample.topk_ids[..., :k].tolist()
@@ -146,21 +153,24 @@ def step_views(
             for j, token in enumerate(canvas[s])
         ]
         still_masked = [j for j, cell in enumerate(cells) if cell.state == "masked"]
+        taken = [j for j in still_masked if taken_back[s][j]]
         # a block-wise predictor scores only its current block: later blocks have no top-k yet
-        scored_masked = [j for j in still_masked if any(p > 0 for p in top_probs[s][j])]
+        scored_masked = [j for j in still_masked if any(p > 0 for p in top_probs[s][j]) and not taken_back[s][j]]
         shown_masked = scored_masked if masked_positions is None else scored_masked[:masked_positions]
         listed = sorted([j for j, cell in enumerate(cells) if cell.state in ("committed", "changed")]
-                        + shown_masked)
+                        + taken + shown_masked)
         positions = [
             PositionView(
                 position=j,
-                state=cells[j].state,
-                token="" if cells[j].state == "masked" else cells[j].text,
+                state="taken_back" if taken_back[s][j] else cells[j].state,
+                token=text(before[s][j]) if taken_back[s][j] else "" if cells[j].state == "masked" else cells[j].text,
                 # the file keeps the confidence of each position's last commit only
                 confidence=confidence[j] if cells[j].state == "committed" and commit_step[j] == step
                 else math.nan,
                 wrong=cells[j].wrong,
-                alternatives=[(text(t), p) for t, p in zip(top_ids[s][j], top_probs[s][j])],
+                # a position taken back was not masked in this step's input: its top-k there is
+                # not what the model predicts for a mask, nor what the predictor used
+                alternatives=[] if taken_back[s][j] else [(text(t), p) for t, p in zip(top_ids[s][j], top_probs[s][j])],
             )
             for j in listed
         ]
@@ -171,6 +181,6 @@ def step_views(
             masks_remaining=len(still_masked),
             wrong=None if wrong_grid is None else sum(cell.wrong for cell in cells),
             cells=cells, positions=positions, hidden_masked=len(scored_masked) - len(shown_masked),
-            unscored_masked=len(still_masked) - len(scored_masked),
+            unscored_masked=len(still_masked) - len(taken) - len(scored_masked), taken_back=len(taken),
         ))
     return views

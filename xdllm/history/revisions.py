@@ -1,11 +1,13 @@
 """How often a revised token fixed an error, read from denoising-history files.
 
-A *revision* is a step that replaces a token already on the canvas (not a mask) by another
-token (not padding): what a uniform-noise predictor does when it re-predicts a block, and what
-masked diffusion never does (a token appears once, at its commit). A position is *revised*
+A *revision* is a step that writes a token (not a mask, not padding) where another token was
+written before: what a uniform-noise predictor does when it re-predicts a block, and what a
+remasking predictor does when it rewrites a position it had *taken back* (masked again); plain
+masked diffusion never does it (a token appears once, at its commit). A position is *revised*
 when it had at least one revision; against the sample's target (through its first EOS), a
 revised position is *fixed* when its first written token was wrong and its final one right,
-*broken* when the first was right and the final wrong.
+*broken* when the first was right and the final wrong. ``taken_back`` counts the steps that
+masked a written token again.
 
 ``xdllm history revisions PATH...`` prints the totals as JSON (:mod:`xdllm.cli.history`).
 """
@@ -26,6 +28,7 @@ class RevisionCounts:
 
     samples: int = 0
     denoising_steps: int = 0
+    taken_back: int = 0
     revisions: int = 0
     revised_positions: int = 0
     scored_revised_positions: int = 0
@@ -38,11 +41,16 @@ class RevisionCounts:
         if sample.num_steps == 0:
             return
         canvas = sample.canvas
-        before = torch.cat([sample.initial_canvas[None], canvas[:-1]])
-        revision = canvas != before
+        every = torch.cat([sample.initial_canvas[None], canvas])
+        is_token = torch.ones_like(every, dtype=torch.bool)
         for special in (sample.mask_token_id, sample.pad_token_id):
             if special is not None:
-                revision &= (before != special) & (canvas != special)
+                is_token &= every != special
+        order = torch.arange(every.shape[0])[:, None]
+        last_token_at = torch.where(is_token, order, -1).cummax(0).values[:-1]  # before each step
+        last_token = every.gather(0, last_token_at.clamp(min=0))
+        revision = is_token[1:] & (last_token_at >= 0) & (canvas != last_token)
+        self.taken_back += int(sample.taken_back.sum())
         revised = revision.any(0)
         self.revisions += int(revision.sum())
         self.revised_positions += int(revised.sum())

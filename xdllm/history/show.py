@@ -4,7 +4,8 @@ A header (prompt, target, output, steps), then per step in ascending order: the 
 masks as ``_``, the tokens committed at that step highlighted (ANSI bold green with colour,
 ``*token*`` without), tokens changed without a commit (a predictor revising its canvas) in
 yellow or ``~token~``, and wrong tokens (against the target) followed by ``✗``; then one line per
-committed, changed or still-masked position (capped) with its top-k alternatives. Positions count from
+committed, changed, taken-back (masked again by a remasking predictor: ``_ taken back (was
+token)``) or still-masked position (capped) with its top-k alternatives. Positions count from
 the output start (0 = first output token).
 """
 
@@ -80,6 +81,7 @@ def _header(sample: SampleHistory, name: Callable[[int], str]) -> list[str]:
 def _step_lines(view: StepView, color: bool) -> list[str]:
     wrong = "" if view.wrong is None else f", {view.wrong} wrong"
     changed = f", {view.changed} changed" if view.changed else ""
+    changed += f", {view.taken_back} taken back" if view.taken_back else ""
     lines = [
         "",
         f"step {view.step} ({view.row + 1} of {view.num_steps}): {view.committed} committed{changed}, "
@@ -93,11 +95,13 @@ def _step_lines(view: StepView, color: bool) -> list[str]:
             what = "_ masked"
         elif position.state == "changed":
             what = f"{position.token}{WRONG_MARK if position.wrong else ''} changed"
+        elif position.state == "taken_back":
+            what = f"_ taken back (was {position.token})"
         else:
             confidence = "n/a" if math.isnan(position.confidence) else f"{position.confidence:.3f}"
             mark = WRONG_MARK if position.wrong else ""
             what = f"{position.token}{mark} committed, conf {confidence}"
-        lines.append(f"  {position.position:>{width}} {what}: {alternatives}")
+        lines.append(f"  {position.position:>{width}} {what}" + (f": {alternatives}" if alternatives else ""))
     if view.hidden_masked:
         lines.append(f"  ... {view.hidden_masked} more masked positions (--positions to show more)")
     if view.unscored_masked:

@@ -9,8 +9,8 @@ share a card. Per sample:
 - ``steps_SSS-EEE`` (Text, one card per group of steps, ascending; one entry each, so
   TensorBoard's newest-first order within a card never applies): per step the canvas (masks
   ``_``, tokens committed at the step in bold, tokens changed without a commit in italics,
-  wrong tokens followed by ``✗``) and a table with a column per position committed or changed
-  at the step or still masked (capped): the token, its confidence, and the top-k
+  wrong tokens followed by ``✗``) and a table with a column per position committed, changed or
+  taken back (``_ (was token)``) at the step or still masked (capped): the token, its confidence, and the top-k
   alternatives. Positions count from the output start;
 - ``denoising`` (Images, one per step): the step x position picture of
   :mod:`xdllm.history.figures` showing the steps up to the image's step, so the step slider
@@ -259,6 +259,7 @@ def step_markdown(view: StepView) -> str:
     line of a single cell (rows of TensorBoard's tables are tall)."""
     wrong = "" if view.wrong is None else f" · {view.wrong} wrong"
     changed = f" · {view.changed} changed" if view.changed else ""
+    changed += f" · {view.taken_back} taken back" if view.taken_back else ""
     lines = [
         f"**step {view.step}** ({view.row + 1} of {view.num_steps}) · {view.committed} committed{changed} · "
         f"{view.masks_remaining} masked{wrong}<br>" + " ".join(cell_markdown(cell) for cell in view.cells),
@@ -289,6 +290,8 @@ def step_markdown(view: StepView) -> str:
 def _token_markdown(position: PositionView) -> str:
     if position.state == "masked":
         return "\\_"
+    if position.state == "taken_back":
+        return f"\\_ (was {escape_markdown(position.token)})"
     mark = WRONG_MARK if position.wrong else ""
     if position.state == "changed":
         return f"*{escape_markdown(position.token)}*{mark}"

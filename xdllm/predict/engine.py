@@ -29,6 +29,7 @@ from xdllm.predict import blocks, streams
 from xdllm.predict.canvas import Canvas, continuation_canvas, infill_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
 from xdllm.predict.inputs import check_prompt_batch, sample_indices
+from xdllm.predict.remasking import remask_lowest
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
@@ -71,13 +72,15 @@ class _StepOutcome:
     probs: Tensor
     committed: Tensor
     scores: Tensor
+    written_scores: Tensor
 
 
 @dataclass
 class _Rows:
     """Per-row decoding state: the canvas, its fixed layout (``generated``: the region offsets
-    that held a mask at the start, the only ones a step may write), and the block bookkeeping
-    (``block``: current block, -1 before the first step; ``block_entry``: the step it began)."""
+    that held a mask at the start, the only ones a step may write), the block bookkeeping
+    (``block``: current block, -1 before the first step; ``block_entry``: the step it began) and
+    the score each written token had when it was written (``written_scores``, for remasking)."""
 
     ids: Tensor
     attention_mask: Tensor
@@ -89,6 +92,7 @@ class _Rows:
     n_blocks: Tensor
     block: Tensor
     block_entry: Tensor
+    written_scores: Tensor
 
     def select(self, rows: Tensor) -> _Rows:
         return _Rows(**{f.name: getattr(self, f.name).index_select(0, rows)
@@ -96,12 +100,13 @@ class _Rows:
 
     def updated(self, outcome: _StepOutcome) -> _Rows:
         return replace(self, ids=outcome.ids, block=outcome.block,
-                       block_entry=outcome.block_entry)
+                       block_entry=outcome.block_entry, written_scores=outcome.written_scores)
 
     def updated_rows(self, rows: Tensor, outcome: _StepOutcome) -> _Rows:
         return replace(self, ids=self.ids.index_copy(0, rows, outcome.ids),
                        block=self.block.index_copy(0, rows, outcome.block),
-                       block_entry=self.block_entry.index_copy(0, rows, outcome.block_entry))
+                       block_entry=self.block_entry.index_copy(0, rows, outcome.block_entry),
+                       written_scores=self.written_scores.index_copy(0, rows, outcome.written_scores))
 
 
 def _window_logits(model: nn.Module, rows: _Rows, shared_start: int | None) -> Float[Tensor, "rows region vocab"]:
@@ -136,6 +141,8 @@ class UnmaskingPredictor(nn.Module):
         temperature: 0 = argmax; > 0 samples from ``softmax(logits / temperature)``.
         block_size: decode the output region in blocks of this many positions, left to right.
         stop_at_eos: pad everything after a settled first EOS and let the row finish early.
+        remask: a step may mask again the block's earlier tokens that score below its new
+            candidates (Mask-Predict, :mod:`xdllm.predict.remasking`).
         seed: base of the per-sample random streams.
     """
 
@@ -145,7 +152,7 @@ class UnmaskingPredictor(nn.Module):
                  top_p: float | None = None, confidence: str | None = None,
                  threshold: float | None = None, skip_special_tokens: bool = True,
                  temperature: float = 0.0, block_size: int | None = None,
-                 stop_at_eos: bool = False, seed: int = 0) -> None:
+                 stop_at_eos: bool = False, remask: bool = False, seed: int = 0) -> None:
         super().__init__()
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
@@ -155,6 +162,8 @@ class UnmaskingPredictor(nn.Module):
             raise ValueError(f"block_size must be >= 1 or None, got {block_size}")
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
+        if not isinstance(remask, bool):
+            raise ValueError(f"remask must be true or false, got {remask!r}")
         check_sampling_options(temperature, top_k, top_p)
         check_confidence_options(confidence, threshold)
         self.max_steps = max_steps
@@ -171,6 +180,7 @@ class UnmaskingPredictor(nn.Module):
         self.temperature = temperature
         self.block_size = block_size
         self.stop_at_eos = stop_at_eos
+        self.remask = remask
         self.seed = seed
 
     def extra_repr(self) -> str:
@@ -258,7 +268,12 @@ class UnmaskingPredictor(nn.Module):
         count = scheduled_count(candidates.sum(1), deadline - step, deadline - entry,
                                 self.noise_schedule)
         committed = self._select(scores, candidates, count)
-        new_window = torch.where(committed, tokens, window_ids)
+        if self.remask:
+            remasked = remask_lowest(window_ids, tokens, scores, rows.written_scores, candidates,
+                                     committed, rows.generated & in_block, tok.mask_token_id)
+            new_window, committed, written_scores = remasked.window, remasked.committed, remasked.written_scores
+        else:
+            new_window, written_scores = torch.where(committed, tokens, window_ids), rows.written_scores
         if self.stop_at_eos:
             new_window, padded = fill_after_eos(new_window, rows.window_valid, tok.eos_token_id,
                                                 tok.mask_token_id, tok.pad_token_id, writable=rows.generated)
@@ -268,7 +283,7 @@ class UnmaskingPredictor(nn.Module):
                               window_ids, new_window),
             block=block, block_entry=entry,
             unfinished=((new_window == tok.mask_token_id) & rows.window_valid).any(1),
-            probs=probs, committed=committed, scores=scores)
+            probs=probs, committed=committed, scores=scores, written_scores=written_scores)
 
     # ------------------------------------------------------------------ the loop
 
@@ -295,7 +310,8 @@ class UnmaskingPredictor(nn.Module):
             window_valid=canvas.window_valid, generated=generated,
             keys=streams.row_keys(self.seed, sample_indices(type(self).__name__, batch, n_rows, device)),
             n_blocks=n_blocks, block=torch.full((n_rows,), -1, dtype=torch.long, device=device),
-            block_entry=torch.zeros(n_rows, dtype=torch.long, device=device))
+            block_entry=torch.zeros(n_rows, dtype=torch.long, device=device),
+            written_scores=torch.zeros(generated.shape, device=device))
         unfinished = generated.any(1)
         steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
         if history is not None:
