@@ -46,6 +46,7 @@ from xdllm.predict.inputs import (
     check_decoding_options,
     require_tokenizer,
 )
+from xdllm.predict.remasking import remask_lowest
 from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.unmask_count import scheduled_count, select_positions
@@ -70,6 +71,8 @@ class HybridPredictor:
         top_k, top_p: restrict the distribution before choosing and scoring.
         stop_at_eos: a row stops at its first settled EOS (the rest of its region is padding).
         skip_special_tokens: passed to ``tokenizer.decode`` for ``text``.
+        remask: a fill pass may mask again the block's earlier fill tokens that score below its
+            new candidates (Mask-Predict, :mod:`xdllm.predict.remasking`; the seed stays).
         seed: base of the per-sample random streams.
     """
 
@@ -77,11 +80,12 @@ class HybridPredictor:
                  model: nn.Module | None = None, confidence: str | None = "top_prob",
                  threshold: float | None = 0.9, steps_per_block: int | None = None, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, stop_at_eos: bool = True,
-                 skip_special_tokens: bool = True, seed: int = 0) -> None:
+                 skip_special_tokens: bool = True, remask: bool = False, seed: int = 0) -> None:
         where = type(self).__name__
         check_decoding_options(where, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature,
                                top_k=top_k, top_p=top_p,
-                               flags={"stop_at_eos": stop_at_eos, "skip_special_tokens": skip_special_tokens})
+                               flags={"stop_at_eos": stop_at_eos, "skip_special_tokens": skip_special_tokens,
+                                      "remask": remask})
         if block_size < 1:
             raise ValueError(f"{where}: block_size must be >= 1, got {block_size}")
         fill_steps = block_size - 1 if steps_per_block is None else steps_per_block
@@ -103,6 +107,7 @@ class HybridPredictor:
         self.top_p = top_p
         self.stop_at_eos = stop_at_eos
         self.skip_special_tokens = skip_special_tokens
+        self.remask = remask
         self.seed = seed
 
     def _tokenizer(self) -> Tokenizer:
@@ -173,6 +178,7 @@ class HybridPredictor:
             scores = torch.where(committed, probs.gather(1, seeds[:, None]), 0.0)
             record(block, ids, probs[:, None], committed | padded, scores, running)
             # 2. fill: the diffusion branch over the block, reading the cached prefix
+            written_scores = torch.zeros(block_ids.shape, device=device)  # for remasking
             for fill_pass in range(1, self.steps_per_block + 1):
                 masked = block_ids == tok.mask_token_id
                 active = masked.any(1)
@@ -180,7 +186,8 @@ class HybridPredictor:
                     break
                 logits = model(block_ids, positions=block_positions, mask_rule=BlockCausalMask(size),
                                kv_cache=cache, write_cache=False)
-                block_ids, probs, committed, scores = self._fill(logits, block_ids, masked, keys, block, fill_pass)
+                block_ids, probs, committed, scores, written_scores = self._fill(
+                    logits, block_ids, masked, written_scores, keys, block, fill_pass)
                 block_ids, padded = self._settle(block_ids, running)
                 ids = ids.scatter(1, columns, block_ids)
                 record(block, ids, probs, committed | (padded & masked), scores, active)
@@ -197,10 +204,12 @@ class HybridPredictor:
         return start.finish(ids, tally.steps_taken, self.skip_special_tokens, history)
 
     def _fill(self, logits: Float[Tensor, "batch block vocab"], block_ids: Integer[Tensor, "batch block"],
-              masked: Bool[Tensor, "batch block"], keys: Integer[Tensor, " batch"], block: int, fill_pass: int
-              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """One fill pass: the block with this pass's commits, the distribution, the commits and
-        the candidates' scores."""
+              masked: Bool[Tensor, "batch block"], written_scores: Float[Tensor, "batch block"],
+              keys: Integer[Tensor, " batch"], block: int, fill_pass: int
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """One fill pass: the block with this pass's commits (and, with ``remask``, the earlier
+        fill tokens it took back), the distribution, the commits, the candidates' scores and the
+        score of each token as written."""
         size = block_ids.shape[1]
         stream_step = self._stream_step(block, fill_pass)
         probs = self._distribution(logits)
@@ -212,4 +221,11 @@ class HybridPredictor:
         passes_left = torch.full_like(keys, self.steps_per_block - fill_pass + 1)
         count = scheduled_count(masked.sum(1), passes_left, torch.full_like(keys, self.steps_per_block), None)
         committed = select_positions(scores, masked, count, self.threshold)
-        return torch.where(committed, tokens, block_ids), probs, committed, torch.where(masked, scores, 0.0)
+        if self.remask:
+            fill_offsets = (torch.arange(size, device=masked.device) > 0)[None, :].expand_as(masked)  # the seed stays
+            remasked = remask_lowest(block_ids, tokens, scores, written_scores, masked, committed, fill_offsets,
+                                     self._tokenizer().mask_token_id)
+            return (remasked.window, probs, remasked.committed, torch.where(masked, scores, 0.0),
+                    remasked.written_scores)
+        return (torch.where(committed, tokens, block_ids), probs, committed, torch.where(masked, scores, 0.0),
+                written_scores)

@@ -176,3 +176,27 @@ def test_positions_beyond_the_model_are_refused(tokenizer):
 def test_bad_options_are_named(tokenizer, options, message):
     with pytest.raises(ValueError, match=message):
         HybridPredictor(max_new_tokens=8, tokenizer=tokenizer, **options)
+
+
+def test_remasking_takes_fill_tokens_back_keeps_the_schedule_and_never_the_seed(tiny_model, tokenizer):
+    batch = prompt_batch(tokenizer, PROMPTS, sample_index=list(range(5)))
+    options = dict(max_new_tokens=12, block_size=6, steps_per_block=4, threshold=None, tokenizer=tokenizer,
+                   stop_at_eos=False)
+    plain, remasking = RecordingHistory(k=1), RecordingHistory(k=1)
+    HybridPredictor(**options).predict(batch, model=tiny_model, history=plain)
+    prediction = HybridPredictor(remask=True, **options).predict(batch, model=tiny_model, history=remasking)
+    mask = tokenizer.mask_token_id
+    assert [int((s.canvas == mask).sum()) for s in plain.steps] == [int((s.canvas == mask).sum())
+                                                                     for s in remasking.steps]
+    before = torch.stack([s.canvas for s in remasking.steps[:-1]])
+    after = torch.stack([s.canvas for s in remasking.steps[1:]])
+    steps, rows, columns = ((before != mask) & (after == mask)).nonzero(as_tuple=True)
+    assert steps.numel() > 0
+    offsets = columns - prediction["output_start_idx"][rows]
+    assert (offsets % 6 != 0).all()  # a block's seed, from the causal branch, is never taken back
+    assert not (prediction["ids"] == mask).any()
+    width = batch["input_ids"].shape[1]
+    roll = (torch.arange(width)[None] + (width - batch["attention_mask"].sum(1))[:, None]) % width
+    right = {**batch, "input_ids": batch["input_ids"].gather(1, roll),
+             "attention_mask": batch["attention_mask"].gather(1, roll)}
+    assert HybridPredictor(remask=True, **options).predict(right, model=tiny_model)["text"] == prediction["text"]

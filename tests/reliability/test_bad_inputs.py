@@ -85,6 +85,7 @@ GENERATE = [
                                      "the predictor generates (predictor.max_new_tokens=5): give "
                                      "predictor.max_new_tokens=7 or more"),
     ("predictor.temperature=-1", "temperature"),
+    ("predictor.remask=yes", "predictor.remask='yes' is not allowed: predictor.remask must be true or false"),
     ("data_path=", "data_path= is empty: give the folder or file the run's data is in now"),
     ("data_path=123", "data_path=123 is not allowed: data_path must be a string (or null); Hydra read the value as "
                       "a number: for a string, quote it as typed, e.g. data_path='123'"),
