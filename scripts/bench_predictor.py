@@ -7,6 +7,7 @@ engine's own overhead; target < 10% at batch 64 on CPU).
 
     python scripts/bench_predictor.py --ckpt runs/quick            # a trained run
     python scripts/bench_predictor.py --random-model               # no checkpoint needed
+    python scripts/bench_predictor.py --random-model --remask      # the same, remasking (Mask-Predict)
 
 The last line printed is one JSON object with every row of the table.
 """
@@ -84,11 +85,11 @@ class ModeResult:
 
 def bench_mode(model: nn.Module, tokenizer: Tokenizer, batches: list[Mapping[str, Any]],
                max_new_tokens: int, max_steps: int, confidence: str | None,
-               threshold: float | None, repeats: int) -> ModeResult:
+               threshold: float | None, repeats: int, remask: bool = False) -> ModeResult:
     """Run one predictor setting over ``batches``; timings from the fastest of ``repeats``."""
     predictor = UnmaskingPredictor(max_steps=max_steps, max_new_tokens=max_new_tokens,
                                    tokenizer=tokenizer, confidence=confidence,
-                                   threshold=threshold)
+                                   threshold=threshold, remask=remask)
     predictor.predict(batches[0], model=model)  # warm-up, not timed
     best_total, best_model = float("inf"), 0.0
     for _ in range(repeats):
@@ -118,14 +119,14 @@ def bench_mode(model: nn.Module, tokenizer: Tokenizer, batches: list[Mapping[str
 
 
 def bench(model: nn.Module, tokenizer: Tokenizer, batches: list[Mapping[str, Any]],
-          max_new_tokens: int, max_steps: int, repeats: int = 3) -> list[ModeResult]:
+          max_new_tokens: int, max_steps: int, repeats: int = 3, remask: bool = False) -> list[ModeResult]:
     """Every confidence mode, without and with its threshold (random order: without only)."""
     results = []
     for confidence in ("top_prob", "prob_diff", "entropy", None):
         thresholds = [None] if confidence is None else [None, THRESHOLDS[confidence]]
         for threshold in thresholds:
             results.append(bench_mode(model, tokenizer, batches, max_new_tokens, max_steps,
-                                      confidence, threshold, repeats))
+                                      confidence, threshold, repeats, remask))
     return results
 
 
@@ -189,6 +190,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=16, help="random model only")
     parser.add_argument("--repeats", type=int, default=3, help="timings: fastest of this many")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--remask", action="store_true", help="every setting with remask=True (Mask-Predict)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -200,13 +202,13 @@ def main() -> None:
         model, tokenizer, batches = random_model_setup(args.batch_size, args.batches,
                                                        args.prompt_len)
     max_steps = args.max_steps or max_new_tokens
-    results = bench(model, tokenizer, batches, max_new_tokens, max_steps, args.repeats)
+    results = bench(model, tokenizer, batches, max_new_tokens, max_steps, args.repeats, args.remask)
     print(f"batch_size={args.batch_size} batches={len(batches)} max_new_tokens={max_new_tokens} "
-          f"max_steps={max_steps} device={next(model.parameters()).device} "
+          f"max_steps={max_steps} remask={args.remask} device={next(model.parameters()).device} "
           f"threads={torch.get_num_threads()} repeats={args.repeats}")
     print_table(results)
     print(json.dumps({"batch_size": args.batch_size, "batches": len(batches),
-                      "max_new_tokens": max_new_tokens, "max_steps": max_steps,
+                      "max_new_tokens": max_new_tokens, "max_steps": max_steps, "remask": args.remask,
                       "source": args.ckpt or "random-model",
                       "results": [asdict(r) for r in results]}))
 

@@ -34,7 +34,8 @@ class MDLMPredictor(UnmaskingPredictor):
     """The engine's options (see :class:`~xdllm.predict.engine.UnmaskingPredictor`) plus
     ``sampler``: ``"confidence"`` or ``"ancestral"`` (see the module docstring). Ancestral
     sampling orders positions by their drawn reveal step, so ``confidence`` and ``threshold``
-    must be left unset and ``remask`` false; ``noise_schedule`` defaults to ``log_linear`` and ``temperature`` to 1.
+    must be left unset and ``remask`` false; ``noise_schedule`` defaults to ``log_linear`` and
+    ``temperature`` to 1.
     """
 
     def __init__(self, *args: Any, sampler: str = "confidence", **kwargs: Any) -> None:
