@@ -139,7 +139,7 @@ def test_the_history_views_show_what_was_taken_back(tmp_path):
     from xdllm.history.render import step_views
     from xdllm.history.revisions import count_revisions
     from xdllm.history.show import format_replay
-    from xdllm.history.tensorboard import step_markdown
+    from xdllm.history.tensorboard import overview_markdown, step_markdown
 
     recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path, tokenizer=LetterTokenizer())
     _decode(SecondThoughtsModel(), max_steps=3, remask=True, history=recorder)
@@ -153,6 +153,7 @@ def test_the_history_views_show_what_was_taken_back(tmp_path):
     replay = format_replay(sample, color=False)
     assert "2 committed, 1 taken back, 1 masked" in replay and "0 _ taken back (was a)" in replay
     assert "1 taken back" in step_markdown(view) and "\\_ (was a)" in step_markdown(view)
+    assert "taken back (masked again by the remasking predictor)" in overview_markdown(sample, sample.token)
     assert tuple(_cell_colors(sample, 0)[1, 0]) == to_rgba(TAKEN_BACK_COLOR)
     counts = count_revisions([sample]).summary()
     assert counts["taken_back"] == 1 and counts["revisions"] == 1  # a, then b

@@ -334,10 +334,12 @@ def overview_markdown(sample: SampleHistory, name: Callable[[int], str],
     if sample.text is not None:
         lines += ["", f"**decoded output:** {escape_markdown(sample.text)}"]
     cap = "every" if masked_positions is None else f"the first {masked_positions}"
+    taken_back = (" A token taken back (masked again by the remasking predictor) shows as \\_ (was "
+                  "token) in its step's table." if bool(sample.taken_back.any()) else "")
     lines += ["", f"*The steps cards show, step by step, the canvas (masked \\_, committed at the step "
                   f"in bold, wrong {WRONG_MARK}) and the top-k of the positions committed at the step "
                   f"and of {cap} still masked; positions count from the output start (0 = first "
-                  f"output token).*"]
+                  f"output token).{taken_back}*"]
     return "\n".join(lines)
 
 
