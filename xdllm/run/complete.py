@@ -91,7 +91,7 @@ def _with_responses(run: TrainedRun, examples: list[Example], responses: Iterabl
     return scored
 
 
-def _strings(values: Iterable[str], name: str) -> list[str]:
+def _strings(values: Iterable[object], name: str) -> list[str]:
     """``values`` (a list, a tuple, a generator, a pandas column) as a list of strings; a bare
     string (a sequence of characters) or an item that is not a string is refused by ``name``."""
     if isinstance(values, str):
