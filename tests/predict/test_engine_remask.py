@@ -3,6 +3,7 @@ new candidates, and the block still ends every step with the masks the schedule 
 
 import pytest
 import torch
+from matplotlib.colors import to_rgba
 from predict_fakes import (
     MASK,
     BagOfTokensModel,
@@ -12,7 +13,14 @@ from predict_fakes import (
     letter,
     prompt_batch,
 )
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from xdllm.history import HistoryTopKPlugin, load_history, write_tensorboard
+from xdllm.history.figures import TAKEN_BACK_COLOR, _cell_colors
+from xdllm.history.render import step_views
+from xdllm.history.revisions import count_revisions
+from xdllm.history.show import format_replay
+from xdllm.history.tensorboard import overview_markdown, step_markdown
 from xdllm.predict import UnmaskingPredictor
 from xdllm_models.mdlm.predictor import MDLMPredictor
 
@@ -132,15 +140,6 @@ def test_the_ancestral_sampler_refuses_remasking():
 
 
 def test_the_history_views_show_what_was_taken_back(tmp_path):
-    from matplotlib.colors import to_rgba
-
-    from xdllm.history import HistoryTopKPlugin, load_history
-    from xdllm.history.figures import TAKEN_BACK_COLOR, _cell_colors
-    from xdllm.history.render import step_views
-    from xdllm.history.revisions import count_revisions
-    from xdllm.history.show import format_replay
-    from xdllm.history.tensorboard import overview_markdown, step_markdown
-
     recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path, tokenizer=LetterTokenizer())
     _decode(SecondThoughtsModel(), max_steps=3, remask=True, history=recorder)
     sample = load_history(recorder.files_written[0]).sample(0)
@@ -157,3 +156,9 @@ def test_the_history_views_show_what_was_taken_back(tmp_path):
     assert tuple(_cell_colors(sample, 0)[1, 0]) == to_rgba(TAKEN_BACK_COLOR)
     counts = count_revisions([sample]).summary()
     assert counts["taken_back"] == 1 and counts["revisions"] == 1  # a, then b
+
+    write_tensorboard(tmp_path, tmp_path / "tensorboard", max_samples=0, tokenizer=LetterTokenizer())
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    taken = {e.step: e.value for e in events.Scalars("generation/tokens_taken_back_per_step/max")}
+    assert taken == {0: 0.0, 1: 1.0, 2: 0.0}

@@ -4,6 +4,8 @@
   minimum and maximum over the samples that ran that step;
 - tokens changed per step: the same for the tokens whose value changed at the step, and whether
   any changed without a commit (a predictor that revises its canvas);
+- tokens taken back per step: the same for the tokens masked again at the step (a remasking
+  predictor), and whether any was;
 - forward passes per sample: the steps each sample ran (one forward pass per step).
 
 Accumulated file by file from the stored tensors (no per-sample objects), grouped by split.
@@ -49,12 +51,15 @@ class CommitCounts:
 
 @dataclass
 class SplitStatistics:
-    """One split's tokens committed and changed per step number, whether a token ever changed
-    to another without a commit (``rewrites``), and forward passes per sample id."""
+    """One split's tokens committed, changed and taken back per step number, whether a token ever
+    changed to another without a commit (``rewrites``) or was masked again (``remasks``), and
+    forward passes per sample id."""
 
     committed: dict[int, CommitCounts] = field(default_factory=lambda: defaultdict(CommitCounts))
     changed: dict[int, CommitCounts] = field(default_factory=lambda: defaultdict(CommitCounts))
+    taken_back: dict[int, CommitCounts] = field(default_factory=lambda: defaultdict(CommitCounts))
     rewrites: bool = False
+    remasks: bool = False
     forward_passes: dict[int, int] = field(default_factory=dict)
 
 
@@ -68,12 +73,18 @@ class DenoisingStatistics:
         data = history.raw
         statistics = self.splits[split]
         canvas = data["canvas"]  # [B, S, R]
-        changed = canvas != torch.cat([data["initial_canvas"][:, None], canvas[:, :-1]], dim=1)
+        before = torch.cat([data["initial_canvas"][:, None], canvas[:, :-1]], dim=1)
+        changed = canvas != before
         rewritten = changed & ~data["committed"]
         for special in (data["mask_token_id"], data.get("pad_token_id")):
             if special is not None:
                 rewritten &= canvas != special
         statistics.rewrites |= bool(rewritten.any())
+        mask = data["mask_token_id"]
+        if mask is not None:
+            taken_back = (canvas == mask) & (before != mask)
+            statistics.remasks |= bool(taken_back.any())
+            _add_counts(statistics.taken_back, data["steps"], data["active"], taken_back.sum(dim=2).double())
         _add_counts(statistics.committed, data["steps"], data["active"], data["committed"].sum(dim=2).double())
         _add_counts(statistics.changed, data["steps"], data["active"], changed.sum(dim=2).double())
         statistics.forward_passes.update(zip(data["sample_ids"].tolist(), data["num_steps"].tolist()))

@@ -25,6 +25,8 @@ and per split, over every sample of the files (not only the ``max_samples`` rend
 - ``tokens_changed_per_step/{mean,std,min,max}`` (Scalars, x = step number): tokens whose value
   changed at each step, written for splits whose predictor changes tokens it does not commit
   (uniform-noise revisions; under masked diffusion it would repeat the commits);
+- ``tokens_taken_back_per_step/{mean,std,min,max}`` (Scalars, x = step number): tokens masked
+  again at each step, written for splits whose predictor remasks;
 - ``forward_passes_per_sample`` (Scalars, x = sample id): the steps each sample ran.
 
 TensorBoard keeps only 10 images per tag unless started with e.g.
@@ -166,6 +168,8 @@ def _write_statistics(writer: SummaryWriter, statistics: DenoisingStatistics) ->
         per_step = {"tokens_committed_per_step": numbers.committed}
         if numbers.rewrites:
             per_step["tokens_changed_per_step"] = numbers.changed
+        if numbers.remasks:
+            per_step["tokens_taken_back_per_step"] = numbers.taken_back
         for tag, counts_by_step in per_step.items():
             for step, counts in sorted(counts_by_step.items()):
                 values = {"mean": counts.mean, "std": counts.std, "min": counts.low, "max": counts.high}
