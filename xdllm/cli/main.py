@@ -166,9 +166,7 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
         return 0
     print(f"run directory: {result.run_dir}")
     if result.stopped_at_step is not None:
-        print(f"xdllm: stopped by {result.stopped_by} after step {result.stopped_at_step}, saved in "
-              f"{result.last_checkpoint}; continue with: {result.continue_command}", file=sys.stderr)
-        return EXIT_TERMINATED if result.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
+        return _stopped(result, f", saved in {result.last_checkpoint}; continue with: {result.continue_command}")
     summary = finish_training(result, config)
     if summary is not None:
         print(json.dumps(summary, indent=2))
@@ -180,9 +178,14 @@ def _sweep_done(result: Any) -> int:
     print(json.dumps(result.printed(), indent=2))
     if result.stopped is None:
         return 0
-    print(f"xdllm: stopped by {result.stopped.stopped_by} after step {result.stopped.stopped_at_step} of "
-          f"{result.stopped.run_dir}; continue the sweep with: {result.resume_command}", file=sys.stderr)
-    return EXIT_TERMINATED if result.stopped.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
+    return _stopped(result.stopped, f" of {result.stopped.run_dir}; continue the sweep with: {result.resume_command}")
+
+
+def _stopped(run: Any, what_next: str) -> int:
+    """Say which signal stopped a training run and at which step, then ``what_next``; the exit
+    status for that signal."""
+    print(f"xdllm: stopped by {run.stopped_by} after step {run.stopped_at_step}{what_next}", file=sys.stderr)
+    return EXIT_TERMINATED if run.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
 
 
 def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: bool = False) -> int:

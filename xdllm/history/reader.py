@@ -101,12 +101,17 @@ class SampleHistory:
         return self.committed.sum(dim=1)
 
     @property
+    def canvas_before(self) -> Integer[Tensor, "steps region"]:
+        """The canvas before each step: the initial canvas, then the canvas after each step
+        but the last."""
+        return torch.cat([self.initial_canvas[None], self.canvas[:-1]])
+
+    @property
     def changed(self) -> Bool[Tensor, "steps region"]:
         """Positions whose token differs from the canvas before the step (after the previous
         step this sample ran, or the initial canvas). In masked diffusion these are the commits
         (and padding after a settled EOS)."""
-        before = torch.cat([self.initial_canvas[None], self.canvas[:-1]])
-        return self.canvas != before
+        return self.canvas != self.canvas_before
 
     @property
     def rewritten(self) -> Bool[Tensor, "steps region"]:
@@ -122,8 +127,7 @@ class SampleHistory:
         (``remask=true``) does to the tokens it trusts least. Never set otherwise."""
         if self.mask_token_id is None:
             return torch.zeros_like(self.committed)
-        before = torch.cat([self.initial_canvas[None], self.canvas[:-1]])
-        return (self.canvas == self.mask_token_id) & (before != self.mask_token_id)
+        return (self.canvas == self.mask_token_id) & (self.canvas_before != self.mask_token_id)
 
     @property
     def tokens_changed(self) -> Integer[Tensor, " steps"]:

@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
 
@@ -138,7 +136,7 @@ def step_views(
     committed = sample.committed.tolist()
     rewritten = sample.rewritten.tolist()
     taken_back = sample.taken_back.tolist()
-    before = torch.cat([sample.initial_canvas[None], sample.canvas[:-1]]).tolist()
+    before = sample.canvas_before.tolist()
     wrong_grid = sample.wrong
     wrong = wrong_grid.tolist() if wrong_grid is not None else [[False] * len(row) for row in canvas]
     top_ids = sample.topk_ids[..., :k].tolist()

@@ -24,12 +24,11 @@ from xdllm.predict.unmask_count import select_positions
 
 @dataclass(frozen=True)
 class Remasked:
-    """One step's writes with remasking: the new window, the new tokens written (``committed``),
-    the earlier tokens masked again (``remasked``) and each position's score as written."""
+    """One step's writes with remasking: the new window (earlier tokens taken back are masks
+    again), the new tokens written (``committed``) and each position's score as written."""
 
     window: Integer[Tensor, "rows width"]
     committed: Bool[Tensor, "rows width"]
-    remasked: Bool[Tensor, "rows width"]
     written_scores: Float[Tensor, "rows width"]
 
 
@@ -47,7 +46,7 @@ def remask_lowest(window_ids: Integer[Tensor, "rows width"], tokens: Integer[Ten
     ranked = torch.where(candidates, scores, written_scores)
     kept = select_positions(ranked, pool, pool.sum(1) - masks_left, None)
     new_tokens = kept & candidates
-    remasked = pool & ~kept & ~candidates
-    window = torch.where(new_tokens, tokens, torch.where(remasked, mask_token_id, window_ids))
-    return Remasked(window=window, committed=new_tokens, remasked=remasked,
+    taken_back = pool & ~kept & ~candidates
+    window = torch.where(new_tokens, tokens, torch.where(taken_back, mask_token_id, window_ids))
+    return Remasked(window=window, committed=new_tokens,
                     written_scores=torch.where(new_tokens, scores, written_scores))
