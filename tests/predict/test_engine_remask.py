@@ -3,6 +3,7 @@ new candidates, and the block still ends every step with the masks the schedule 
 
 import pytest
 import torch
+from matplotlib import colormaps
 from matplotlib.colors import to_rgba
 from predict_fakes import (
     MASK,
@@ -16,7 +17,8 @@ from predict_fakes import (
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from xdllm.history import HistoryTopKPlugin, load_history, write_tensorboard
-from xdllm.history.figures import TAKEN_BACK_COLOR, _cell_colors
+from xdllm.history.figures import CONFIDENCE_COLORMAP, TAKEN_BACK_COLOR, UNKNOWN_CONFIDENCE_COLOR, _cell_colors
+from xdllm.history.format import payload_checksums
 from xdllm.history.render import step_views
 from xdllm.history.revisions import count_revisions
 from xdllm.history.show import format_replay
@@ -162,3 +164,32 @@ def test_the_history_views_show_what_was_taken_back(tmp_path):
     events.Reload()
     taken = {e.step: e.value for e in events.Scalars("generation/tokens_taken_back_per_step/max")}
     assert taken == {0: 0.0, 1: 1.0, 2: 0.0}
+
+
+def _first_letter_views(sample):
+    """Position 0's confidence in the step views at its two commits ('a', then 'b')."""
+    views = step_views(sample)
+    return [next(p.confidence for p in views[s].positions if p.position == 0) for s in (0, 2)]
+
+
+def test_a_token_written_taken_back_and_written_again_has_a_confidence_at_each_commit(tmp_path):
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path, tokenizer=LetterTokenizer())
+    _decode(SecondThoughtsModel(), max_steps=3, remask=True, history=recorder)
+    path = recorder.files_written[0]
+    sample = load_history(path).sample(0)
+    assert _first_letter_views(sample) == pytest.approx([0.9, 0.99])  # 'a' at step 0, 'b' at step 2
+    assert sample.commit_confidence[1].tolist() == pytest.approx([float("nan"), 0.95, 0.92], nan_ok=True)
+    assert "0 a committed, conf 0.900" in format_replay(sample, color=False)
+    colors = _cell_colors(sample, 0)
+    assert tuple(colors[0, 0]) == pytest.approx(colormaps[CONFIDENCE_COLORMAP](0.9))
+
+    # a file written before step_confidence was stored keeps the last commit's score only
+    payload = torch.load(path, weights_only=True)
+    del payload["step_confidence"]
+    payload["checksums"] = payload_checksums(payload)
+    torch.save(payload, path)
+    older = load_history(path).sample(0)
+    assert older.step_confidence is None
+    first, last = _first_letter_views(older)
+    assert first != first and last == pytest.approx(0.99)
+    assert tuple(_cell_colors(older, 0)[0, 0]) == to_rgba(UNKNOWN_CONFIDENCE_COLOR)

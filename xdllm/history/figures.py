@@ -249,11 +249,10 @@ def _cell_colors(sample: SampleHistory, prompt_shown: int) -> np.ndarray:
     output[sample.rewritten.numpy()] = to_rgba(CHANGED_COLOR)
     output[sample.taken_back.numpy()] = to_rgba(TAKEN_BACK_COLOR)
     committed = sample.committed.numpy()
-    # the file keeps the confidence of each position's last commit only
-    last_commit = committed & (sample.commit_step[None, :] == sample.steps[:, None]).numpy()
-    confidence = np.broadcast_to(sample.confidence_at_commit.numpy(), committed.shape)
+    confidence = sample.commit_confidence.numpy()
+    known = committed & ~np.isnan(confidence)
     output[committed] = to_rgba(UNKNOWN_CONFIDENCE_COLOR)
-    output[last_commit] = colormaps[CONFIDENCE_COLORMAP](np.clip(confidence[last_commit], 0.0, 1.0))
+    output[known] = colormaps[CONFIDENCE_COLORMAP](np.clip(confidence[known], 0.0, 1.0))
     return colors
 
 

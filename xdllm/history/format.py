@@ -62,6 +62,7 @@ TENSOR_FIELDS: dict[str, TensorField] = {
 # Added after version 1 was first written: files without them read as None.
 OPTIONAL_TENSOR_FIELDS: dict[str, TensorField] = {
     "output_ids": TensorField(torch.int32, ("B", "R")),
+    "step_confidence": TensorField(torch.float32, ("B", "S", "R")),
 }
 
 METADATA_FIELDS: dict[str, type | tuple[type, ...]] = {

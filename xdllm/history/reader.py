@@ -37,7 +37,8 @@ class SampleHistory:
         committed: positions unmasked at each step, ``[S, R]`` (which changed: :attr:`changed`).
         initial_canvas: the region before the first step, ``[R]``.
         commit_step: step number of each position's commit, -1 if never committed, ``[R]``.
-        confidence_at_commit: the predictor's confidence score when committed (NaN if never).
+        confidence_at_commit: the predictor's confidence score at the position's last commit
+            (NaN if never committed).
         prompt_ids: the prompt tokens without padding.
         target_ids: the reference continuation (right-padded as in the batch), if known.
         text: the predictor's decoded output, if recorded.
@@ -49,6 +50,9 @@ class SampleHistory:
         output_ids: the predictor's output (``ids`` in ``predictions.jsonl``, which the
             evaluator scores), if recorded: the last canvas, except that a predictor may pad
             what it never generated or what follows its first EOS after its last step.
+        step_confidence: the confidence score of every commit at its step, NaN where the step
+            committed nothing, ``[S, R]``; ``None`` where not given (see
+            :attr:`commit_confidence`).
     """
 
     sample_id: int
@@ -70,6 +74,7 @@ class SampleHistory:
     pad_token_id: int | None = None
     split: str | None = None
     output_ids: Integer[Tensor, " region"] | None = None
+    step_confidence: Float[Tensor, "steps region"] | None = None
 
     @property
     def num_steps(self) -> int:
@@ -99,6 +104,17 @@ class SampleHistory:
     def tokens_committed(self) -> Integer[Tensor, " steps"]:
         """Number of region positions committed at each step."""
         return self.committed.sum(dim=1)
+
+    @property
+    def commit_confidence(self) -> Float[Tensor, "steps region"]:
+        """The confidence score of every commit at its step, NaN where the step committed
+        nothing. A position committed, taken back by a remasking predictor and committed again
+        has a score at each commit. Files written before these were stored keep only the last
+        commit's score (:attr:`confidence_at_commit`); an earlier commit there reads NaN."""
+        if self.step_confidence is not None:
+            return self.step_confidence
+        last_commit = self.committed & (self.commit_step[None, :] == self.steps[:, None])
+        return torch.where(last_commit, self.confidence_at_commit[None, :], float("nan"))
 
     @property
     def canvas_before(self) -> Integer[Tensor, "steps region"]:
@@ -249,6 +265,8 @@ class HistoryFile:
             pad_token_id=data.get("pad_token_id"),
             split=self.split,
             output_ids=None if data.get("output_ids") is None else data["output_ids"][index, column:].long(),
+            step_confidence=None if data.get("step_confidence") is None
+            else data["step_confidence"][index, ran, column:],
         )
 
 

@@ -1,12 +1,13 @@
 """``HistoryTopKPlugin``: the history recorder the predictor calls at every denoising step.
 
 Per sample and step it keeps the top-k token ids and probabilities over the output region, the
-canvas after the step and the positions committed at that step; per position, the step and
-confidence of its (last) commit. The predictor computes the top-k (the recorder's ``k``) on its
-output window. A step costs one device copy per tensor kept and never waits for the device;
-placing window offsets at the columns of the recorded region, the commit of every position and
-the move to the host (one copy) happen once per batch, in :meth:`HistoryTopKPlugin.end`, which
-writes one file per generation batch (see :mod:`xdllm.history.format`).
+canvas after the step, the positions committed at that step and the confidence of each commit;
+per position, the step and confidence of its (last) commit. The predictor computes the top-k
+(the recorder's ``k``) on its output window. A step costs one device copy per tensor kept and
+never waits for the device; placing window offsets at the columns of the recorded region, the
+commit of every position and the move to the host (one copy) happen once per batch, in
+:meth:`HistoryTopKPlugin.end`, which writes one file per generation batch (see
+:mod:`xdllm.history.format`).
 
 One file per batch, rather than one per run: each file is complete and atomic the moment its
 batch ends, so an interrupted generation keeps everything it finished; memory stays bounded by
@@ -213,8 +214,9 @@ class _BatchRecording:
         return index, inside
 
     def _placed_steps(self, k: int) -> dict[str, Tensor]:
-        """Every step's values at the recorded columns, ``[B, S, R, ...]``, and per position the
-        step and confidence of its last commit; on the device, in a few batched operations."""
+        """Every step's values at the recorded columns, ``[B, S, R, ...]`` (the confidence only
+        where the step committed), and per position the step and confidence of its last commit;
+        on the device, in a few batched operations."""
         region = self.canvas_len - self.region_start
         if not self.steps:
             device = self.initial_canvas.device
@@ -224,7 +226,8 @@ class _BatchRecording:
                     "committed": torch.zeros((self.rows, 0, region), dtype=torch.bool, device=device),
                     "active": torch.zeros((self.rows, 0), dtype=torch.bool, device=device),
                     "commit_step": torch.full((self.rows, region), -1, dtype=torch.int64, device=device),
-                    "confidence_at_commit": torch.full((self.rows, region), float("nan"), device=device)}
+                    "confidence_at_commit": torch.full((self.rows, region), float("nan"), device=device),
+                    "step_confidence": torch.zeros((self.rows, 0, region), device=device)}
         assert self.window_valid is not None
         index, inside = self._region_columns(self.window_valid)
         committed = _take_columns(torch.stack(self.committed, dim=1), index, inside)
@@ -241,6 +244,7 @@ class _BatchRecording:
             "commit_step": torch.where(last >= 0, steps[last.clamp_min(0)], -1),
             "confidence_at_commit": torch.where(
                 last >= 0, confidence.gather(1, last.clamp_min(0)[:, None]).squeeze(1), float("nan")),
+            "step_confidence": confidence.masked_fill(~committed, float("nan")),
         }
 
     def finish(self, prediction: PredictionDict, k: int) -> dict[str, Any]:

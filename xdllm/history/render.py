@@ -141,8 +141,7 @@ def step_views(
     wrong = wrong_grid.tolist() if wrong_grid is not None else [[False] * len(row) for row in canvas]
     top_ids = sample.topk_ids[..., :k].tolist()
     top_probs = sample.topk_probs[..., :k].tolist()
-    confidence = sample.confidence_at_commit.tolist()
-    commit_step = sample.commit_step.tolist()
+    confidence = sample.commit_confidence.tolist()
     views = []
     for s, step in enumerate(sample.steps.tolist()):
         cells = [
@@ -162,9 +161,7 @@ def step_views(
                 position=j,
                 state="taken_back" if taken_back[s][j] else cells[j].state,
                 token=text(before[s][j]) if taken_back[s][j] else "" if cells[j].state == "masked" else cells[j].text,
-                # the file keeps the confidence of each position's last commit only
-                confidence=confidence[j] if cells[j].state == "committed" and commit_step[j] == step
-                else math.nan,
+                confidence=confidence[s][j] if cells[j].state == "committed" else math.nan,
                 wrong=cells[j].wrong,
                 # a position taken back was not masked in this step's input: its top-k there is
                 # not what the model predicts for a mask, nor what the predictor used
