@@ -8,7 +8,7 @@ from jaxtyping import Bool, Float, Integer
 from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask
 
-from xdllm.nn import RotaryTransformer, RotaryTransformerConfig
+from xdllm.nn import KVCache, MaskRule, RotaryTransformer, RotaryTransformerConfig
 from xdllm.nn.attention import BackendRequest
 
 
@@ -68,10 +68,21 @@ class RotaryTransformerMLMModel(nn.Module):
         attention_mask: Optional[Bool[Tensor, "batch seq_len"]] = None,
         positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
         segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        *,
+        mask_rule: Optional[MaskRule] = None,
+        kv_cache: Optional[KVCache] = None,
+        write_cache: bool = True,
     ) -> Float[Tensor, "batch seq_len d_model"]:
-        """What the LM head reads (:meth:`forward` without the projection to the vocabulary)."""
+        """What the LM head reads (:meth:`forward` without the projection to the vocabulary);
+        ``mask_rule``, ``kv_cache`` and ``write_cache`` as in
+        :meth:`~xdllm.nn.RotaryTransformer.forward` (the predictor's ``prefix_cache``)."""
         return self.transformer.final_hidden(x_t, attention_mask=attention_mask, positions=positions,
-                                             segment_ids=segment_ids)
+                                             segment_ids=segment_ids, mask_rule=mask_rule,
+                                             kv_cache=kv_cache, write_cache=write_cache)
+
+    def new_kv_cache(self, batch_size: int, max_len: int) -> KVCache:
+        """An empty key/value cache for this network (:meth:`~xdllm.nn.RotaryTransformer.new_kv_cache`)."""
+        return self.transformer.new_kv_cache(batch_size, max_len)
 
     @property
     def lm_head_weight(self) -> Float[Tensor, "vocab d_model"]:

@@ -86,6 +86,10 @@ GENERATE = [
                                      "predictor.max_new_tokens=7 or more"),
     ("predictor.temperature=-1", "temperature"),
     ("predictor.remask=yes", "predictor.remask='yes' is not allowed: predictor.remask must be true or false"),
+    ("predictor.prefix_cache=1",
+     "predictor.prefix_cache=1 is not allowed: predictor.prefix_cache must be true or false"),
+    ("predictor.prefix_cache_refresh=2", "prefix_cache_refresh must be >= 1 and needs prefix_cache=true, got "
+                                         "prefix_cache_refresh=2 with prefix_cache=False"),
     ("data_path=", "data_path= is empty: give the folder or file the run's data is in now"),
     ("data_path=123", "data_path=123 is not allowed: data_path must be a string (or null); Hydra read the value as "
                       "a number: for a string, quote it as typed, e.g. data_path='123'"),

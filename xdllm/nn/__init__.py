@@ -10,6 +10,7 @@ from xdllm.nn.masks import (
     CausalMask,
     DocumentMask,
     MaskRule,
+    StalePrefixMask,
     Tokens,
 )
 from xdllm.nn.rotary import RotaryEmbedding, apply_rotary
@@ -26,6 +27,7 @@ __all__ = [
     "RotaryEmbedding",
     "RotaryTransformer",
     "RotaryTransformerConfig",
+    "StalePrefixMask",
     "Tokens",
     "TransformerOutput",
     "apply_rotary",

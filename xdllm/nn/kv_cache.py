@@ -55,6 +55,12 @@ class KVCache:
         """Forget the prefix (the buffers are kept and overwritten)."""
         self.length = 0
 
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` slots as the prefix (the rest become free slots)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"KVCache.truncate: length {length} is outside 0..{self.length} (the fill length)")
+        self.length = length
+
     def key_tokens(self, new: Tokens) -> Tokens:
         """Document ids and positions of the keys a forward of ``new`` tokens attends to: the
         cached prefix followed by the new tokens themselves."""

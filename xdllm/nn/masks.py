@@ -76,6 +76,11 @@ class MaskRule:
     """True when no token sees a later block, so keys cached for a prefix stay valid while
     whole blocks are appended after it (causal decoding is the case of blocks of one token).
     Such a rule reads only :class:`Tokens` (document and position): that is what the cache keeps."""
+    reads_stale_cache: ClassVar[bool] = False
+    """True for a rule that reads cached keys knowing they may be stale: computed before tokens
+    they attend to (later in the sequence, under a bidirectional rule) changed. An approximation
+    its caller opts into (the predictor's ``prefix_cache``); the cache refuses every other rule
+    that does not decode with a cache."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -127,6 +132,16 @@ class DocumentMask(MaskRule):
     @no_type_check
     def allows(self, query: Tokens, key: Tokens) -> Tensor:
         return query.document == key.document
+
+
+@dataclass(frozen=True)
+class StalePrefixMask(DocumentMask):
+    """:class:`DocumentMask` over a cached prefix whose keys and values were computed at an
+    earlier step: new tokens see every token of their document, cached or new, but the prefix's
+    keys do not reflect what was written after them since (Fast-dLLM's approximate prefix cache,
+    ``prefix_cache`` in :mod:`xdllm.predict.prefix_cache`)."""
+
+    reads_stale_cache: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,8 @@ class RotaryTransformer(nn.Module):
         ``output_hidden_states``: block indices whose output residual stream to return.
 
         ``kv_cache``: decode after a cached prefix. The input is the new tokens only, with
-        explicit ``positions``, under a rule that decodes with a cache (causal, block-causal);
+        explicit ``positions``, under a rule that decodes with a cache (causal, block-causal)
+        or one that knowingly reads a stale prefix (:class:`~xdllm.nn.masks.StalePrefixMask`);
         they attend to the cached prefix and to each other under the rule, always with SDPA.
         ``write_cache``: append the new tokens to the cache (False: only read it: the new keys and
         values pass through the free slots after the prefix, the prefix and fill length stay).
@@ -205,12 +206,15 @@ class RotaryTransformer(nn.Module):
         block_mask: Optional[BlockMask] = None,
         *,
         mask_rule: Optional[MaskRule] = None,
+        kv_cache: Optional[KVCache] = None,
+        write_cache: bool = True,
     ) -> Float[Tensor, "batch seq_len d_model"]:
         """What :attr:`lm_head` reads (the final norm's output): :meth:`forward` without the
         projection to the vocabulary, for losses that project only the positions they supervise
-        (:func:`xdllm.losses.chunked.chunked_token_nll`)."""
+        (:func:`xdllm.losses.chunked.chunked_token_nll`) and predictors that read a window.
+        ``kv_cache`` and ``write_cache`` as in :meth:`forward`."""
         return self._hidden(input_ids, attention_mask, positions, segment_ids, block_mask, mask_rule,
-                            None, None, True)[0]
+                            None, kv_cache, write_cache)[0]
 
     @property
     def lm_head_weight(self) -> Float[Tensor, "vocab d_model"]:
@@ -306,9 +310,11 @@ class RotaryTransformer(nn.Module):
                              "combined with mask_rule or kv_cache")
         if kv_cache is not None and positions is None:
             raise ValueError("RotaryTransformer.forward: kv_cache needs explicit positions for the new tokens")
-        if kv_cache is not None and not (mask_rule is not None and mask_rule.decodes_with_cache):
+        if kv_cache is not None and not (mask_rule is not None
+                                         and (mask_rule.decodes_with_cache or mask_rule.reads_stale_cache)):
             raise ValueError(f"RotaryTransformer.forward: kv_cache needs a mask_rule that decodes with a cache "
-                             f"(CausalMask, BlockCausalMask), got {mask_rule!r}")
+                             f"(CausalMask, BlockCausalMask) or reads a stale one (StalePrefixMask), "
+                             f"got {mask_rule!r}")
 
 
 def _blocks(

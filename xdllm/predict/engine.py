@@ -29,6 +29,7 @@ from xdllm.predict import blocks, streams
 from xdllm.predict.canvas import Canvas, continuation_canvas, infill_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
 from xdllm.predict.inputs import check_prompt_batch, sample_indices
+from xdllm.predict.prefix_cache import PrefixCache, check_prefix_cache_model
 from xdllm.predict.remasking import remask_lowest
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
@@ -143,6 +144,11 @@ class UnmaskingPredictor(nn.Module):
         stop_at_eos: pad everything after a settled first EOS and let the row finish early.
         remask: a step may mask again the block's earlier tokens that score below its new
             candidates (Mask-Predict, :mod:`xdllm.predict.remasking`).
+        prefix_cache: keep the keys and values of the prompt and the finished blocks from a
+            full forward and run only the columns after them until the next refresh (an
+            approximation, :mod:`xdllm.predict.prefix_cache`).
+        prefix_cache_refresh: with ``prefix_cache``, also refresh the kept prefix every this many
+            steps (None: only when the earliest block moves on or rows finish).
         seed: base of the per-sample random streams.
     """
 
@@ -152,7 +158,8 @@ class UnmaskingPredictor(nn.Module):
                  top_p: float | None = None, confidence: str | None = None,
                  threshold: float | None = None, skip_special_tokens: bool = True,
                  temperature: float = 0.0, block_size: int | None = None,
-                 stop_at_eos: bool = False, remask: bool = False, seed: int = 0) -> None:
+                 stop_at_eos: bool = False, remask: bool = False, prefix_cache: bool = False,
+                 prefix_cache_refresh: int | None = None, seed: int = 0) -> None:
         super().__init__()
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
@@ -162,8 +169,12 @@ class UnmaskingPredictor(nn.Module):
             raise ValueError(f"block_size must be >= 1 or None, got {block_size}")
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
-        if not isinstance(remask, bool):
-            raise ValueError(f"remask must be true or false, got {remask!r}")
+        for name, value in (("remask", remask), ("prefix_cache", prefix_cache)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be true or false, got {value!r}")
+        if prefix_cache_refresh is not None and not (prefix_cache and prefix_cache_refresh >= 1):
+            raise ValueError(f"prefix_cache_refresh must be >= 1 and needs prefix_cache=true, got "
+                             f"prefix_cache_refresh={prefix_cache_refresh} with prefix_cache={prefix_cache}")
         check_sampling_options(temperature, top_k, top_p)
         check_confidence_options(confidence, threshold)
         self.max_steps = max_steps
@@ -181,6 +192,8 @@ class UnmaskingPredictor(nn.Module):
         self.block_size = block_size
         self.stop_at_eos = stop_at_eos
         self.remask = remask
+        self.prefix_cache = prefix_cache
+        self.prefix_cache_refresh = prefix_cache_refresh
         self.seed = seed
 
     def extra_repr(self) -> str:
@@ -225,6 +238,18 @@ class UnmaskingPredictor(nn.Module):
         return continuation_canvas(input_ids, attention_mask, self.max_new_tokens,
                                    tok.pad_token_id, tok.mask_token_id)
 
+    def _prefix_cache(self, model: nn.Module, shared_start: int | None) -> PrefixCache | None:
+        """The ``prefix_cache`` of one ``predict`` call, or None without the option."""
+        if not self.prefix_cache:
+            return None
+        if shared_start is None:
+            raise ValueError("prefix_cache=true needs every row's output to start at the same canvas "
+                             "column (a continuation of left-padded prompts); this batch's outputs start "
+                             "at different columns (infilling, or right-padded prompts)")
+        check_prefix_cache_model(model)
+        return PrefixCache(shared_start, self.block_size, self._tokenizer().mask_token_id,
+                           self.prefix_cache_refresh)
+
     # ------------------------------------------------------------------ one step
 
     def _choose(self, logits: Float[Tensor, "rows region vocab"], keys: Tensor, step: int,
@@ -252,11 +277,10 @@ class UnmaskingPredictor(nn.Module):
         above the threshold (a family's sampler may decide otherwise)."""
         return select_positions(scores, candidates, count, self.threshold)
 
-    def _step(self, model: nn.Module, rows: _Rows, step: int, shared_start: int | None
-              ) -> _StepOutcome:
-        """One forward pass for the given rows and what it commits."""
+    def _step(self, window_logits: Float[Tensor, "rows region vocab"], rows: _Rows, step: int,
+              shared_start: int | None) -> _StepOutcome:
+        """What one forward pass (its window logits) commits for the given rows."""
         tok = self._tokenizer()
-        window_logits = _window_logits(model, rows, shared_start)
         probs, tokens, scores = self._choose(window_logits, rows.keys, step, rows.n_blocks)
 
         window_ids = _read_window(rows.ids, rows.window_index, shared_start)
@@ -317,9 +341,13 @@ class UnmaskingPredictor(nn.Module):
         if history is not None:
             history_k = history.k
             history.begin(batch, state.ids, canvas.output_start)
+        prefix_cache = self._prefix_cache(model, shared_start)
         elapsed: list[float] = []
         for step in range(self.max_steps + 1):
-            active = unfinished.nonzero().flatten()  # the step's one host sync
+            if prefix_cache is None:
+                active = unfinished.nonzero().flatten()  # the step's one host sync
+            else:
+                active, prefix = prefix_cache.poll(unfinished, state.ids)  # the same, one sync
             elapsed.append(time.perf_counter() - start_time)
             if active.numel() == 0:
                 break
@@ -327,8 +355,10 @@ class UnmaskingPredictor(nn.Module):
                 raise RuntimeError(f"internal error: {active.numel()} rows still masked after "
                                    f"max_steps={self.max_steps}")
             every_row = active.numel() == n_rows
-            outcome = self._step(model, state if every_row else state.select(active), step,
-                                 shared_start)
+            rows = state if every_row else state.select(active)
+            window_logits = (_window_logits(model, rows, shared_start) if prefix_cache is None else
+                             prefix_cache.window_logits(model, rows.ids, rows.attention_mask, rows.positions, prefix))
+            outcome = self._step(window_logits, rows, step, shared_start)
             if every_row:
                 state = state.updated(outcome)
                 unfinished = outcome.unfinished

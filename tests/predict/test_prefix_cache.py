@@ -1,0 +1,140 @@
+"""The approximate prefix cache (``prefix_cache=true``): kept keys of the prompt and the finished
+blocks, refreshed when the earliest block moves or rows finish, one host sync per step.
+
+A one-layer network is the exact case: a prefix token's keys and values there depend on that
+token alone, so keys kept from an earlier step are the keys a full forward would compute, and
+decoding with the cache must give the same tokens. With two layers they are stale."""
+
+import pytest
+import torch
+from host_sync_counter import count_host_syncs
+from predict_fakes import MASK, VOCAB, LetterTokenizer, PositionTableModel, RecordingHistory, letter, prompt_batch
+from random_weights import sharpened
+from torch import nn
+
+from xdllm.nn.factory import rotary_transformer
+from xdllm.predict import UnmaskingPredictor
+from xdllm_models.mdlm.predictor import MDLMPredictor
+
+PROMPTS = [[letter("a")], [letter("b"), letter("c"), letter("d")], []]  # left-padded to 4 with bos
+
+
+def network(n_layers, seed=0):
+    torch.manual_seed(seed)
+    return sharpened(rotary_transformer(vocab_size=VOCAB, d_model=32, n_layers=n_layers, n_heads=2,
+                                        max_positions=64).eval())
+
+
+def decode(model, history=None, predictor=UnmaskingPredictor, **options):
+    options = {"max_new_tokens": 6, "tokenizer": LetterTokenizer(), **options}
+    return predictor(**options).predict(prompt_batch(PROMPTS), model=model, history=history)
+
+
+SETTINGS = [
+    dict(max_steps=3, confidence="top_prob"),
+    dict(max_steps=6, confidence="prob_diff", block_size=2),
+    dict(max_steps=4, confidence="entropy", threshold=-0.5, block_size=3),
+    dict(max_steps=6, temperature=1.0, top_p=0.9, confidence=None, block_size=3, stop_at_eos=True),
+    dict(max_steps=6, confidence="top_prob", block_size=3, remask=True),
+    dict(max_steps=5, confidence="top_prob", prefix_cache_refresh=2),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("options", SETTINGS)
+def test_where_kept_keys_cannot_be_stale_the_cache_decodes_the_same_tokens(options, seed):
+    model = network(n_layers=1, seed=seed)
+    plain = decode(model, **{k: v for k, v in options.items() if k != "prefix_cache_refresh"}, seed=seed)
+    cached = decode(model, **options, seed=seed, prefix_cache=True)
+    assert torch.equal(cached["ids"], plain["ids"])
+    assert cached["steps_taken"] == plain["steps_taken"]
+
+
+def test_rows_that_finish_early_leave_the_cache_exact():
+    """A threshold lets rows finish at different steps: the cache then holds the rows that run."""
+    model = network(n_layers=1, seed=3)
+    options = dict(max_steps=6, confidence="top_prob", threshold=0.3)
+    plain = decode(model, **options)
+    assert len(set(plain["steps_taken"])) > 1  # the case this test is about
+    assert torch.equal(decode(model, **options, prefix_cache=True)["ids"], plain["ids"])
+
+
+def test_with_two_layers_the_kept_keys_are_stale():
+    """What the cache gives up: after the first step, a deeper network's prefix keys would have
+    seen the tokens written since; the distributions differ (the outputs may too)."""
+    options = dict(max_steps=6, confidence="top_prob", block_size=3)
+    differences = {}
+    for layers in (1, 2):
+        plain, cached = RecordingHistory(), RecordingHistory()
+        decode(network(layers), history=plain, **options)
+        decode(network(layers), history=cached, **options, prefix_cache=True)
+        assert torch.allclose(plain.steps[0].topk_probs, cached.steps[0].topk_probs, atol=1e-5)  # a refresh
+        current = cached.steps[1].canvas[:, 4:7] == MASK  # the first block's masks after step 0
+        change = (plain.steps[1].topk_probs - cached.steps[1].topk_probs)[:, :3]
+        differences[layers] = float(change[current].abs().max())
+    assert differences[1] < 1e-5 < 1e-3 < differences[2]
+    # a finished block's columns keep what the last refresh (step 3, the second block's first) saw
+    assert torch.equal(cached.steps[4].topk_probs[:, :3], cached.steps[3].topk_probs[:, :3])
+
+
+class WidthRecorder(nn.Module):
+    """A network whose forward widths are recorded."""
+
+    def __init__(self, network):
+        super().__init__()
+        self.network = network
+        self.widths = []
+
+    def final_hidden(self, ids, **inputs):
+        self.widths.append(ids.shape[1])
+        return self.network.final_hidden(ids, **inputs)
+
+    @property
+    def lm_head_weight(self):
+        return self.network.lm_head_weight
+
+    def new_kv_cache(self, batch_size, max_len):
+        return self.network.new_kv_cache(batch_size, max_len)
+
+
+@pytest.mark.parametrize(("options", "widths"), [
+    # the prompt is columns 0..3 of a 10-column canvas: a refresh runs all 10, the rest 6
+    (dict(max_steps=3), [10, 6, 6]),
+    # blocks of 2: a refresh when the block moves on, keeping the prompt and the finished blocks
+    (dict(max_steps=6, block_size=2), [10, 6, 10, 4, 10, 2]),
+    # and at the latest every prefix_cache_refresh steps
+    (dict(max_steps=5, prefix_cache_refresh=2), [10, 6, 10, 6, 10]),
+    (dict(max_steps=6, block_size=3, prefix_cache_refresh=2), [10, 6, 10, 10, 3, 10]),
+])
+def test_a_step_runs_only_the_columns_after_the_prefix(options, widths):
+    model = WidthRecorder(network(n_layers=2))
+    decode(model, confidence="top_prob", prefix_cache=True, **options)
+    assert model.widths == widths
+
+
+def test_mdlm_takes_the_option_and_one_host_sync_per_step_holds():
+    model = network(n_layers=2)
+
+    def syncs(new_tokens):
+        with count_host_syncs() as counts:
+            out = decode(model, predictor=MDLMPredictor, max_steps=new_tokens, max_new_tokens=new_tokens,
+                         block_size=2, prefix_cache=True)
+        assert out["steps_taken"] == [new_tokens] * 3
+        return sum(counts.values())
+
+    assert syncs(8) - syncs(4) == 4
+
+
+def test_what_the_cache_cannot_serve_is_refused_by_name():
+    tokenizer = LetterTokenizer()
+    for refresh, cache in ((2, False), (0, True)):
+        with pytest.raises(ValueError, match="prefix_cache_refresh must be >= 1 and needs prefix_cache=true"):
+            UnmaskingPredictor(max_steps=2, tokenizer=tokenizer, prefix_cache=cache, prefix_cache_refresh=refresh)
+    cached = UnmaskingPredictor(max_steps=2, max_new_tokens=2, tokenizer=tokenizer, prefix_cache=True)
+    table = PositionTableModel(torch.zeros(40, VOCAB))
+    with pytest.raises(ValueError, match="needs a model with .*PositionTableModel has no final_hidden"):
+        cached.predict(prompt_batch(PROMPTS), model=table)
+    infill = UnmaskingPredictor(max_steps=2, tokenizer=tokenizer, prefix_cache=True)
+    holes = prompt_batch([[letter("a"), MASK], [MASK, letter("b"), letter("c"), MASK]], infill=True)
+    with pytest.raises(ValueError, match="same canvas column"):
+        infill.predict(holes, model=network(n_layers=1))

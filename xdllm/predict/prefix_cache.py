@@ -1,0 +1,115 @@
+"""An approximate prefix cache for the unmasking predictor (``prefix_cache=true``).
+
+A bidirectional denoiser recomputes the whole canvas at every step, though the prompt never
+changes and, with blocks, the finished blocks no longer change either. Fast-dLLM (Wu et al.,
+2025) keeps the keys and values of that prefix from one full forward and, until the next
+refresh, runs only the columns after it, which attend to the kept prefix and to each other. The
+kept keys are *stale*: they were computed before the tokens written since, which a bidirectional
+prefix would have attended to. So the outputs can differ from recomputing everything; how much
+is measured, not assumed (``docs/predictor.md``).
+
+A refresh (a full forward whose prefix keys are kept) happens at the first step, whenever the
+earliest current block among the running rows moves on (with ``block_size``; without it the
+prefix is the prompt and never moves), whenever rows finish (the cache holds the running rows
+only) and, with ``refresh_every = N``, at the latest N steps after the last refresh (staler keys
+cost more accuracy: the trade is measured in ``docs/predictor.md``). The prefix is the columns
+before the earliest current block of the running rows, so every column a step may write lies
+after it.
+
+Between refreshes the window columns inside the prefix (earlier blocks) keep the outputs of the
+last refresh: no step writes them, and the history's top-k there shows those.
+
+Needs rows whose output regions start at the same column (continuation of left-padded prompts,
+how ``xdllm generate`` batches them) and a model with ``final_hidden`` (taking ``mask_rule``,
+``kv_cache`` and ``write_cache``), ``lm_head_weight`` and ``new_kv_cache``, as the MLM and MDLM
+models have.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Bool, Float, Integer
+from torch import Tensor, nn
+
+from xdllm.nn.kv_cache import KVCache
+from xdllm.nn.masks import StalePrefixMask
+
+REQUIRED_METHODS = ("final_hidden", "lm_head_weight", "new_kv_cache")
+
+
+def check_prefix_cache_model(model: nn.Module) -> None:
+    """Refuse a model that cannot run a forward over a cached prefix, naming what it lacks."""
+    missing = [name for name in REQUIRED_METHODS if not hasattr(model, name)]
+    if missing:
+        raise ValueError(f"prefix_cache=true needs a model with {', '.join(REQUIRED_METHODS)}; "
+                         f"{type(model).__name__} has no {', '.join(missing)}")
+
+
+class PrefixCache:
+    """The prefix keys and values of one ``predict`` call; see the module docstring.
+
+    ``window_start``: the column where every row's output region starts; ``block_size``: the
+    predictor's (None: the region is one block); ``refresh_every``: most steps between refreshes
+    (None: refresh only when the prefix or the running rows change).
+    """
+
+    def __init__(self, window_start: int, block_size: int | None, mask_token_id: int,
+                 refresh_every: int | None = None) -> None:
+        self.window_start = window_start
+        self.block_size = block_size
+        self.mask_token_id = mask_token_id
+        self.refresh_every = refresh_every
+        self._steps_since_refresh = 0
+        self._cache: KVCache | None = None
+        self._rows = -1
+        self._prefix = -1
+        self._window_hidden: Tensor | None = None
+
+    def poll(self, unfinished: Bool[Tensor, " batch"], ids: Integer[Tensor, "batch seq_len"]
+             ) -> tuple[Integer[Tensor, " active"], int]:
+        """The rows that still run and the first column after the prefix, read from the device
+        in one host sync (the step's only one, as without the cache)."""
+        window = ids[:, self.window_start:]
+        width = window.shape[1]
+        offsets = torch.arange(width, device=ids.device)
+        if self.block_size is None:
+            block_start = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
+        else:
+            first_mask = torch.where(window == self.mask_token_id, offsets, width).min(1).values
+            block_start = first_mask // self.block_size * self.block_size
+        # a row that no longer runs counts as past the end, so it never holds the prefix back
+        starts = torch.cat([torch.where(unfinished, block_start, width), offsets.new_full((1,), width)])
+        summary = torch.cat([unfinished.long(), starts.amin().view(1)]).tolist()
+        running = [row for row, flag in enumerate(summary[:-1]) if flag]
+        return torch.tensor(running, dtype=torch.long, device=ids.device), self.window_start + summary[-1]
+
+    def window_logits(self, model: nn.Module, ids: Integer[Tensor, "rows seq_len"],
+                      attention_mask: Bool[Tensor, "rows seq_len"], positions: Integer[Tensor, "rows seq_len"],
+                      prefix: int) -> Float[Tensor, "rows region vocab"]:
+        """The logits of the running rows' output windows: a full forward that keeps the keys
+        and values of the columns before ``prefix`` when a refresh is due, else a forward of the
+        columns from ``prefix`` on over the kept prefix."""
+        rows = ids.shape[0]
+        rule = StalePrefixMask()
+        due = self.refresh_every is not None and self._steps_since_refresh >= self.refresh_every
+        if self._cache is None or rows != self._rows or prefix != self._prefix or due:
+            if self._cache is not None and rows == self._rows:
+                cache = self._cache  # the same rows: its buffers are overwritten
+                cache.reset()
+            else:
+                cache = model.new_kv_cache(rows, ids.shape[1])
+            hidden = model.final_hidden(ids, attention_mask=attention_mask, positions=positions,
+                                        mask_rule=rule, kv_cache=cache)
+            cache.truncate(prefix)
+            self._cache, self._rows, self._prefix = cache, rows, prefix
+            self._window_hidden = hidden[:, self.window_start:]
+            self._steps_since_refresh = 1
+        else:
+            assert self._window_hidden is not None
+            after = model.final_hidden(ids[:, prefix:], attention_mask=attention_mask[:, prefix:],
+                                       positions=positions[:, prefix:], mask_rule=rule,
+                                       kv_cache=self._cache, write_cache=False)
+            kept = self._window_hidden[:, :prefix - self.window_start]
+            self._window_hidden = torch.cat([kept, after], dim=1)
+            self._steps_since_refresh += 1
+        return torch.nn.functional.linear(self._window_hidden, model.lm_head_weight)
