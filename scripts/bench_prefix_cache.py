@@ -32,6 +32,8 @@ def decode_all(predictor: UnmaskingPredictor, model: nn.Module, batches: list[Ma
     """Wall time and predictions of one pass over ``batches``."""
     start = time.perf_counter()
     predictions = [predictor.predict(batch, model=model) for batch in batches]
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return time.perf_counter() - start, predictions
 
 
@@ -90,10 +92,14 @@ def main() -> None:
                         help="prefix_cache_refresh values to compare (0: none)")
     parser.add_argument("--repeats", type=int, default=3, help="timings: fastest of this many")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer, batches, max_new_tokens = load_source(args)
+    model = model.to(args.device)
+    batches = [{key: value.to(args.device) if isinstance(value, torch.Tensor) else value
+                for key, value in batch.items()} for batch in batches]
     max_steps = args.max_steps or max_new_tokens
     rows = [bench_setting(model, tokenizer, batches, max_new_tokens, max_steps, size or None, refresh or None,
                           args.repeats)
@@ -101,7 +107,7 @@ def main() -> None:
     prompt_len = batches[0]["input_ids"].shape[1]
     print(f"source={args.ckpt or 'random-model'} batch_size={args.batch_size} batches={len(batches)} "
           f"prompt columns={prompt_len} max_new_tokens={max_new_tokens} max_steps={max_steps} "
-          f"threads={torch.get_num_threads()} repeats={args.repeats}")
+          f"device={args.device} threads={torch.get_num_threads()} repeats={args.repeats}")
     print(f"{'block':>6} {'refresh':>7} {'plain s':>8} {'cached s':>9} {'speed-up':>8} {'agree':>6} "
           f"{'exact plain':>11} {'exact cached':>12}")
     for row in rows:
@@ -111,7 +117,7 @@ def main() -> None:
     print(json.dumps({"benchmark": "prefix_cache", "source": args.ckpt or "random-model",
                       "batch_size": args.batch_size, "batches": len(batches), "prompt_columns": prompt_len,
                       "max_new_tokens": max_new_tokens, "max_steps": max_steps,
-                      "threads": torch.get_num_threads(), "rows": rows}))
+                      "device": args.device, "threads": torch.get_num_threads(), "rows": rows}))
 
 
 if __name__ == "__main__":

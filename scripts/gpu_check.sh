@@ -5,7 +5,8 @@
 #   bash scripts/gpu_check.sh tests OUTDIR        # pytest -m gpu; history overhead on CUDA; block-wise
 #                                                 # decoding (bd3lm, udlm, hybrid) per token and the
 #                                                 # token choice (bench_sampling.py) and the weight
-#                                                 # average's update (bench_weight_average.py) on CUDA
+#                                                 # average's update (bench_weight_average.py) and the
+#                                                 # prefix cache (bench_prefix_cache.py) on CUDA
 #   bash scripts/gpu_check.sh bench-125m OUTDIR   # bench_gpu_training.py 125m: eager, compiled, plain loss
 #   bash scripts/gpu_check.sh bench-550m OUTDIR   # bench_gpu_training.py 550m: eager, compiled
 #   bash scripts/gpu_check.sh runs OUTDIR         # varlen_sort_packed trainer=gpu (recompile warnings),
@@ -102,8 +103,12 @@ stage_tests() {
   fi
   if [ "$smoke" = 1 ]; then
     record weight_average "$py" scripts/bench_weight_average.py --device "$device" --sizes demo --repeats 1
+    record prefix_cache "$py" scripts/bench_prefix_cache.py --random-model --device "$device" --batch-size 2 \
+      --batches 1 --prompt-len 16 --max-new-tokens 4 --repeats 1
   else
     record weight_average "$py" scripts/bench_weight_average.py --device "$device"
+    record prefix_cache "$py" scripts/bench_prefix_cache.py --random-model --device "$device" --batch-size 64 \
+      --batches 4 --prompt-len 256 --max-new-tokens 32 --block-sizes 0 8 --refresh 0 4
   fi
 }
 

@@ -138,3 +138,29 @@ def test_what_the_cache_cannot_serve_is_refused_by_name():
     holes = prompt_batch([[letter("a"), MASK], [MASK, letter("b"), letter("c"), MASK]], infill=True)
     with pytest.raises(ValueError, match="same canvas column"):
         infill.predict(holes, model=network(n_layers=1))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_cache_is_exact_where_it_can_be_and_syncs_once_per_step():
+    import warnings
+
+    model = network(n_layers=1).cuda()
+    batch = {k: v.cuda() for k, v in prompt_batch(PROMPTS).items()}
+
+    def run(new_tokens, **options):
+        predictor = UnmaskingPredictor(max_steps=new_tokens, max_new_tokens=new_tokens, tokenizer=LetterTokenizer(),
+                                       confidence="top_prob", block_size=2, **options)
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                prediction = predictor.predict(batch, model=model)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return prediction, sum("synchroniz" in str(w.message) for w in caught)
+
+    plain, _ = run(8)
+    cached, syncs_8 = run(8, prefix_cache=True)
+    assert torch.equal(cached["ids"], plain["ids"])
+    assert syncs_8 - run(4, prefix_cache=True)[1] == 4

@@ -79,9 +79,10 @@ class PrefixCache:
             block_start = first_mask // self.block_size * self.block_size
         # a row that no longer runs counts as past the end, so it never holds the prefix back
         starts = torch.cat([torch.where(unfinished, block_start, width), offsets.new_full((1,), width)])
-        summary = torch.cat([unfinished.long(), starts.amin().view(1)]).tolist()
-        running = [row for row, flag in enumerate(summary[:-1]) if flag]
-        return torch.tensor(running, dtype=torch.long, device=ids.device), self.window_start + summary[-1]
+        running, earliest = torch.stack([unfinished.sum(), starts.amin()]).tolist()
+        # the running rows in order, found on the device: a host list copied over would sync again
+        active = torch.argsort((~unfinished).to(torch.uint8), stable=True)[:running]
+        return active, self.window_start + earliest
 
     def window_logits(self, model: nn.Module, ids: Integer[Tensor, "rows seq_len"],
                       attention_mask: Bool[Tensor, "rows seq_len"], positions: Integer[Tensor, "rows seq_len"],
