@@ -7,6 +7,7 @@ tokens the two agree on, and, for a trained run, exact match and token accuracy 
 
     python scripts/bench_prefix_cache.py --ckpt runs/sort_mlm --refresh 0 2 3   # a trained run
     python scripts/bench_prefix_cache.py --random-model --prompt-len 256        # a long prompt
+    python scripts/bench_prefix_cache.py --ckpt runs/sort_mlm --block-sizes 3 --dual   # the dual cache too
 
 The last line printed is one JSON object with every row.
 """
@@ -66,11 +67,12 @@ def agreement(plain: list[dict[str, Any]], cached: list[dict[str, Any]], max_new
 
 def bench_setting(model: nn.Module, tokenizer: Tokenizer, batches: list[Mapping[str, Any]],
                   max_new_tokens: int, max_steps: int, block_size: int | None, refresh: int | None,
-                  repeats: int) -> dict[str, Any]:
+                  dual: bool, repeats: int) -> dict[str, Any]:
     options = dict(max_steps=max_steps, max_new_tokens=max_new_tokens, tokenizer=tokenizer,
                    confidence="top_prob", block_size=block_size)
     plain_predictor = UnmaskingPredictor(**options)
-    cached_predictor = UnmaskingPredictor(**options, prefix_cache=True, prefix_cache_refresh=refresh)
+    cached_predictor = UnmaskingPredictor(**options, prefix_cache=True, prefix_cache_refresh=refresh,
+                                          dual_cache=dual)
     plain_predictor.predict(batches[0], model=model)  # warm-up, not timed
     cached_predictor.predict(batches[0], model=model)
     plain_best = cached_best = float("inf")
@@ -78,7 +80,7 @@ def bench_setting(model: nn.Module, tokenizer: Tokenizer, batches: list[Mapping[
         plain_time, plain = decode_all(plain_predictor, model, batches)
         cached_time, cached = decode_all(cached_predictor, model, batches)
         plain_best, cached_best = min(plain_best, plain_time), min(cached_best, cached_time)
-    return {"block_size": block_size, "refresh": refresh, "plain_s": plain_best, "cached_s": cached_best,
+    return {"block_size": block_size, "refresh": refresh, "dual": dual, "plain_s": plain_best, "cached_s": cached_best,
             "speedup": plain_best / cached_best, "agreement": agreement(plain, cached, max_new_tokens),
             "plain_scores": scores(plain, batches, tokenizer), "cached_scores": scores(cached, batches, tokenizer)}
 
@@ -90,6 +92,8 @@ def main() -> None:
                         help="block sizes to compare (0: the whole output is one block)")
     parser.add_argument("--refresh", type=int, nargs="+", default=[0],
                         help="prefix_cache_refresh values to compare (0: none)")
+    parser.add_argument("--dual", action="store_true",
+                        help="with block sizes: also the dual cache (the later blocks' keys kept too)")
     parser.add_argument("--repeats", type=int, default=3, help="timings: fastest of this many")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -102,17 +106,19 @@ def main() -> None:
                 for key, value in batch.items()} for batch in batches]
     max_steps = args.max_steps or max_new_tokens
     rows = [bench_setting(model, tokenizer, batches, max_new_tokens, max_steps, size or None, refresh or None,
-                          args.repeats)
-            for size in args.block_sizes for refresh in args.refresh]
+                          dual, args.repeats)
+            for size in args.block_sizes for refresh in args.refresh
+            for dual in ([False, True] if args.dual and size else [False])]
     prompt_len = batches[0]["input_ids"].shape[1]
     print(f"source={args.ckpt or 'random-model'} batch_size={args.batch_size} batches={len(batches)} "
           f"prompt columns={prompt_len} max_new_tokens={max_new_tokens} max_steps={max_steps} "
           f"device={args.device} threads={torch.get_num_threads()} repeats={args.repeats}")
-    print(f"{'block':>6} {'refresh':>7} {'plain s':>8} {'cached s':>9} {'speed-up':>8} {'agree':>6} "
+    print(f"{'block':>6} {'refresh':>7} {'dual':>4} {'plain s':>8} {'cached s':>9} {'speed-up':>8} {'agree':>6} "
           f"{'exact plain':>11} {'exact cached':>12}")
     for row in rows:
         exact = [("-" if s is None else f"{s['exact_match']:.4f}") for s in (row["plain_scores"], row["cached_scores"])]
-        print(f"{str(row['block_size'] or '-'):>6} {str(row['refresh'] or '-'):>7} {row['plain_s']:8.3f} "
+        print(f"{str(row['block_size'] or '-'):>6} {str(row['refresh'] or '-'):>7} "
+              f"{'yes' if row['dual'] else '-':>4} {row['plain_s']:8.3f} "
               f"{row['cached_s']:9.3f} {row['speedup']:7.2f}x {row['agreement']:6.3f} {exact[0]:>11} {exact[1]:>12}")
     print(json.dumps({"benchmark": "prefix_cache", "source": args.ckpt or "random-model",
                       "batch_size": args.batch_size, "batches": len(batches), "prompt_columns": prompt_len,

@@ -38,7 +38,8 @@ def test_signature_starts_with_seed_004_names_and_defaults():
     params = list(inspect.signature(MLMPredictor.__init__).parameters.values())[1:]
     assert [(p.name, p.default) for p in params[:len(SEED_004)]] == SEED_004
     assert [p.name for p in params[len(SEED_004):]] == [
-        "temperature", "block_size", "stop_at_eos", "remask", "prefix_cache", "prefix_cache_refresh", "seed"]
+        "temperature", "block_size", "stop_at_eos", "remask", "prefix_cache", "prefix_cache_refresh",
+        "dual_cache", "seed"]
     predictor = MLMPredictor(max_steps=4)
     assert isinstance(predictor, nn.Module) and isinstance(predictor, UnmaskingPredictor)
     assert predictor.temperature == 0.0

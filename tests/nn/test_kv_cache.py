@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from xdllm.nn import RotaryTransformer, RotaryTransformerConfig
-from xdllm.nn.masks import BlockCausalMask, BlockDiffusionMask, CausalMask, DocumentMask, Tokens
+from xdllm.nn.masks import BlockCausalMask, BlockDiffusionMask, CausalMask, DocumentMask, StalePrefixMask, Tokens
 
 VOCAB = 37
 PROMPT_LENGTHS = (3, 7, 5)
@@ -147,3 +147,32 @@ def test_a_reading_pass_attends_to_a_view_of_the_cache_not_a_copy_of_the_prefix(
     assert cache.length == 3 and torch.equal(cache.position[:, :3], positions)
     for buffer, before in zip(cache.keys + cache.values, prefix):
         assert torch.equal(buffer[:, :, :3], before)
+
+
+def test_a_kept_prefix_and_suffix_around_a_gap_give_the_full_forward_when_nothing_changed():
+    """The dual cache's mechanics (``truncate(start, keep_from=stop)``): a reading forward of the
+    columns in the gap attends to the kept prefix, to itself and to the kept suffix, in canvas
+    order; with the same tokens everywhere that is the full bidirectional forward. A forward that
+    would leave a gap before the suffix, or append over it, is refused."""
+    model = make_model()
+    ids, real, positions = left_padded_prompts(block_size=1)
+    rule = StalePrefixMask()
+    cache = model.new_kv_cache(len(PROMPT_LENGTHS), max_len=ids.shape[1])
+    with torch.no_grad():
+        full = model(ids, attention_mask=real, positions=positions, mask_rule=rule, kv_cache=cache)
+        torch.testing.assert_close(full, model(ids, attention_mask=real, positions=positions), atol=1e-5, rtol=0)
+        cache.truncate(3, keep_from=5)
+        gap = model(ids[:, 3:5], attention_mask=real[:, 3:5], positions=positions[:, 3:5], mask_rule=rule,
+                    kv_cache=cache, write_cache=False)
+        torch.testing.assert_close(gap, full[:, 3:5], atol=1e-5, rtol=0)
+        assert cache.length == 3 and cache.suffix == (5, ids.shape[1])
+        with pytest.raises(ValueError, match="must fill slots 3..5 exactly"):
+            model(ids[:, 3:4], attention_mask=real[:, 3:4], positions=positions[:, 3:4], mask_rule=rule,
+                  kv_cache=cache, write_cache=False)
+        with pytest.raises(ValueError, match="keeps a suffix"):
+            model(ids[:, 3:5], attention_mask=real[:, 3:5], positions=positions[:, 3:5], mask_rule=rule,
+                  kv_cache=cache)
+    with pytest.raises(ValueError, match="keep_from 2 is outside 3..3"):
+        cache.truncate(3, keep_from=2)
+    cache.reset()
+    assert cache.length == 0 and cache.suffix is None

@@ -37,14 +37,20 @@ SETTINGS = [
     dict(max_steps=6, temperature=1.0, top_p=0.9, confidence=None, block_size=3, stop_at_eos=True),
     dict(max_steps=6, confidence="top_prob", block_size=3, remask=True),
     dict(max_steps=5, confidence="top_prob", prefix_cache_refresh=2),
+    # the dual cache keeps the masked columns after the current block too
+    dict(max_steps=6, confidence="prob_diff", block_size=2, dual_cache=True),
+    dict(max_steps=4, confidence="entropy", threshold=-0.5, block_size=3, dual_cache=True),
+    dict(max_steps=6, temperature=1.0, top_p=0.9, confidence=None, block_size=3, dual_cache=True),
+    dict(max_steps=6, confidence="top_prob", block_size=3, remask=True, dual_cache=True, prefix_cache_refresh=2),
 ]
+CACHE_OPTIONS = ("prefix_cache_refresh", "dual_cache")
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("options", SETTINGS)
 def test_where_kept_keys_cannot_be_stale_the_cache_decodes_the_same_tokens(options, seed):
     model = network(n_layers=1, seed=seed)
-    plain = decode(model, **{k: v for k, v in options.items() if k != "prefix_cache_refresh"}, seed=seed)
+    plain = decode(model, **{k: v for k, v in options.items() if k not in CACHE_OPTIONS}, seed=seed)
     cached = decode(model, **options, seed=seed, prefix_cache=True)
     assert torch.equal(cached["ids"], plain["ids"])
     assert cached["steps_taken"] == plain["steps_taken"]
@@ -77,6 +83,15 @@ def test_with_two_layers_the_kept_keys_are_stale():
     assert torch.equal(cached.steps[4].topk_probs[:, :3], cached.steps[3].topk_probs[:, :3])
 
 
+def test_with_the_dual_cache_the_later_blocks_keep_what_the_refresh_saw():
+    history = RecordingHistory()
+    decode(network(2), history=history, max_steps=6, block_size=2, confidence="top_prob", prefix_cache=True,
+           dual_cache=True)
+    refresh, between = history.steps[2], history.steps[3]  # the second block's two steps
+    assert torch.equal(between.topk_probs[:, 4:], refresh.topk_probs[:, 4:])  # the third block: kept
+    assert not torch.equal(between.topk_probs[:, 2:4], refresh.topk_probs[:, 2:4])  # the current one: run
+
+
 class WidthRecorder(nn.Module):
     """A network whose forward widths are recorded."""
 
@@ -105,6 +120,10 @@ class WidthRecorder(nn.Module):
     # and at the latest every prefix_cache_refresh steps
     (dict(max_steps=5, prefix_cache_refresh=2), [10, 6, 10, 6, 10]),
     (dict(max_steps=6, block_size=3, prefix_cache_refresh=2), [10, 6, 10, 10, 3, 10]),
+    # the dual cache: between refreshes, the current block only
+    (dict(max_steps=6, block_size=2, dual_cache=True), [10, 2, 10, 2, 10, 2]),
+    # 4 steps for 3 blocks: the first block has two, so one step between refreshes; the others one
+    (dict(max_steps=4, block_size=2, dual_cache=True), [10, 2, 10, 10]),
 ])
 def test_a_step_runs_only_the_columns_after_the_prefix(options, widths):
     model = WidthRecorder(network(n_layers=2))
@@ -127,6 +146,9 @@ def test_mdlm_takes_the_option_and_one_host_sync_per_step_holds():
 
 def test_what_the_cache_cannot_serve_is_refused_by_name():
     tokenizer = LetterTokenizer()
+    with pytest.raises(ValueError, match="dual_cache keeps the columns after the current block: it needs "
+                                         "prefix_cache=true and a block_size, got prefix_cache=True, block_size=None"):
+        UnmaskingPredictor(max_steps=2, tokenizer=tokenizer, prefix_cache=True, dual_cache=True)
     for refresh, cache in ((2, False), (0, True)):
         with pytest.raises(ValueError, match="prefix_cache_refresh must be >= 1 and needs prefix_cache=true"):
             UnmaskingPredictor(max_steps=2, tokenizer=tokenizer, prefix_cache=cache, prefix_cache_refresh=refresh)
@@ -142,7 +164,8 @@ def test_what_the_cache_cannot_serve_is_refused_by_name():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_on_cuda_the_cache_is_exact_where_it_can_be_and_syncs_once_per_step():
+@pytest.mark.parametrize("dual", [False, True])
+def test_on_cuda_the_cache_is_exact_where_it_can_be_and_syncs_once_per_step(dual):
     import warnings
 
     model = network(n_layers=1).cuda()
@@ -161,6 +184,6 @@ def test_on_cuda_the_cache_is_exact_where_it_can_be_and_syncs_once_per_step():
         return prediction, sum("synchroniz" in str(w.message) for w in caught)
 
     plain, _ = run(8)
-    cached, syncs_8 = run(8, prefix_cache=True)
+    cached, syncs_8 = run(8, prefix_cache=True, dual_cache=dual)
     assert torch.equal(cached["ids"], plain["ids"])
-    assert syncs_8 - run(4, prefix_cache=True)[1] == 4
+    assert syncs_8 - run(4, prefix_cache=True, dual_cache=dual)[1] == 4

@@ -90,6 +90,9 @@ GENERATE = [
      "predictor.prefix_cache=1 is not allowed: predictor.prefix_cache must be true or false"),
     ("predictor.prefix_cache_refresh=2", "prefix_cache_refresh must be >= 1 and needs prefix_cache=true, got "
                                          "prefix_cache_refresh=2 with prefix_cache=False"),
+    ("predictor.prefix_cache=true predictor.dual_cache=true",
+     "dual_cache keeps the columns after the current block: it needs prefix_cache=true and a block_size, got "
+     "prefix_cache=True, block_size=None"),
     ("data_path=", "data_path= is empty: give the folder or file the run's data is in now"),
     ("data_path=123", "data_path=123 is not allowed: data_path must be a string (or null); Hydra read the value as "
                       "a number: for a string, quote it as typed, e.g. data_path='123'"),

@@ -15,6 +15,11 @@ appends the final clean block once. A reading forward still puts its keys and va
 slots after the prefix, so that attention reads one contiguous view of the buffers instead of a
 copy of the whole prefix joined to the new block; those slots stay free, and the next forward
 overwrites them.
+
+A cache may also keep a *suffix* (:meth:`KVCache.truncate` with ``keep_from``): slots after a
+gap that reading forwards fill exactly, so that their tokens attend to the prefix, to each
+other and to the kept suffix, still one contiguous view (the predictor's approximate dual cache,
+:mod:`xdllm.predict.prefix_cache`).
 """
 
 from __future__ import annotations
@@ -50,16 +55,24 @@ class KVCache:
         self.batch_size = batch_size
         self.max_len = max_len
         self.length = 0
+        self.suffix: tuple[int, int] | None = None
 
     def reset(self) -> None:
-        """Forget the prefix (the buffers are kept and overwritten)."""
+        """Forget the prefix and any kept suffix (the buffers are kept and overwritten)."""
         self.length = 0
+        self.suffix = None
 
-    def truncate(self, length: int) -> None:
-        """Keep the first ``length`` slots as the prefix (the rest become free slots)."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"KVCache.truncate: length {length} is outside 0..{self.length} (the fill length)")
+    def truncate(self, length: int, keep_from: int | None = None) -> None:
+        """Keep the first ``length`` slots as the prefix; with ``keep_from``, also keep the slots
+        from ``keep_from`` to the fill length as a suffix, which every later forward's new tokens
+        must fill the gap before (``length .. keep_from``) and then attend to."""
+        filled = self.length
+        if not 0 <= length <= filled:
+            raise ValueError(f"KVCache.truncate: length {length} is outside 0..{filled} (the fill length)")
+        if keep_from is not None and not length <= keep_from <= filled:
+            raise ValueError(f"KVCache.truncate: keep_from {keep_from} is outside {length}..{filled}")
         self.length = length
+        self.suffix = None if keep_from is None or keep_from == filled else (keep_from, filled)
 
     def key_tokens(self, new: Tokens) -> Tokens:
         """Document ids and positions of the keys a forward of ``new`` tokens attends to: the
@@ -69,8 +82,15 @@ class KVCache:
             raise ValueError(f"KVCache: batch of {batch} rows, the cache holds {self.batch_size}")
         if self.length + new_len > self.max_len:
             raise ValueError(f"KVCache: {self.length} cached + {new_len} new tokens exceed max_len={self.max_len}")
-        return Tokens(torch.cat([self.document[:, :self.length], new.document], dim=1),
-                      torch.cat([self.position[:, :self.length], new.position], dim=1))
+        if self.suffix is None:
+            return Tokens(torch.cat([self.document[:, :self.length], new.document], dim=1),
+                          torch.cat([self.position[:, :self.length], new.position], dim=1))
+        start, end = self.suffix
+        if self.length + new_len != start:
+            raise ValueError(f"KVCache: {new_len} new tokens after {self.length} cached leave a gap before the "
+                             f"kept suffix at slot {start}: they must fill slots {self.length}..{start} exactly")
+        return Tokens(torch.cat([self.document[:, :self.length], new.document, self.document[:, start:end]], dim=1),
+                      torch.cat([self.position[:, :self.length], new.position, self.position[:, start:end]], dim=1))
 
     def layer(self, index: int) -> CachedLayer:
         """The view one transformer layer uses to extend its keys and values. A layer writes the
@@ -80,6 +100,9 @@ class KVCache:
 
     def append(self, new: Tokens) -> None:
         """Record the new tokens' ids and positions and grow ``length`` (after every layer wrote)."""
+        if self.suffix is not None:
+            raise ValueError("KVCache.append: the cache keeps a suffix, which appended tokens would overwrite; "
+                             "read it (write_cache=False) or reset it")
         end = self.length + new.document.shape[1]
         self.document[:, self.length:end] = new.document
         self.position[:, self.length:end] = new.position
@@ -98,13 +121,15 @@ class CachedLayer:
         key: Float[Tensor, "batch heads new_len head_dim"],
         value: Float[Tensor, "batch heads new_len head_dim"],
     ) -> tuple[Float[Tensor, "batch heads kv_len head_dim"], Float[Tensor, "batch heads kv_len head_dim"]]:
-        """The cached keys and values followed by the new ones, a view of the cache's buffers: the
-        new ones are written into the free slots after the prefix; the fill length only grows in
-        :meth:`KVCache.append`, which a reading forward never calls."""
+        """The cached keys and values followed by the new ones (and the kept suffix, if any), a
+        view of the cache's buffers: the new ones are written into the free slots after the prefix;
+        the fill length only grows in :meth:`KVCache.append`, which a reading forward never calls."""
         start = self.cache.length
         cached_keys, cached_values = self.cache.keys[self.index], self.cache.values[self.index]
         end = start + key.shape[2]
         cached_keys[:, :, start:end] = key
         cached_values[:, :, start:end] = value
+        if self.cache.suffix is not None:
+            end = self.cache.suffix[1]
         return cached_keys[:, :, :end], cached_values[:, :, :end]
 

@@ -149,6 +149,8 @@ class UnmaskingPredictor(nn.Module):
             approximation, :mod:`xdllm.predict.prefix_cache`).
         prefix_cache_refresh: with ``prefix_cache``, also refresh the kept prefix every this many
             steps (None: only when the earliest block moves on or rows finish).
+        dual_cache: with ``prefix_cache`` and ``block_size``, also keep the columns after the
+            current block: a step between refreshes runs the current block only.
         seed: base of the per-sample random streams.
     """
 
@@ -159,7 +161,8 @@ class UnmaskingPredictor(nn.Module):
                  threshold: float | None = None, skip_special_tokens: bool = True,
                  temperature: float = 0.0, block_size: int | None = None,
                  stop_at_eos: bool = False, remask: bool = False, prefix_cache: bool = False,
-                 prefix_cache_refresh: int | None = None, seed: int = 0) -> None:
+                 prefix_cache_refresh: int | None = None, dual_cache: bool = False,
+                 seed: int = 0) -> None:
         super().__init__()
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
@@ -169,12 +172,15 @@ class UnmaskingPredictor(nn.Module):
             raise ValueError(f"block_size must be >= 1 or None, got {block_size}")
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
-        for name, value in (("remask", remask), ("prefix_cache", prefix_cache)):
+        for name, value in (("remask", remask), ("prefix_cache", prefix_cache), ("dual_cache", dual_cache)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false, got {value!r}")
         if prefix_cache_refresh is not None and not (prefix_cache and prefix_cache_refresh >= 1):
             raise ValueError(f"prefix_cache_refresh must be >= 1 and needs prefix_cache=true, got "
                              f"prefix_cache_refresh={prefix_cache_refresh} with prefix_cache={prefix_cache}")
+        if dual_cache and not (prefix_cache and block_size is not None):
+            raise ValueError(f"dual_cache keeps the columns after the current block: it needs prefix_cache=true "
+                             f"and a block_size, got prefix_cache={prefix_cache}, block_size={block_size}")
         check_sampling_options(temperature, top_k, top_p)
         check_confidence_options(confidence, threshold)
         self.max_steps = max_steps
@@ -194,6 +200,7 @@ class UnmaskingPredictor(nn.Module):
         self.remask = remask
         self.prefix_cache = prefix_cache
         self.prefix_cache_refresh = prefix_cache_refresh
+        self.dual_cache = dual_cache
         self.seed = seed
 
     def extra_repr(self) -> str:
@@ -248,7 +255,7 @@ class UnmaskingPredictor(nn.Module):
                              "at different columns (infilling, or right-padded prompts)")
         check_prefix_cache_model(model)
         return PrefixCache(shared_start, self.block_size, self._tokenizer().mask_token_id,
-                           self.prefix_cache_refresh)
+                           self.prefix_cache_refresh, self.dual_cache)
 
     # ------------------------------------------------------------------ one step
 
@@ -347,7 +354,7 @@ class UnmaskingPredictor(nn.Module):
             if prefix_cache is None:
                 active = unfinished.nonzero().flatten()  # the step's one host sync
             else:
-                active, prefix = prefix_cache.poll(unfinished, state.ids)  # the same, one sync
+                active, span = prefix_cache.poll(unfinished, state.ids)  # the same, one sync
             elapsed.append(time.perf_counter() - start_time)
             if active.numel() == 0:
                 break
@@ -357,7 +364,7 @@ class UnmaskingPredictor(nn.Module):
             every_row = active.numel() == n_rows
             rows = state if every_row else state.select(active)
             window_logits = (_window_logits(model, rows, shared_start) if prefix_cache is None else
-                             prefix_cache.window_logits(model, rows.ids, rows.attention_mask, rows.positions, prefix))
+                             prefix_cache.window_logits(model, rows.ids, rows.attention_mask, rows.positions, span))
             outcome = self._step(window_logits, rows, step, shared_start)
             if every_row:
                 state = state.updated(outcome)

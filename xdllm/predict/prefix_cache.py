@@ -16,8 +16,16 @@ cost more accuracy: the trade is measured in ``docs/predictor.md``). The prefix 
 before the earliest current block of the running rows, so every column a step may write lies
 after it.
 
-Between refreshes the window columns inside the prefix (earlier blocks) keep the outputs of the
-last refresh: no step writes them, and the history's top-k there shows those.
+With ``dual`` (Fast-dLLM's dual cache, with ``block_size``) the refresh also keeps the keys and
+values of the columns after the latest current block of the running rows (masks, still to be
+decoded), and a step between refreshes runs only the current blocks' columns, attending to the
+kept prefix, to each other and to the kept suffix. A refresh then also happens when that suffix
+moves.
+
+Between refreshes the window columns outside what a step runs (earlier blocks; with ``dual``
+the later ones too) keep the outputs of the last refresh: no step writes them (except padding
+after a settled EOS, whose kept keys stay those of the masks until the next refresh), and the
+history's top-k there shows those.
 
 Needs rows whose output regions start at the same column (continuation of left-padded prompts,
 how ``xdllm generate`` batches them) and a model with ``final_hidden`` (taking ``mask_rule``,
@@ -50,25 +58,31 @@ class PrefixCache:
 
     ``window_start``: the column where every row's output region starts; ``block_size``: the
     predictor's (None: the region is one block); ``refresh_every``: most steps between refreshes
-    (None: refresh only when the prefix or the running rows change).
+    (None: refresh only when the kept columns or the running rows change); ``dual``: also keep
+    the columns after the current blocks (needs ``block_size``).
     """
 
     def __init__(self, window_start: int, block_size: int | None, mask_token_id: int,
-                 refresh_every: int | None = None) -> None:
+                 refresh_every: int | None = None, dual: bool = False) -> None:
+        if dual and block_size is None:
+            raise ValueError("a dual cache keeps the columns after the current block: it needs block_size")
         self.window_start = window_start
         self.block_size = block_size
         self.mask_token_id = mask_token_id
         self.refresh_every = refresh_every
+        self.dual = dual
         self._steps_since_refresh = 0
         self._cache: KVCache | None = None
         self._rows = -1
-        self._prefix = -1
+        self._span = (-1, -1)
         self._window_hidden: Tensor | None = None
 
     def poll(self, unfinished: Bool[Tensor, " batch"], ids: Integer[Tensor, "batch seq_len"]
-             ) -> tuple[Integer[Tensor, " active"], int]:
-        """The rows that still run and the first column after the prefix, read from the device
-        in one host sync (the step's only one, as without the cache)."""
+             ) -> tuple[Integer[Tensor, " active"], tuple[int, int]]:
+        """The rows that still run and the columns a step between refreshes runs, ``(start,
+        stop)``: from the earliest current block of the running rows to the end of the canvas
+        (with ``dual``: to the end of the latest current block); read from the device in one host
+        sync (the step's only one, as without the cache)."""
         window = ids[:, self.window_start:]
         width = window.shape[1]
         offsets = torch.arange(width, device=ids.device)
@@ -77,23 +91,30 @@ class PrefixCache:
         else:
             first_mask = torch.where(window == self.mask_token_id, offsets, width).min(1).values
             block_start = first_mask // self.block_size * self.block_size
-        # a row that no longer runs counts as past the end, so it never holds the prefix back
-        starts = torch.cat([torch.where(unfinished, block_start, width), offsets.new_full((1,), width)])
-        running, earliest = torch.stack([unfinished.sum(), starts.amin()]).tolist()
+        # a row that no longer runs counts as past the end (before the start), so it never holds
+        # the prefix (the suffix) back
+        start = torch.cat([torch.where(unfinished, block_start, width), offsets.new_full((1,), width)]).amin()
+        if self.dual:
+            block_end = (block_start + self.block_size).clamp(max=width)
+            stop = torch.cat([torch.where(unfinished, block_end, 0), offsets.new_zeros(1)]).amax()
+        else:
+            stop = offsets.new_tensor(width)
+        running, start, stop = torch.stack([unfinished.sum(), start, stop]).tolist()
         # the running rows in order, found on the device: a host list copied over would sync again
         active = torch.argsort((~unfinished).to(torch.uint8), stable=True)[:running]
-        return active, self.window_start + earliest
+        return active, (self.window_start + start, self.window_start + stop)
 
     def window_logits(self, model: nn.Module, ids: Integer[Tensor, "rows seq_len"],
                       attention_mask: Bool[Tensor, "rows seq_len"], positions: Integer[Tensor, "rows seq_len"],
-                      prefix: int) -> Float[Tensor, "rows region vocab"]:
-        """The logits of the running rows' output windows: a full forward that keeps the keys
-        and values of the columns before ``prefix`` when a refresh is due, else a forward of the
-        columns from ``prefix`` on over the kept prefix."""
+                      span: tuple[int, int]) -> Float[Tensor, "rows region vocab"]:
+        """The logits of the running rows' output windows: when a refresh is due, a full forward
+        that keeps the keys and values outside ``span`` (the columns before it; with ``dual``
+        those after it too); else a forward of the columns in ``span`` over the kept ones."""
         rows = ids.shape[0]
+        start, stop = span
         rule = StalePrefixMask()
         due = self.refresh_every is not None and self._steps_since_refresh >= self.refresh_every
-        if self._cache is None or rows != self._rows or prefix != self._prefix or due:
+        if self._cache is None or rows != self._rows or span != self._span or due:
             if self._cache is not None and rows == self._rows:
                 cache = self._cache  # the same rows: its buffers are overwritten
                 cache.reset()
@@ -101,16 +122,17 @@ class PrefixCache:
                 cache = model.new_kv_cache(rows, ids.shape[1])
             hidden = model.final_hidden(ids, attention_mask=attention_mask, positions=positions,
                                         mask_rule=rule, kv_cache=cache)
-            cache.truncate(prefix)
-            self._cache, self._rows, self._prefix = cache, rows, prefix
+            cache.truncate(start, keep_from=stop)
+            self._cache, self._rows, self._span = cache, rows, span
             self._window_hidden = hidden[:, self.window_start:]
             self._steps_since_refresh = 1
         else:
             assert self._window_hidden is not None
-            after = model.final_hidden(ids[:, prefix:], attention_mask=attention_mask[:, prefix:],
-                                       positions=positions[:, prefix:], mask_rule=rule,
-                                       kv_cache=self._cache, write_cache=False)
-            kept = self._window_hidden[:, :prefix - self.window_start]
-            self._window_hidden = torch.cat([kept, after], dim=1)
+            ran = model.final_hidden(ids[:, start:stop], attention_mask=attention_mask[:, start:stop],
+                                     positions=positions[:, start:stop], mask_rule=rule,
+                                     kv_cache=self._cache, write_cache=False)
+            kept = self._window_hidden
+            self._window_hidden = torch.cat([kept[:, :start - self.window_start], ran,
+                                             kept[:, stop - self.window_start:]], dim=1)
             self._steps_since_refresh += 1
         return torch.nn.functional.linear(self._window_hidden, model.lm_head_weight)
