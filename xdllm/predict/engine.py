@@ -345,16 +345,16 @@ class UnmaskingPredictor(nn.Module):
             written_scores=torch.zeros(generated.shape, device=device))
         unfinished = generated.any(1)
         steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
+        kept_keys = self._prefix_cache(model, shared_start)
         if history is not None:
             history_k = history.k
             history.begin(batch, state.ids, canvas.output_start)
-        prefix_cache = self._prefix_cache(model, shared_start)
         elapsed: list[float] = []
         for step in range(self.max_steps + 1):
-            if prefix_cache is None:
+            if kept_keys is None:
                 active = unfinished.nonzero().flatten()  # the step's one host sync
             else:
-                active, span = prefix_cache.poll(unfinished, state.ids)  # the same, one sync
+                active, span = kept_keys.poll(unfinished, state.ids)  # the same, one sync
             elapsed.append(time.perf_counter() - start_time)
             if active.numel() == 0:
                 break
@@ -363,8 +363,8 @@ class UnmaskingPredictor(nn.Module):
                                    f"max_steps={self.max_steps}")
             every_row = active.numel() == n_rows
             rows = state if every_row else state.select(active)
-            window_logits = (_window_logits(model, rows, shared_start) if prefix_cache is None else
-                             prefix_cache.window_logits(model, rows.ids, rows.attention_mask, rows.positions, span))
+            window_logits = (_window_logits(model, rows, shared_start) if kept_keys is None else
+                             kept_keys.window_logits(model, rows.ids, rows.attention_mask, rows.positions, span))
             outcome = self._step(window_logits, rows, step, shared_start)
             if every_row:
                 state = state.updated(outcome)
