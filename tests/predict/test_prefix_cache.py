@@ -154,8 +154,10 @@ def test_what_the_cache_cannot_serve_is_refused_by_name():
             UnmaskingPredictor(max_steps=2, tokenizer=tokenizer, prefix_cache=cache, prefix_cache_refresh=refresh)
     cached = UnmaskingPredictor(max_steps=2, max_new_tokens=2, tokenizer=tokenizer, prefix_cache=True)
     table = PositionTableModel(torch.zeros(40, VOCAB))
+    history = RecordingHistory()
     with pytest.raises(ValueError, match="needs a model with .*PositionTableModel has no final_hidden"):
-        cached.predict(prompt_batch(PROMPTS), model=table)
+        cached.predict(prompt_batch(PROMPTS), model=table, history=history)
+    assert history.begun is None  # refused before the recorder began a batch it would never end
     infill = UnmaskingPredictor(max_steps=2, tokenizer=tokenizer, prefix_cache=True)
     holes = prompt_batch([[letter("a"), MASK], [MASK, letter("b"), letter("c"), MASK]], infill=True)
     with pytest.raises(ValueError, match="same canvas column"):
