@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from xdllm.collate import DLLMCollator, check_examples, check_length, supervised_tail, warn_unfilled_answers
+from xdllm.collate.prompt_dropout import check_prompt_dropout, dropped_prompts, null_prompts
 from xdllm.diffusion import corrupt_blockwise, corrupt_per_sample, corrupt_uniform
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.mdlm.types import MDLMBatch
@@ -43,12 +44,16 @@ class MDLMCollator:
         target_length: EOS fill of each response to this many slots (None: ``target + [eos]``).
         max_length: longest allowed row (``[bos] + prompt + response``); longer is an error,
             never a truncation.
+        prompt_dropout: the share of rows shown a null prompt, for classifier-free guidance
+            (:mod:`xdllm.collate.prompt_dropout`).
     """
 
     def __init__(self, tokenizer: Tokenizer, seed: int = 0, corruption: str = "uniform",
                  block_size: int | None = None, eps: float = 1e-3, half_life_ratio: float | None = 0.25,
-                 target_length: int | None = None, max_length: int | None = None) -> None:
+                 target_length: int | None = None, max_length: int | None = None,
+                 prompt_dropout: float = 0.0) -> None:
         where = type(self).__name__
+        check_prompt_dropout(prompt_dropout, where)
         if corruption not in ("uniform", "blockwise"):
             raise ValueError(f"{where}: corruption must be 'uniform' or 'blockwise', got {corruption!r}")
         if block_size is not None and block_size < 1:
@@ -65,6 +70,7 @@ class MDLMCollator:
         self.half_life_ratio = half_life_ratio
         self.target_length = target_length
         self.max_length = max_length
+        self.prompt_dropout = prompt_dropout
         self.layout = DLLMCollator(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                    block_size=block_size, response_window=True)
 
@@ -93,6 +99,11 @@ class MDLMCollator:
         clean, loss_mask = rows["input_ids"], rows["loss_mask"]
         noisy, noise_mask, p_mask = self._corrupt_responses(examples, clean, loss_mask,
                                                             torch.tensor(prefix_lengths))
+        if self.prompt_dropout:
+            columns = torch.arange(clean.shape[1])
+            prompt_columns = (columns > 0) & (columns < torch.tensor(prefix_lengths)[:, None])
+            noisy = null_prompts(noisy, prompt_columns, dropped_prompts(examples, self.seed, self.prompt_dropout),
+                                 tok.pad_token_id)
         return MDLMBatch(
             input_ids=noisy, target_ids=clean, loss_mask=loss_mask, noise_mask=noise_mask, p_mask=p_mask,
             attention_mask=rows["attention_mask"].bool(),

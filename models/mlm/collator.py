@@ -30,6 +30,7 @@ from xdllm.collate import (
     supervised_tail,
     warn_unfilled_answers,
 )
+from xdllm.collate.prompt_dropout import check_prompt_dropout, dropped_prompts, null_prompts
 from xdllm.diffusion import corrupt_per_sample, corrupt_uniform
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.mlm.types import MLMBatch
@@ -59,21 +60,29 @@ class _CorruptingCollator:
     whether rows are shifted so every prompt ends at the same column. ``max_length`` bounds each
     sequence (longer is an error, never a truncation); ``eps`` is the minimum masking
     probability; ``seed`` the run seed the per-sample noise derives from; ``target_length``
-    turns on EOS fill (:func:`supervised_tail`) for variable-length answers.
+    turns on EOS fill (:func:`supervised_tail`) for variable-length answers; ``prompt_dropout``
+    (prompt/answer collators only) shows that share of the rows a null prompt, for classifier-free
+    guidance (:mod:`xdllm.collate.prompt_dropout`).
     """
 
     supervise_prompt: ClassVar[bool]
     align_prompts: ClassVar[bool]
 
     def __init__(self, tokenizer: Tokenizer, seed: int = 0, max_length: int | None = None,
-                 eps: float = 1e-3, target_length: int | None = None) -> None:
+                 eps: float = 1e-3, target_length: int | None = None, prompt_dropout: float = 0.0) -> None:
+        where = type(self).__name__
         if seed < 0:
-            raise ValueError(f"{type(self).__name__}: seed must be >= 0, got {seed}")
+            raise ValueError(f"{where}: seed must be >= 0, got {seed}")
+        check_prompt_dropout(prompt_dropout, where)
+        if prompt_dropout and self.supervise_prompt:
+            raise ValueError(f"{where} supervises every token after bos and has no prompt to drop; "
+                             "prompt_dropout is for the prompt/answer collators")
         self.tokenizer = tokenizer
         self.seed = seed
         self.max_length = max_length
         self.eps = eps
         self.target_length = target_length
+        self.prompt_dropout = prompt_dropout
 
     def __call__(self, examples: Sequence[Example]) -> MLMBatch:
         where = type(self).__name__
@@ -99,6 +108,11 @@ class _CorruptingCollator:
         input_ids = target_ids.clone()
         input_ids[supervised_placed] = corrupt_supervised(examples, supervised, tokenizer.mask_token_id,
                                                            self.seed, self.eps)
+        if self.prompt_dropout:
+            columns = torch.arange(width)
+            prompt_columns = (columns > starts[:, None]) & (columns < (starts + prefix_lengths)[:, None])
+            dropped = dropped_prompts(examples, self.seed, self.prompt_dropout)
+            input_ids = null_prompts(input_ids, prompt_columns, dropped, tokenizer.pad_token_id)
         return MLMBatch(
             input_ids=input_ids,
             target_ids=target_ids,

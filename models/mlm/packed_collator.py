@@ -22,6 +22,7 @@ from itertools import chain
 import torch
 
 from xdllm.collate import check_examples, supervised_tail, warn_unfilled_answers
+from xdllm.collate.prompt_dropout import check_prompt_dropout, dropped_prompts
 from xdllm.data.packing import plan_packing
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.mlm.collator import corrupt_supervised
@@ -36,12 +37,15 @@ class PackedMLMCollator:
     the minimum masking probability; ``target_length`` turns on EOS fill of the answer
     (:func:`~xdllm.collate.supervised_tail`; needs ``add_bos_eos``). ``num_rows``
     pads every batch with all-padding rows to exactly that many rows, so a compiled model sees
-    one shape (a batch that needs more rows is an error naming both numbers).
+    one shape (a batch that needs more rows is an error naming both numbers). ``prompt_dropout``
+    shows that share of the documents a null prompt, for classifier-free guidance
+    (:mod:`xdllm.collate.prompt_dropout`).
     """
 
     def __init__(self, tokenizer: Tokenizer, row_length: int, seed: int = 0, eps: float = 1e-3,
                  add_bos_eos: bool = True, target_length: int | None = None,
-                 num_rows: int | None = None) -> None:
+                 num_rows: int | None = None, prompt_dropout: float = 0.0) -> None:
+        check_prompt_dropout(prompt_dropout, "PackedMLMCollator")
         if num_rows is not None and num_rows < 1:
             raise ValueError(f"PackedMLMCollator: num_rows must be >= 1, got {num_rows}")
         if target_length is not None and not add_bos_eos:
@@ -57,6 +61,7 @@ class PackedMLMCollator:
         self.add_bos_eos = add_bos_eos
         self.target_length = target_length
         self.num_rows = num_rows
+        self.prompt_dropout = prompt_dropout
 
     def _documents(self, examples: Sequence[Example]) -> tuple[list[list[int]], list[list[int]]]:
         """Each example's whole document and its supervised tail (target, plus eos)."""
@@ -89,6 +94,13 @@ class PackedMLMCollator:
         noisy = clean.clone()
         noisy[is_supervised] = corrupt_supervised(examples, supervised, self.tokenizer.mask_token_id,
                                                    self.seed, self.eps)
+        if self.prompt_dropout:
+            offset = torch.arange(clean.numel()) - (document_end - lengths)[token_document]
+            bos = int(self.add_bos_eos)
+            prompt_lengths = torch.tensor([len(sample["prompt_ids"]) for sample in examples])
+            in_prompt = (offset >= bos) & (offset < bos + prompt_lengths[token_document])
+            dropped = dropped_prompts(examples, self.seed, self.prompt_dropout)[token_document]
+            noisy = noisy.masked_fill(in_prompt & dropped, self.tokenizer.pad_token_id)
         plan = plan_packing(lengths.tolist(), self.row_length, self.num_rows)
         pad_id = self.tokenizer.pad_token_id
         return PackedFlexMLMBatch(

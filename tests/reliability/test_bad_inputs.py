@@ -47,6 +47,8 @@ TRAIN = [
     ("model.vocab_size=5", "model.vocab_size=5 is smaller than the tokenizer's vocabulary"),
     ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),
     ("predictor.confidence=maximal", "confidence must be one of"),
+    ("mlm.prompt_dropout=1", "could not build collator.train (xdllm_models.mlm.collator.MLMSeq2SeqTrainCollator): "
+                             "MLMSeq2SeqTrainCollator: prompt_dropout must be in [0, 1), got 1"),
     ("mlm.target_length=2", "collator.train: MLMSeq2SeqTrainCollator: sample 0 has a target of 8 tokens; "
                             "target_length=2 leaves no room for its EOS"),
     ("model=mdlm mdlm.corruption=gauss", "corruption must be 'uniform' or 'blockwise', got 'gauss'"),
@@ -90,6 +92,7 @@ GENERATE = [
      "predictor.prefix_cache=1 is not allowed: predictor.prefix_cache must be true or false"),
     ("predictor.prefix_cache_refresh=2", "prefix_cache_refresh must be >= 1 and needs prefix_cache=true, got "
                                          "prefix_cache_refresh=2 with prefix_cache=False"),
+    ("predictor.guidance=-1", "guidance must be >= 0 (0: no guidance), got -1"),
     ("predictor.prefix_cache=true predictor.dual_cache=true",
      "dual_cache keeps the columns after the current block: it needs prefix_cache=true and a block_size, got "
      "prefix_cache=True, block_size=None"),

@@ -28,6 +28,7 @@ from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tok
 from xdllm.predict import blocks, streams
 from xdllm.predict.canvas import Canvas, continuation_canvas, infill_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
+from xdllm.predict.guidance import check_guidance, condition_columns, guided_logits, null_prompt
 from xdllm.predict.inputs import check_prompt_batch, sample_indices
 from xdllm.predict.prefix_cache import PrefixCache, check_prefix_cache_model
 from xdllm.predict.remasking import remask_lowest
@@ -80,8 +81,9 @@ class _StepOutcome:
 class _Rows:
     """Per-row decoding state: the canvas, its fixed layout (``generated``: the region offsets
     that held a mask at the start, the only ones a step may write), the block bookkeeping
-    (``block``: current block, -1 before the first step; ``block_entry``: the step it began) and
-    the score each written token had when it was written (``written_scores``, for remasking)."""
+    (``block``: current block, -1 before the first step; ``block_entry``: the step it began), the
+    score each written token had when it was written (``written_scores``, for remasking) and the
+    columns the row conditions on (``condition``, blanked by guidance's unconditional pass)."""
 
     ids: Tensor
     attention_mask: Tensor
@@ -94,6 +96,7 @@ class _Rows:
     block: Tensor
     block_entry: Tensor
     written_scores: Tensor
+    condition: Tensor
 
     def select(self, rows: Tensor) -> _Rows:
         return _Rows(**{f.name: getattr(self, f.name).index_select(0, rows)
@@ -151,6 +154,9 @@ class UnmaskingPredictor(nn.Module):
             steps (None: only when the earliest block moves on or rows finish).
         dual_cache: with ``prefix_cache`` and ``block_size``, also keep the columns after the
             current block: a step between refreshes runs the current block only.
+        guidance: classifier-free guidance scale w (0: none): each step also runs the model
+            with a null prompt and uses ``uncond + (1 + w)(cond - uncond)``
+            (:mod:`xdllm.predict.guidance`; for models trained with ``prompt_dropout``).
         seed: base of the per-sample random streams.
     """
 
@@ -162,7 +168,7 @@ class UnmaskingPredictor(nn.Module):
                  temperature: float = 0.0, block_size: int | None = None,
                  stop_at_eos: bool = False, remask: bool = False, prefix_cache: bool = False,
                  prefix_cache_refresh: int | None = None, dual_cache: bool = False,
-                 seed: int = 0) -> None:
+                 guidance: float = 0.0, seed: int = 0) -> None:
         super().__init__()
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
@@ -181,6 +187,10 @@ class UnmaskingPredictor(nn.Module):
         if dual_cache and not (prefix_cache and block_size is not None):
             raise ValueError(f"dual_cache keeps the columns after the current block: it needs prefix_cache=true "
                              f"and a block_size, got prefix_cache={prefix_cache}, block_size={block_size}")
+        check_guidance(guidance)
+        if guidance and prefix_cache:
+            raise ValueError("guidance runs a second, unconditional canvas whose prompt differs: "
+                             "it cannot share the conditional one's prefix_cache; use one or the other")
         check_sampling_options(temperature, top_k, top_p)
         check_confidence_options(confidence, threshold)
         self.max_steps = max_steps
@@ -201,6 +211,7 @@ class UnmaskingPredictor(nn.Module):
         self.prefix_cache = prefix_cache
         self.prefix_cache_refresh = prefix_cache_refresh
         self.dual_cache = dual_cache
+        self.guidance = guidance
         self.seed = seed
 
     def extra_repr(self) -> str:
@@ -258,6 +269,19 @@ class UnmaskingPredictor(nn.Module):
                            self.prefix_cache_refresh, self.dual_cache)
 
     # ------------------------------------------------------------------ one step
+
+    def _window_logits(self, model: nn.Module, rows: _Rows, shared_start: int | None
+                       ) -> Float[Tensor, "rows region vocab"]:
+        """The rows' window logits; with ``guidance``, from the conditional and the
+        unconditional canvas, run as one batch of twice the rows."""
+        if not self.guidance:
+            return _window_logits(model, rows, shared_start)
+        null = null_prompt(rows.ids, rows.condition, self._tokenizer().pad_token_id)
+        both = replace(rows, ids=torch.cat([rows.ids, null]),
+                       **{name: getattr(rows, name).repeat(2, 1)
+                          for name in ("attention_mask", "positions", "window_index")})
+        conditional, unconditional = _window_logits(model, both, shared_start).chunk(2)
+        return guided_logits(conditional, unconditional, self.guidance)
 
     def _choose(self, logits: Float[Tensor, "rows region vocab"], keys: Tensor, step: int,
                 n_blocks: Integer[Tensor, " rows"] | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -342,7 +366,8 @@ class UnmaskingPredictor(nn.Module):
             keys=streams.row_keys(self.seed, sample_indices(type(self).__name__, batch, n_rows, device)),
             n_blocks=n_blocks, block=torch.full((n_rows,), -1, dtype=torch.long, device=device),
             block_entry=torch.zeros(n_rows, dtype=torch.long, device=device),
-            written_scores=torch.zeros(generated.shape, device=device))
+            written_scores=torch.zeros(generated.shape, device=device),
+            condition=condition_columns(canvas.attention_mask, canvas.window_index, generated))
         unfinished = generated.any(1)
         steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
         kept_keys = self._prefix_cache(model, shared_start)
@@ -363,7 +388,7 @@ class UnmaskingPredictor(nn.Module):
                                    f"max_steps={self.max_steps}")
             every_row = active.numel() == n_rows
             rows = state if every_row else state.select(active)
-            window_logits = (_window_logits(model, rows, shared_start) if kept_keys is None else
+            window_logits = (self._window_logits(model, rows, shared_start) if kept_keys is None else
                              kept_keys.window_logits(model, rows.ids, rows.attention_mask, rows.positions, span))
             outcome = self._step(window_logits, rows, step, shared_start)
             if every_row:
