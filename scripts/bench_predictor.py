@@ -177,7 +177,8 @@ def print_table(results: Iterable[ModeResult]) -> None:
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, max_new_tokens: int, prompt_len: int) -> None:
-    """What to decode: a trained run's test prompts or a random model's random prompts."""
+    """What to decode (a trained run's test prompts or a random model's random prompts), and the
+    timing options both benchmarks share."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--ckpt", help="checkpoint file or run directory")
     source.add_argument("--random-model", action="store_true",
@@ -188,10 +189,15 @@ def add_source_arguments(parser: argparse.ArgumentParser, max_new_tokens: int, p
                         help="default: max_new_tokens (one token per step at most)")
     parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="random model only")
     parser.add_argument("--prompt-len", type=int, default=prompt_len, help="random model only")
+    parser.add_argument("--repeats", type=int, default=3, help="timings: fastest of this many")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
 
 def load_source(args: argparse.Namespace) -> tuple[nn.Module, Tokenizer, list[Mapping[str, Any]], int]:
-    """The model, tokenizer, prompt batches and new tokens that :func:`add_source_arguments` chose."""
+    """The model, tokenizer, prompt batches and new tokens that :func:`add_source_arguments` chose
+    (after setting torch's CPU threads, when given)."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.ckpt:
         return trained_setup(args.ckpt, args.batch_size, args.batches)
     model, tokenizer, batches = random_model_setup(args.batch_size, args.batches, args.prompt_len)
@@ -201,12 +207,8 @@ def load_source(args: argparse.Namespace) -> tuple[nn.Module, Tokenizer, list[Ma
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_source_arguments(parser, max_new_tokens=16, prompt_len=16)
-    parser.add_argument("--repeats", type=int, default=3, help="timings: fastest of this many")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--remask", action="store_true", help="every setting with remask=True (Mask-Predict)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     model, tokenizer, batches, max_new_tokens = load_source(args)
     max_steps = args.max_steps or max_new_tokens
     results = bench(model, tokenizer, batches, max_new_tokens, max_steps, args.repeats, args.remask)

@@ -94,12 +94,8 @@ def main() -> None:
                         help="prefix_cache_refresh values to compare (0: none)")
     parser.add_argument("--dual", action="store_true",
                         help="with block sizes: also the dual cache (the later blocks' keys kept too)")
-    parser.add_argument("--repeats", type=int, default=3, help="timings: fastest of this many")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     model, tokenizer, batches, max_new_tokens = load_source(args)
     model = model.to(args.device)
     batches = [{key: value.to(args.device) if isinstance(value, torch.Tensor) else value

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ from jaxtyping import Bool, Float, Integer
 from torch import Tensor, nn
 
 from xdllm.diffusion.schedules import NoiseSchedule, make_noise_schedule
-from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tokenizer
+from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.predict import blocks, streams
 from xdllm.predict.canvas import Canvas, continuation_canvas, infill_canvas
 from xdllm.predict.confidence import check_confidence_options, token_confidence
@@ -32,100 +32,12 @@ from xdllm.predict.guidance import check_guidance, condition_columns, guided_log
 from xdllm.predict.inputs import check_prompt_batch, sample_indices
 from xdllm.predict.prefix_cache import PrefixCache, check_prefix_cache_model
 from xdllm.predict.remasking import remask_lowest
+from xdllm.predict.rows import RowState, StepOutcome, read_window, window_logits, write_window
 from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_distribution, never_generated_ids
+from xdllm.predict.step_record import step_state
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
 from xdllm.predict.unmask_count import scheduled_count, select_positions
-
-
-def _read_window(canvas_values: Tensor, window_index: Integer[Tensor, "rows region"],
-                 shared_start: int | None) -> Tensor:
-    """``canvas_values[row, window_index[row, offset]]`` (a slice when regions coincide)."""
-    if shared_start is not None:
-        return canvas_values[:, shared_start:shared_start + window_index.shape[1]]
-    if canvas_values.dim() == 3:
-        window_index = window_index[..., None].expand(-1, -1, canvas_values.shape[-1])
-    return canvas_values.gather(1, window_index)
-
-
-def _write_window(row_ids: Tensor, window_index: Tensor, window_valid: Tensor,
-                  shared_start: int | None, old_window: Tensor, new_window: Tensor) -> Tensor:
-    """``row_ids`` with the region replaced by ``new_window`` (a fresh tensor).
-
-    In the gathered case offsets past a row's region end repeat a clamped column, so the update
-    is added as a difference that is zero there, never written twice with different values.
-    """
-    if shared_start is not None:
-        updated = row_ids.clone()
-        updated[:, shared_start:shared_start + new_window.shape[1]] = new_window
-        return updated
-    change = torch.where(window_valid, new_window - old_window, 0)
-    return row_ids.scatter_add(1, window_index, change)
-
-
-@dataclass
-class _StepOutcome:
-    """What one step produced for the rows that took part."""
-
-    ids: Tensor
-    block: Tensor
-    block_entry: Tensor
-    unfinished: Tensor
-    probs: Tensor
-    committed: Tensor
-    scores: Tensor
-    written_scores: Tensor
-
-
-@dataclass
-class _Rows:
-    """Per-row decoding state: the canvas, its fixed layout (``generated``: the region offsets
-    that held a mask at the start, the only ones a step may write), the block bookkeeping
-    (``block``: current block, -1 before the first step; ``block_entry``: the step it began), the
-    score each written token had when it was written (``written_scores``, for remasking) and the
-    columns the row conditions on (``condition``, blanked by guidance's unconditional pass)."""
-
-    ids: Tensor
-    attention_mask: Tensor
-    positions: Tensor
-    window_index: Tensor
-    window_valid: Tensor
-    generated: Tensor
-    keys: Tensor
-    n_blocks: Tensor
-    block: Tensor
-    block_entry: Tensor
-    written_scores: Tensor
-    condition: Tensor
-
-    def select(self, rows: Tensor) -> _Rows:
-        return _Rows(**{f.name: getattr(self, f.name).index_select(0, rows)
-                        for f in fields(self)})
-
-    def updated(self, outcome: _StepOutcome) -> _Rows:
-        return replace(self, ids=outcome.ids, block=outcome.block,
-                       block_entry=outcome.block_entry, written_scores=outcome.written_scores)
-
-    def updated_rows(self, rows: Tensor, outcome: _StepOutcome) -> _Rows:
-        return replace(self, ids=self.ids.index_copy(0, rows, outcome.ids),
-                       block=self.block.index_copy(0, rows, outcome.block),
-                       block_entry=self.block_entry.index_copy(0, rows, outcome.block_entry),
-                       written_scores=self.written_scores.index_copy(0, rows, outcome.written_scores))
-
-
-def _window_logits(model: nn.Module, rows: _Rows, shared_start: int | None) -> Float[Tensor, "rows region vocab"]:
-    """The logits of the rows' output windows. A model exposing ``final_hidden`` and
-    ``lm_head_weight`` (the contract of the chunked losses, :mod:`xdllm.losses.chunked`) has only
-    the window projected to the vocabulary; any other model's full-canvas logits are read at it."""
-    inputs = {"attention_mask": rows.attention_mask, "positions": rows.positions}
-    projects_window = hasattr(model, "final_hidden") and hasattr(model, "lm_head_weight")
-    values = model.final_hidden(rows.ids, **inputs) if projects_window else model(rows.ids, **inputs)
-    if values.dim() != 3 or values.shape[:2] != rows.ids.shape:
-        what = "model.final_hidden returned shape" if projects_window else "model returned shape"
-        raise ValueError(f"{what} {tuple(values.shape)}; expected [{rows.ids.shape[0]}, {rows.ids.shape[1]}, "
-                         f"{'d_model' if projects_window else 'vocab'}]")
-    window = _read_window(values, rows.window_index, shared_start)
-    return torch.nn.functional.linear(window, model.lm_head_weight) if projects_window else window
 
 
 class UnmaskingPredictor(nn.Module):
@@ -270,17 +182,18 @@ class UnmaskingPredictor(nn.Module):
 
     # ------------------------------------------------------------------ one step
 
-    def _window_logits(self, model: nn.Module, rows: _Rows, shared_start: int | None
+    def _window_logits(self, model: nn.Module, rows: RowState, shared_start: int | None
                        ) -> Float[Tensor, "rows region vocab"]:
         """The rows' window logits; with ``guidance``, from the conditional and the
         unconditional canvas, run as one batch of twice the rows."""
         if not self.guidance:
-            return _window_logits(model, rows, shared_start)
-        null = null_prompt(rows.ids, rows.condition, self._tokenizer().pad_token_id)
+            return window_logits(model, rows, shared_start)
+        condition = condition_columns(rows.attention_mask, rows.window_index, rows.generated)
+        null = null_prompt(rows.ids, condition, self._tokenizer().pad_token_id)
         both = replace(rows, ids=torch.cat([rows.ids, null]),
                        **{name: getattr(rows, name).repeat(2, 1)
                           for name in ("attention_mask", "positions", "window_index")})
-        conditional, unconditional = _window_logits(model, both, shared_start).chunk(2)
+        conditional, unconditional = window_logits(model, both, shared_start).chunk(2)
         return guided_logits(conditional, unconditional, self.guidance)
 
     def _choose(self, logits: Float[Tensor, "rows region vocab"], keys: Tensor, step: int,
@@ -308,13 +221,13 @@ class UnmaskingPredictor(nn.Module):
         above the threshold (a family's sampler may decide otherwise)."""
         return select_positions(scores, candidates, count, self.threshold)
 
-    def _step(self, window_logits: Float[Tensor, "rows region vocab"], rows: _Rows, step: int,
-              shared_start: int | None) -> _StepOutcome:
+    def _step(self, logits: Float[Tensor, "rows region vocab"], rows: RowState, step: int,
+              shared_start: int | None) -> StepOutcome:
         """What one forward pass (its window logits) commits for the given rows."""
         tok = self._tokenizer()
-        probs, tokens, scores = self._choose(window_logits, rows.keys, step, rows.n_blocks)
+        probs, tokens, scores = self._choose(logits, rows.keys, step, rows.n_blocks)
 
-        window_ids = _read_window(rows.ids, rows.window_index, shared_start)
+        window_ids = read_window(rows.ids, rows.window_index, shared_start)
         masked = (window_ids == tok.mask_token_id) & rows.window_valid
         block, in_block = blocks.current_block(masked, self.block_size)
         candidates = masked & in_block
@@ -333,8 +246,8 @@ class UnmaskingPredictor(nn.Module):
             new_window, padded = fill_after_eos(new_window, rows.window_valid, tok.eos_token_id,
                                                 tok.mask_token_id, tok.pad_token_id, writable=rows.generated)
             committed = committed | (padded & masked)  # a token padded away was committed before
-        return _StepOutcome(
-            ids=_write_window(rows.ids, rows.window_index, rows.window_valid, shared_start,
+        return StepOutcome(
+            ids=write_window(rows.ids, rows.window_index, rows.window_valid, shared_start,
                               window_ids, new_window),
             block=block, block_entry=entry,
             unfinished=((new_window == tok.mask_token_id) & rows.window_valid).any(1),
@@ -359,15 +272,14 @@ class UnmaskingPredictor(nn.Module):
         blocks.check_step_budget(n_blocks, self.max_steps)
         shared_start = canvas.window_start
         generated = (canvas.ids.gather(1, canvas.window_index) == tok.mask_token_id) & canvas.window_valid
-        state = _Rows(
+        state = RowState(
             ids=canvas.ids, attention_mask=canvas.attention_mask,
             positions=canvas.positions, window_index=canvas.window_index,
             window_valid=canvas.window_valid, generated=generated,
             keys=streams.row_keys(self.seed, sample_indices(type(self).__name__, batch, n_rows, device)),
             n_blocks=n_blocks, block=torch.full((n_rows,), -1, dtype=torch.long, device=device),
             block_entry=torch.zeros(n_rows, dtype=torch.long, device=device),
-            written_scores=torch.zeros(generated.shape, device=device),
-            condition=condition_columns(canvas.attention_mask, canvas.window_index, generated))
+            written_scores=torch.zeros(generated.shape, device=device))
         unfinished = generated.any(1)
         steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
         kept_keys = self._prefix_cache(model, shared_start)
@@ -388,9 +300,9 @@ class UnmaskingPredictor(nn.Module):
                                    f"max_steps={self.max_steps}")
             every_row = active.numel() == n_rows
             rows = state if every_row else state.select(active)
-            window_logits = (self._window_logits(model, rows, shared_start) if kept_keys is None else
-                             kept_keys.window_logits(model, rows.ids, rows.attention_mask, rows.positions, span))
-            outcome = self._step(window_logits, rows, step, shared_start)
+            logits = (self._window_logits(model, rows, shared_start) if kept_keys is None else
+                      kept_keys.window_logits(model, rows.ids, rows.attention_mask, rows.positions, span))
+            outcome = self._step(logits, rows, step, shared_start)
             if every_row:
                 state = state.updated(outcome)
                 unfinished = outcome.unfinished
@@ -400,7 +312,7 @@ class UnmaskingPredictor(nn.Module):
                 unfinished = unfinished.index_copy(0, active, outcome.unfinished)
                 steps_taken = steps_taken.index_add(0, active, torch.ones_like(active))
             if history is not None:
-                history.on_step(_step_state(step, state, active, outcome, canvas.output_start,
+                history.on_step(step_state(step, state, active, outcome, canvas.output_start,
                                             history_k))
 
         steps = steps_taken.tolist()
@@ -416,43 +328,3 @@ class UnmaskingPredictor(nn.Module):
         if history is not None:
             history.end(prediction)
         return prediction
-
-
-
-def _step_state(step: int, state: _Rows, active: Integer[Tensor, " active"],
-                outcome: _StepOutcome, output_start: Integer[Tensor, " batch"], k: int
-                ) -> DenoisingStep:
-    """What a history recorder keeps of a step, on the output window, for the whole batch.
-
-    One ``topk`` of the window distributions the step already has: the recorder gets ``k``
-    tokens per position, never a vocabulary-sized tensor. Offsets outside a row's region and
-    rows that did not run hold zeros. Nothing is read on the host. The canvas is handed over as
-    is: the engine never writes ``ids`` in place, and recorders copy what they keep.
-    """
-    n_rows = state.ids.shape[0]
-    every_row = active.numel() == n_rows  # then ``active`` is 0..n-1
-    valid = state.window_valid if every_row else state.window_valid.index_select(0, active)
-    top_probs, top_ids = _top_k(outcome.probs, k)
-    values = (torch.ones(active.shape, dtype=torch.bool, device=active.device),
-              torch.where(valid[..., None], top_ids, 0),
-              torch.where(valid[..., None], top_probs, 0.0),
-              outcome.committed & valid,
-              torch.where(valid, outcome.scores, 0.0))
-    if not every_row:  # the rows that did not run get zeros
-        values = tuple(v.new_zeros((n_rows, *v.shape[1:])).index_copy(0, active, v)
-                       for v in values)
-    ran, top_ids, top_probs, committed, confidence = values
-    return DenoisingStep(step=step, canvas=state.ids, output_start=output_start,
-                         window_valid=state.window_valid, topk_ids=top_ids, topk_probs=top_probs,
-                         committed=committed, confidence=confidence, active=ran)
-
-
-def _top_k(probs: Float[Tensor, "rows region vocab"], k: int
-           ) -> tuple[Float[Tensor, "rows region k"], Integer[Tensor, "rows region k"]]:
-    """The ``k`` most probable tokens of every window position, best first."""
-    vocab = probs.shape[-1]
-    if not 1 <= k <= vocab:
-        raise ValueError(f"history recorder asks for the top k={k} tokens per position; "
-                         f"k must be in 1..{vocab} (the vocabulary size)")
-    top = probs.topk(k, dim=-1)
-    return top.values, top.indices
