@@ -2,6 +2,7 @@
 the README's text line works as written."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,20 @@ def test_greedy_samples_of_free_text_are_one_text_and_generate_says_so(text_fold
     captured = capsys.readouterr()
     records = [json.loads(line) for line in open(_summary_of(captured.out)["predictions"])]
     assert len({tuple(record["ids"]) for record in records}) > 1 and "same text" not in captured.err
+
+
+@pytest.mark.slow
+def test_eval_of_free_text_with_a_judge_scores_generated_texts(text_folder, capsys):
+    text = ["task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json", *TINY_TEXT,
+            "text_samples_after_train=0"]
+    assert main(["train", *text, "model=mdlm", "mdlm.target_length=17", "run_dir=mdlm"]) == 0
+    assert main(["train", *text, "model=arlm", "run_dir=arlm"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "ckpt=mdlm", "judge=arlm", "predictor.temperature=1.0"]) == 0
+    summary = _summary(capsys)
+    assert summary["nll_bound"] > 0 and summary["num_samples"] == 8  # the loss, and data.num_test_samples texts
+    assert summary["gen_ppl"] == pytest.approx(math.exp(summary["gen_nll"])) and summary["gen_entropy"] > 0
+    assert summary["judge"] == str((text_folder / "arlm" / "checkpoints" / "best.ckpt").resolve())
 
 
 def _defaults(roles=None, monitor=None, mode=None, prompt_len=0):

@@ -106,6 +106,10 @@ GENERATE = [
                             "frozen.target='true'"),
     ("+frozen.target=[a,b]", "frozen.target=['a', 'b'] is not allowed: frozen.target must be a string"),
     ("+frozen.target={file}", ": the run has no frozen model 'target' (it has: none)"),
+    ("judge=123", "judge=123 is not allowed: judge must be a string (or null)"),
+    ("judge=", "judge= is empty: give the run directory or checkpoint of an arlm run, or leave judge out"),
+    ("judge={missing}", "missing.txt: checkpoint not found: "),
+    ("judge={file}", "/file: could not read checkpoint "),
 ]
 
 

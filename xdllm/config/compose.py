@@ -31,7 +31,14 @@ def in_repository(relative: str) -> str:
     return str(REPOSITORY / relative)
 
 
+def first_set(value: object, default: object) -> object:
+    """``${xdllm_or:${mdlm.target_length},${derived.max_new_tokens}}``: ``value`` unless it is
+    null, else ``default`` (a generation canvas as long as the training canvas, when one was set)."""
+    return default if value is None else value
+
+
 OmegaConf.register_new_resolver("xdllm_repo", in_repository, replace=True)
+OmegaConf.register_new_resolver("xdllm_or", first_set, replace=True)
 
 
 def search_path_override(overrides: Sequence[str]) -> list[str]:

@@ -140,6 +140,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "history_tensorboard_samples": COUNT,
         "live": FLAG,
         "ema": FLAG,
+        "judge": Rule((str,), nullable=True),
     },
 }
 

@@ -1,6 +1,7 @@
 """``xdllm eval``: a checkpoint's loss metrics and generation metrics on a held-out split (or on
 a ``.jsonl`` prompts_file's prompts and responses), written nowhere; on free text, the loss
-metrics only (a generation there has nothing to be scored against). ``held_out_loss`` is also
+metrics only (a generation there has nothing to be scored against), unless a ``judge`` scores
+the generated texts. ``held_out_loss`` is also
 the after-training step's loss on free text."""
 
 from __future__ import annotations
@@ -74,14 +75,19 @@ def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
 
 
 def _evaluate_free_text(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
+    if options.judge is not None:  # the judge scores generated texts: the loss metrics and the generation's
+        generation = check_generation(run, OmegaConf.merge(options, {"history": None}))
+        losses = held_out_loss(run, options)
+        return {"split": options.split, **losses, **run_generation(run, generation, write_outputs=False)}
     if options.predictor:
         keys = ", ".join(f"predictor.{key}" for key in options.predictor)
         raise XdllmError(f"eval on free text reports the loss metrics and generates nothing (no reference to score "
-                         f"a generated text against), so {keys} does not apply; sample texts with "
+                         f"a generated text against), so {keys} does not apply; give judge=<an arlm run with the "
+                         f"same tokenizer> to score generated texts by their perplexity, or sample texts with "
                          f"{_sample_texts(options)}")
     losses = held_out_loss(run, options)
-    log.info("free text: the loss metrics of the %s split; no generation (nothing to score it against); "
-             "%s samples texts", options.split, _sample_texts(options))
+    log.info("free text: the loss metrics of the %s split; no generation (nothing to score it against; judge=<an "
+             "arlm run> scores generated texts); %s samples texts", options.split, _sample_texts(options))
     return {**checkpoint_fields(run), "split": options.split, **losses}
 
 

@@ -27,6 +27,7 @@ from xdllm.config.override_text import command, override
 from xdllm.config.schema import override_key
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError, os_error_text
+from xdllm.evaluate.generative_perplexity import JUDGE_METRICS, GenerativeJudge, judged_results
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
@@ -52,6 +53,7 @@ from xdllm.run.generation_record import (
     write_generation_config,
     write_generation_scalars,
 )
+from xdllm.run.judge_model import judge_for_generation
 from xdllm.run.partial_generation import (
     FinishedBatch,
     FinishedBatches,
@@ -120,35 +122,71 @@ class CheckedGeneration:
     predictor: Any
     batches: Iterator[Mapping[str, Any]]
     prompts: PromptsFile | None = None
+    judge: GenerativeJudge | None = None
 
     @property
     def prompts_sha256(self) -> str | None:
         return None if self.prompts is None else self.prompts.sha256
 
 
-def check_generation(run: TrainedRun, config: DictConfig,
-                     data: DiffusionDataModule | None = None) -> CheckedGeneration:
+def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionDataModule | None = None,
+                     judges: dict[str, GenerativeJudge] | None = None) -> CheckedGeneration:
     """Refuse a composed ``configs/generate.yaml`` that ``generate`` would refuse (predictor
-    options, canvas length, held-out samples), drawing, writing and generating nothing; else the
-    generation, ready for :func:`run_generation` (a sweep checks every combination this way
-    first, then runs what it checked). Held-out samples are drawn only when the batches are
-    iterated, from ``data`` when given (``eval`` shares its loss's)."""
+    options, canvas length, held-out samples, the judge), drawing, writing and generating
+    nothing; else the generation, ready for :func:`run_generation` (a sweep checks every
+    combination this way first, then runs what it checked). Held-out samples are drawn only when
+    the batches are iterated, from ``data`` when given (``eval`` shares its loss's). ``judges``:
+    judges loaded already, by path (a sweep's generations share one)."""
     options = generation_options(config)
     predictor = _build_predictor(run, options)
+    warn_of_untrained_canvas(run, predictor)
     if options.prompts_file:
         prompts = read_prompts_file(run, Path(options.prompts_file))
         refuse_masks_to_continue(run, predictor, prompts.examples, prompts.places, "predictor.max_new_tokens=0")
         if prompts.scored:
             check_responses_fit(prompts.examples, prompts.places, predictor)
-        check_canvas_fits(run, predictor, 1 + max(len(example["prompt_ids"]) for example in prompts.examples))
+        longest = 1 + max(len(example["prompt_ids"]) for example in prompts.examples)
+        check_canvas_fits(run, predictor, longest)
+        judge = _judge(run, options, predictor, longest, judges, prompts)
         return CheckedGeneration(options, predictor,
-                                 prompt_batches(run, prompts.examples, options.batch_size, prompts.scored), prompts)
-    check_canvas_fits(run, predictor, 1 + run.components.task.max_prompt_len)
+                                 prompt_batches(run, prompts.examples, options.batch_size, prompts.scored), prompts,
+                                 judge)
+    longest = 1 + run.components.task.max_prompt_len
+    check_canvas_fits(run, predictor, longest)
+    judge = _judge(run, options, predictor, longest, judges)
     if data is None:
         data = held_out_data(run, options, "prediction")
     batches = drawn_when_iterated(data, options.split)
     return CheckedGeneration(options, predictor,
-                             without_targets(batches) if is_free_text(run.components.task) else batches)
+                             without_targets(batches) if is_free_text(run.components.task) else batches,
+                             judge=judge)
+
+
+def warn_of_untrained_canvas(run: TrainedRun, predictor: Any) -> None:
+    """A line when the predictor's canvas is longer than the EOS-filled responses the run
+    trained on (``<family>.target_length``): the slots past them are positions the model never
+    saw masked or filled, and a whole-canvas denoiser scatters EOS and text over them."""
+    family = run.config.get("model_family")
+    trained = OmegaConf.select(run.config, f"{family}.target_length") if family else None
+    new_tokens = getattr(predictor, "max_new_tokens", None)
+    if trained is not None and new_tokens is not None and new_tokens > trained:
+        log.warning("the run trained on responses EOS-filled to %d slots (%s.target_length=%d), but the predictor "
+                    "generates %d (predictor.max_new_tokens): the slots after the first %d are positions it never "
+                    "trained on; predictor.max_new_tokens=%d generates on the canvas it learned", trained, family,
+                    trained, new_tokens, trained, trained)
+
+
+def _judge(run: TrainedRun, options: DictConfig, predictor: Any, longest_prompt: int,
+           judges: dict[str, GenerativeJudge] | None, prompts: PromptsFile | None = None) -> GenerativeJudge | None:
+    """The generation's judge (None without one), refused for infilling prompts (masks)."""
+    if options.get("judge") is None:
+        return None
+    mask = run.tokenizer.mask_token_id
+    if prompts is not None and any(mask in example["prompt_ids"] for example in prompts.examples):
+        raise XdllmError(f"judge={options.judge}: {options.prompts_file} has infilling prompts (with masks); the "
+                         "judge scores text that continues its prompt, left to right")
+    new_tokens = getattr(predictor, "max_new_tokens", None) or run.max_new_tokens
+    return judge_for_generation(options.judge, run.tokenizer, longest_prompt, new_tokens, judges)
 
 
 def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True,
@@ -206,7 +244,9 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     recorder = history
     if options.get("live"):  # the first sample drawn as it denoises, on stderr
         recorder = LiveRecorder(Console(stderr=True), run.tokenizer, inner=history)
-    evaluator = run.components.evaluator
+    evaluator, judge = run.components.evaluator, checked.judge
+    if judge is not None:
+        judge.model.to(device)
     # unprompted: whether every output so far is the first one (one text written N times)
     done = resumed or FinishedBatches(one_text=is_free_text(run.components.task) and not options.prompts_file)
     finished: list[FinishedBatch] = []  # this run's batches, each appended whole
@@ -221,8 +261,12 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                     continue
                 batch = batch_to(batch, device)
                 prediction = predict_batch(run, predictor, batch, recorder)
-                result = FinishedBatch(evaluator.records(batch, prediction),
-                                       evaluator.prediction_metrics(batch, prediction),
+                records, sums = evaluator.records(batch, prediction), evaluator.prediction_metrics(batch, prediction)
+                if judge is not None:
+                    judged = judge.score(batch, prediction)
+                    judged.add_to(records)
+                    sums = {**sums, **judged.sums(device)}
+                result = FinishedBatch(records, sums,
                                        int((prediction["ids"].shape[1] - prediction["output_start_idx"]).sum()))
                 if done.one_text:  # for a warning alone
                     done.first_output = prediction["ids"][0] if done.first_output is None else done.first_output
@@ -234,7 +278,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
         whole = done.plus(finished, time.perf_counter() - started)
         if whole.one_text and len(whole.records) > 1:
             log.warning(ONE_TEXT_WARNING, len(whole.records))
-        summary = _summary(run, device, whole, evaluator, output_dir, history is not None)
+        summary = _summary(run, device, whole, evaluator, judge, output_dir, history is not None)
         if output_dir is None:
             return summary
         # the summary first: until the predictions are whole, a stop keeps the batches to continue from
@@ -274,8 +318,9 @@ def _write_tensorboard(output_dir: Path, summary: dict[str, Any], run: TrainedRu
 
 
 def _summary(run: TrainedRun, device: torch.device, whole: FinishedBatches, evaluator: Evaluator,
-             output_dir: Path | None, recorded_history: bool) -> dict[str, Any]:
-    """What the generation prints (and keeps in ``summary.json``)."""
+             judge: GenerativeJudge | None, output_dir: Path | None, recorded_history: bool) -> dict[str, Any]:
+    """What the generation prints (and keeps in ``summary.json``); with a judge, its checkpoint
+    and its scores of the outputs."""
     records = whole.records
     summary: dict[str, Any] = {
         **checkpoint_fields(run),
@@ -286,7 +331,10 @@ def _summary(run: TrainedRun, device: torch.device, whole: FinishedBatches, eval
     }
     if output_dir is not None:
         summary["predictions"] = str(output_dir / PREDICTIONS)
-    summary.update(evaluator.finalize(whole.totals.means()))
+    means = whole.totals.means()
+    summary.update(evaluator.finalize({name: mean for name, mean in means.items() if name not in JUDGE_METRICS}))
+    if judge is not None:
+        summary.update(judge=str(judge.checkpoint.resolve()), **judged_results(means))
     if recorded_history:
         summary["history"] = str(output_dir / "history")
     if output_dir is not None:

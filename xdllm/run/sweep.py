@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.config.compose import compose_config, first_swept_override
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
+from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generate import CheckedGeneration, check_generation, continue_generation, load_run, run_generation
 from xdllm.run.generation_folder import (
@@ -124,7 +125,8 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     run = load_run(configs[0])
     # a bad value is refused before the first generation runs; each runs as checked (its
     # held-out samples drawn once, when it runs)
-    generations = [check_generation(run, config) for config in configs]
+    judges: dict[str, GenerativeJudge] = {}  # one judge for every generation that names it
+    generations = [check_generation(run, config, judges=judges) for config in configs]
     sweep_dir, made = _sweep_dir(configs[0].output_dir, run.run_dir)
     if (sweep_dir / SWEEP_RECORD).exists():
         raise XdllmError(f"{sweep_dir} holds a sweep already ({SWEEP_RECORD}); choose another output_dir"
@@ -176,6 +178,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     summary_path = sweep_dir / SWEEP_SUMMARY
     earlier = {line["folder"]: line for line in sweep_summary_lines(summary_path)}
     results, plan = [], []
+    judges: dict[str, GenerativeJudge] = {}
     for combination, name, config in zip(combinations, _folder_names(combinations), configs):
         folder = sweep_dir / name
         if name in earlier:
@@ -192,7 +195,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
             raise XdllmError(f"{folder} holds {', '.join(generation_content_in(folder))} but no generation the "
                              "sweep can keep or continue: move it away and resume again")
         else:  # checked now, before anything runs, as a new sweep checks its combinations
-            plan.append(_Planned(combination, name, config, check_generation(run, config)))
+            plan.append(_Planned(combination, name, config, check_generation(run, config, judges=judges)))
     if not plan:
         raise XdllmError(f"the sweep in {sweep_dir} has finished all {len(results)} generations: there is nothing "
                          "to continue")

@@ -1,0 +1,79 @@
+"""Load the autoregressive run that judges a generation (``judge=<run directory or checkpoint>``).
+
+The judge is its network and weights (its moving average where it has one), in eval mode without
+gradients; like a frozen model, its task and data are not built, so a judge trained on a text
+file loads after that file moved. It must be an ``arlm`` run with the generating run's
+vocabulary: the same token at every id, the same special ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xdllm.data.tokenizer import load_tokenizer
+from xdllm.errors import XdllmError
+from xdllm.evaluate.generative_perplexity import GenerativeJudge
+from xdllm.interfaces import Tokenizer
+from xdllm.run.build import instantiate_component
+from xdllm.run.run_checkpoint import read_run_checkpoint
+from xdllm.run.stored_tokenizer import stored_tokenizer
+
+JUDGE_FAMILY = "arlm"
+
+
+def load_judge(path: str | Path, tokenizer: Tokenizer, map_location: str = "cpu") -> GenerativeJudge:
+    """The judge ``path`` names, checked to be autoregressive and to share ``tokenizer``'s vocabulary."""
+    if not str(path).strip():
+        raise XdllmError("judge= is empty: give the run directory or checkpoint of an arlm run, or leave judge out")
+    try:
+        checkpoint = read_run_checkpoint(path, map_location)
+    except XdllmError as error:
+        raise XdllmError(f"judge={path}: {error}") from error
+    family = checkpoint.config.get("model_family")
+    if family != JUDGE_FAMILY:
+        raise XdllmError(f"judge={path}: {checkpoint.path} is a run of the {family} family; the judge scores text "
+                         f"left to right, so it must be an autoregressive run (model={JUDGE_FAMILY}, e.g. xdllm train "
+                         "experiment=text_arlm) trained with the same tokenizer")
+    judge_tokenizer = stored_tokenizer(checkpoint.content, checkpoint.config, checkpoint.path)
+    if judge_tokenizer is None:
+        judge_tokenizer = load_tokenizer(checkpoint.config.tokenizer)
+    check_same_vocabulary(tokenizer, judge_tokenizer, f"judge={path}")
+    model = instantiate_component(checkpoint.config.model, f"judge ({checkpoint.path}) model")
+    model.load_state_dict(checkpoint.model_weights())
+    model.eval().requires_grad_(False)
+    rotary = getattr(model, "rotary", None)
+    return GenerativeJudge(model, tokenizer, checkpoint.path, checkpoint.global_step,
+                           getattr(rotary, "max_positions", None))
+
+
+def check_same_vocabulary(tokenizer: Tokenizer, judge_tokenizer: Tokenizer, where: str) -> None:
+    """Refuse a judge whose vocabulary differs from the generating run's, naming the first difference."""
+    for name in ("vocab_size", "pad_token_id", "mask_token_id", "bos_token_id", "eos_token_id"):
+        ours, theirs = getattr(tokenizer, name), getattr(judge_tokenizer, name)
+        if ours != theirs:
+            raise XdllmError(f"{where}: the judge's tokenizer has {name} {theirs}, the generating run's {ours}; the "
+                             "judge must be trained with the same tokenizer (tokenizer=<the same file>)")
+    for token_id in range(tokenizer.vocab_size):
+        ours, theirs = tokenizer.id_to_token(token_id), judge_tokenizer.id_to_token(token_id)
+        if ours != theirs:
+            raise XdllmError(f"{where}: token id {token_id} is {ours!r} for the generating run but {theirs!r} for "
+                             "the judge; the judge must be trained with the same tokenizer (tokenizer=<the same file>)")
+
+
+
+def judge_for_generation(path: str | Path, tokenizer: Tokenizer, longest_prompt: int, new_tokens: int,
+                         loaded: dict[str, GenerativeJudge] | None = None) -> GenerativeJudge:
+    """The judge of a generation whose prompts are at most ``longest_prompt`` tokens (bos
+    included) and whose outputs at most ``new_tokens``: refused before anything is generated when
+    they may not fit its positions. ``loaded``: judges loaded already, by path (a sweep's
+    generations share one)."""
+    judge = (loaded or {}).get(str(path)) or load_judge(path, tokenizer)
+    if loaded is not None:
+        loaded[str(path)] = judge
+    needed = longest_prompt + new_tokens
+    if judge.max_positions is not None and needed > judge.max_positions:
+        raise XdllmError(f"judge={path}: the longest prompt ({longest_prompt} tokens with bos) plus "
+                         f"predictor.max_new_tokens={new_tokens} needs up to {needed} positions; the judge has "
+                         f"max_positions={judge.max_positions}: lower predictor.max_new_tokens or judge with a run "
+                         "that has more positions")
+    return judge
