@@ -2,6 +2,7 @@
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,21 @@ def test_a_stopped_generation_continues_with_its_judge(trained_run, judge_run, t
     resumed = _summary(capsys)
     names = ("judge", "gen_nll", "gen_ppl", "gen_entropy")
     assert {name: resumed[name] for name in names} == pytest.approx({name: whole[name] for name in names})
+
+
+@pytest.mark.slow
+def test_the_judges_time_is_not_generation_time(trained_run, judge_run, tmp_path, monkeypatch, capsys):
+    clock = {"offset": 0.0}  # every judged batch takes 100 s more on the generation's clock
+    real_clock = time.perf_counter
+    monkeypatch.setattr(generate_module.time, "perf_counter", lambda: real_clock() + clock["offset"])
+    score = GenerativeJudge.score
+
+    def slow_score(self, batch, prediction):
+        clock["offset"] += 100.0
+        return score(self, batch, prediction)
+
+    monkeypatch.setattr(GenerativeJudge, "score", slow_score)
+    assert main(["generate", f"ckpt={trained_run}", f"judge={judge_run}", "num_samples=8", "batch_size=4",
+                 f"output_dir={tmp_path / 'gen'}"]) == 0
+    summary = _summary(capsys)
+    assert clock["offset"] == 200.0 and summary["tokens_per_second"] > 8 * 5 / 50  # 40 tokens in under 50 s

@@ -251,6 +251,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     done = resumed or FinishedBatches(one_text=is_free_text(run.components.task) and not options.prompts_file)
     finished: list[FinishedBatch] = []  # this run's batches, each appended whole
     skipped, started = done.batches, time.perf_counter()
+    judging = 0.0  # seconds the judge took: not generation time
     progress = None if options.get("live") else GenerationProgress(earlier_seconds=done.seconds)  # live owns stderr
     samples, tokens = len(done.records), done.generated_tokens  # for the progress lines alone
     whole = None  # ``done`` and this run's batches, once all are generated
@@ -263,7 +264,9 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                 prediction = predict_batch(run, predictor, batch, recorder)
                 records, sums = evaluator.records(batch, prediction), evaluator.prediction_metrics(batch, prediction)
                 if judge is not None:
-                    judged = judge.score(batch, prediction)
+                    judge_started = time.perf_counter()
+                    judged = judge.score(batch, prediction)  # ends in a copy to the host: timed whole
+                    judging += time.perf_counter() - judge_started
                     judged.add_to(records)
                     sums = {**sums, **judged.sums(device)}
                 result = FinishedBatch(records, sums,
@@ -275,7 +278,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
                 samples, tokens = samples + len(result.records), tokens + result.generated_tokens
                 if progress is not None:
                     progress.batch_done(samples, skipped + len(finished), tokens)
-        whole = done.plus(finished, time.perf_counter() - started)
+        whole = done.plus(finished, time.perf_counter() - started - judging)
         if whole.one_text and len(whole.records) > 1:
             log.warning(ONE_TEXT_WARNING, len(whole.records))
         summary = _summary(run, device, whole, evaluator, judge, output_dir, history is not None)
@@ -287,7 +290,7 @@ def _generate_into(output_dir: Path | None, run: TrainedRun, checked: CheckedGen
     except BaseException:  # Ctrl-C, SIGTERM, an error: what the finished batches made is kept
         if output_dir is not None and not (output_dir / PREDICTIONS).exists():
             (output_dir / SUMMARY).unlink(missing_ok=True)  # the results of predictions never written
-            _keep_finished(output_dir, whole or done.plus(finished, time.perf_counter() - started), history,
+            _keep_finished(output_dir, whole or done.plus(finished, time.perf_counter() - started - judging), history,
                            len(finished))
         raise
     remove_partial(output_dir)
