@@ -103,23 +103,37 @@ def test_greedy_samples_of_free_text_are_one_text_and_generate_says_so(text_fold
 
 
 @pytest.mark.slow
-def test_eval_of_free_text_with_a_judge_scores_generated_texts(text_folder, capsys):
-    text = ["task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json", *TINY_TEXT,
-            "text_samples_after_train=0"]
-    assert main(["train", *text, "model=mdlm", "mdlm.target_length=17", "run_dir=mdlm"]) == 0
-    assert main(["train", *text, "model=arlm", "run_dir=arlm"]) == 0
+def test_a_judge_scores_free_text_at_every_validation_after_training_and_in_eval(text_folder, capsys):
+    text = ["task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json", *TINY_TEXT]
+    assert main(["train", *text, "model=arlm", "text_samples_after_train=0", "run_dir=arlm"]) == 0
     capsys.readouterr()
+    assert main(["train", *text, "model=mdlm", "mdlm.target_length=17", "judge=arlm", "text_samples_after_train=3",
+                 "run_dir=mdlm"]) == 0
+    after_training = _summary(capsys)
+    judge = str((text_folder / "arlm" / "checkpoints" / "best.ckpt").resolve())
+    assert after_training["text_samples"] == 3 and after_training["judge"] == judge  # the samples are judged
+    assert after_training["gen_ppl"] == pytest.approx(math.exp(after_training["gen_nll"]))
+    config = OmegaConf.load(text_folder / "mdlm" / "config.yaml")
+    assert config.judge == str(text_folder / "arlm")  # absolute: the run works from anywhere
+    assert config.data.validation_roles == ["loss", "prediction"]  # the judge needs generations
+    assert config.checkpoint.monitor == "val/loss"  # not exact match: free text has no answers
+    events = EventAccumulator(str(text_folder / "mdlm" / "tensorboard"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert [s.step for s in events.Scalars("val/gen_ppl")] == [2, 4]  # every validation
+    assert "val/gen_entropy" in tags and "val/exact_match" not in tags and "val/nll_bound" in tags
     assert main(["eval", "ckpt=mdlm", "judge=arlm", "predictor.temperature=1.0"]) == 0
     summary = _summary(capsys)
     assert summary["nll_bound"] > 0 and summary["num_samples"] == 8  # the loss, and data.num_test_samples texts
     assert summary["gen_ppl"] == pytest.approx(math.exp(summary["gen_nll"])) and summary["gen_entropy"] > 0
-    assert summary["judge"] == str((text_folder / "arlm" / "checkpoints" / "best.ckpt").resolve())
+    assert summary["judge"] == judge
 
 
-def _defaults(roles=None, monitor=None, mode=None, prompt_len=0):
-    config = OmegaConf.create({"data": {"validation_roles": roles},
+def _defaults(roles=None, monitor=None, mode=None, prompt_len=0, judge=None):
+    config = OmegaConf.create({"judge": judge, "data": {"validation_roles": roles},
                                "checkpoint": {"monitor": monitor, "mode": mode}})
     apply_task_defaults(config, type("Task", (), {"max_prompt_len": prompt_len})())
+    config.pop("judge")
     return OmegaConf.to_container(config)
 
 
@@ -132,3 +146,7 @@ def test_null_defaults_follow_the_task():
     assert explicit["checkpoint"] == {"monitor": "val/nll_bound", "mode": "min"}
     assert _defaults(monitor="val/token_accuracy", prompt_len=3)["checkpoint"]["mode"] == "max"
     assert _defaults(monitor="val/loss", mode="max")["checkpoint"]["mode"] == "max"  # given: kept
+    judged = _defaults(judge="arlm")  # free text with a judge: validation generates, the loss is kept best
+    assert judged["data"]["validation_roles"] == ["loss", "prediction"]
+    assert judged["checkpoint"]["monitor"] == "val/loss"
+    assert _defaults(roles=["loss"], judge="arlm")["data"]["validation_roles"] == ["loss"]  # given: kept

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from tiny_run import TINY_MLM, TINY_RUN
+from tiny_run import TINY, TINY_MLM, TINY_RUN
 
 import xdllm.run.judge_model as judge_model
 from xdllm.cli.main import main
@@ -149,3 +150,25 @@ def test_the_judges_time_is_not_generation_time(trained_run, judge_run, tmp_path
                  f"output_dir={tmp_path / 'gen'}"]) == 0
     summary = _summary(capsys)
     assert clock["offset"] == 200.0 and summary["tokens_per_second"] > 8 * 5 / 50  # 40 tokens in under 50 s
+
+
+@pytest.mark.slow
+def test_training_with_a_judge_logs_its_scores_at_every_validation(judge_run, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY, "trainer.max_steps=4", "trainer.val_check_interval=2", f"judge={judge_run}",
+                 "generate_after_train=true", f"run_dir={run_dir}"]) == 0
+    assert "judge" in _summary(capsys)  # the generation after training is judged too
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert [s.step for s in events.Scalars("val/gen_ppl")] == [2, 4]
+    assert [s.step for s in events.Scalars("val/exact_match")] == [2, 4]  # the answers are scored as before
+    assert OmegaConf.load(run_dir / "config.yaml").checkpoint.monitor == "val/exact_match"
+
+
+@pytest.mark.slow
+def test_a_judge_with_validation_that_generates_nothing_is_warned_of(judge_run, tmp_path, capsys):
+    assert main(["train", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=2", f"judge={judge_run}",
+                 "data.validation_roles=[loss]", "generate_after_train=false", f"run_dir={tmp_path / 'run'}"]) == 0
+    assert (f"judge={judge_run} scores generated texts, but data.validation_roles=['loss'] generates none during "
+            "training: only the generation after training is judged; data.validation_roles=[loss,prediction] "
+            "judges every validation") in capsys.readouterr().err

@@ -17,6 +17,8 @@ TRAIN = [
     ("init_from=123", "init_from=123 is not allowed: init_from must be a string (or null); Hydra read the value "
                       "as a number: for a string, quote it as typed, e.g. init_from='123'"),
     ("init_from=nowhere", "init_from: checkpoint not found: /"),
+    ("judge=nowhere", "judge=/"),  # made absolute, then not found: refused before anything trains
+    ("judge=123", "judge=123 is not allowed: judge must be a string (or null)"),
     ("init_from=''", "init_from= is empty: give the run directory or checkpoint to start from"),
     ("-m", "-m (sweep) needs at least one swept option, e.g. optim.lr=1e-3,3e-4 seed=0,1"),
     ("-m model.n_heads=4,3", "model.n_heads=3: could not build model"),  # refused before the first run trains

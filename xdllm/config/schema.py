@@ -125,6 +125,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "checkpoint.mode": Rule((str,), choices=("max", "min"), nullable=True),
         "history.num_samples": COUNT,
         "history.k": POSITIVE,
+        "judge": Rule((str,), nullable=True),
     },
     "generate": {
         "ckpt": Rule((str,), nullable=True),  # null: not given (required, checked when it runs)

@@ -13,7 +13,8 @@ not on the text); an output without EOS is scored whole. Tokens a generation lef
 
 Per batch it gives the sums ``gen_nll`` (NLL over scored tokens, nats) and ``gen_entropy``
 (the entropy of each sample's token counts before its EOS, nats, over samples); ``gen_ppl =
-exp(gen_nll)`` over the whole generation comes from :func:`judged_results`.
+exp(gen_nll)`` over the whole generation comes from :func:`judged_results`
+(:func:`finalize_with_judge`: with a family evaluator's own results).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch import Tensor
 
 from xdllm.errors import XdllmError
 from xdllm.evaluate.bounds import with_perplexities
-from xdllm.interfaces import MetricSums, PredictionDict, Tokenizer
+from xdllm.interfaces import Evaluator, MetricSums, PredictionDict, Tokenizer
 from xdllm.losses.token_nll import next_token_nll
 
 JUDGE_METRICS = ("gen_nll", "gen_entropy")
@@ -136,3 +137,10 @@ def judged_results(means: Mapping[str, float]) -> dict[str, float]:
     ``gen_ppl`` and ``gen_entropy``; empty when no judge scored it."""
     judged = {name: means[name] for name in JUDGE_METRICS if name in means}
     return with_perplexities(judged, [("gen_nll", "gen_ppl")])
+
+
+def finalize_with_judge(evaluator: Evaluator, means: Mapping[str, float]) -> dict[str, float]:
+    """``evaluator.finalize`` of the family's own means, and the judge's results beside them (a
+    family's evaluator never sees the judge's sums)."""
+    own = {name: mean for name, mean in means.items() if name not in JUDGE_METRICS}
+    return {**evaluator.finalize(own), **judged_results(means)}

@@ -27,10 +27,13 @@ from xdllm.run.train import TrainResult
 
 
 def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int,
-                            text_temperature: float | None) -> dict[str, Any]:
+                            text_temperature: float | None, judge: str | None = None) -> dict[str, Any]:
     """Run the after-training step on ``checkpoint``; return its summary. ``text_temperature``
-    (free text): the samples' ``predictor.temperature``; None: the predictor's own."""
+    (free text): the samples' ``predictor.temperature``; None: the predictor's own. ``judge``:
+    the run that scores the generations (``judge=``)."""
     overrides = [override("ckpt", checkpoint), "split=test", "history=topk"]
+    if judge is not None:
+        overrides.append(override("judge", judge))
     if not free_text:
         return generate_from_config(compose_config("generate", overrides))
     options = compose_config("generate", overrides)
@@ -60,7 +63,7 @@ def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] |
     again = command("xdllm", "generate", override("ckpt", result.run_dir))
     try:
         return generate_after_training(checkpoint, result.free_text, config.text_samples_after_train,
-                                       config.text_samples_temperature)
+                                       config.text_samples_temperature, config.get("judge"))
     except XdllmError as error:
         raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
                          f"training failed: {error}. Generate again with {again} once that is fixed") from error

@@ -5,11 +5,13 @@ held-out document means nothing there. A run on free text is judged by the famil
 instead (MDLM: ``nll_bound``/``ppl_bound``, ARLM: ``nll``/``ppl``, every family: ``loss``):
 
 - ``data.validation_roles: null`` (the default) validates with the loss loader only on free
-  text, with the loss and prediction loaders otherwise;
-- ``checkpoint.monitor: null`` keeps the best ``val/exact_match`` where validation generates,
-  else the lowest ``val/loss``; ``checkpoint.mode: null`` is max for exact match and token
+  text (with both when a ``judge`` scores what validation generates), with the loss and
+  prediction loaders otherwise;
+- ``checkpoint.monitor: null`` keeps the best ``val/exact_match`` where validation generates
+  answers, else the lowest ``val/loss``; ``checkpoint.mode: null`` is max for exact match and token
   accuracy, min for anything else;
-- generation drops the held-out text from its batches, so it reports no exact match.
+- generation drops the held-out text from its batches (validation's too), so it reports no exact
+  match.
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ def is_free_text(task: Any) -> bool:
 def apply_task_defaults(config: DictConfig, task: Any) -> None:
     """Fill ``data.validation_roles``, ``checkpoint.monitor`` and ``checkpoint.mode`` where they
     are null, for a task with answers or for free text (module doc)."""
+    free_text = is_free_text(task)
     if config.data.get("validation_roles") is None:
-        config.data.validation_roles = FREE_TEXT_ROLES if is_free_text(task) else ANSWER_ROLES
+        judged = config.get("judge") is not None  # a judge scores the texts validation generates
+        config.data.validation_roles = FREE_TEXT_ROLES if free_text and not judged else ANSWER_ROLES
     if config.checkpoint.get("monitor") is None:
-        generates = "prediction" in config.data.validation_roles
-        config.checkpoint.monitor = "val/exact_match" if generates else "val/loss"
+        scores_answers = "prediction" in config.data.validation_roles and not free_text
+        config.checkpoint.monitor = "val/exact_match" if scores_answers else "val/loss"
     if config.checkpoint.get("mode") is None:
         config.checkpoint.mode = "max" if config.checkpoint.monitor in HIGHER_IS_BETTER else "min"
 

@@ -27,7 +27,7 @@ from xdllm.config.override_text import command, override
 from xdllm.config.schema import override_key
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError, os_error_text
-from xdllm.evaluate.generative_perplexity import JUDGE_METRICS, GenerativeJudge, judged_results
+from xdllm.evaluate.generative_perplexity import GenerativeJudge, finalize_with_judge
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
@@ -334,10 +334,9 @@ def _summary(run: TrainedRun, device: torch.device, whole: FinishedBatches, eval
     }
     if output_dir is not None:
         summary["predictions"] = str(output_dir / PREDICTIONS)
-    means = whole.totals.means()
-    summary.update(evaluator.finalize({name: mean for name, mean in means.items() if name not in JUDGE_METRICS}))
+    summary.update(finalize_with_judge(evaluator, whole.totals.means()))
     if judge is not None:
-        summary.update(judge=str(judge.checkpoint.resolve()), **judged_results(means))
+        summary["judge"] = str(judge.checkpoint.resolve())
     if recorded_history:
         summary["history"] = str(output_dir / "history")
     if output_dir is not None:

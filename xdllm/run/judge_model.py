@@ -8,17 +8,24 @@ vocabulary: the same token at every id, the same special ids.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
 
 from xdllm.data.tokenizer import load_tokenizer
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.interfaces import Tokenizer
-from xdllm.run.build import instantiate_component
+from xdllm.run.build import RunComponents, instantiate_component
+from xdllm.run.free_text import is_free_text
 from xdllm.run.run_checkpoint import read_run_checkpoint
 from xdllm.run.stored_tokenizer import stored_tokenizer
 
 JUDGE_FAMILY = "arlm"
+
+log = logging.getLogger(__name__)
 
 
 def load_judge(path: str | Path, tokenizer: Tokenizer, map_location: str = "cpu") -> GenerativeJudge:
@@ -60,7 +67,6 @@ def check_same_vocabulary(tokenizer: Tokenizer, judge_tokenizer: Tokenizer, wher
                              "the judge; the judge must be trained with the same tokenizer (tokenizer=<the same file>)")
 
 
-
 def judge_for_generation(path: str | Path, tokenizer: Tokenizer, longest_prompt: int, new_tokens: int,
                          loaded: dict[str, GenerativeJudge] | None = None) -> GenerativeJudge:
     """The judge of a generation whose prompts are at most ``longest_prompt`` tokens (bos
@@ -77,3 +83,24 @@ def judge_for_generation(path: str | Path, tokenizer: Tokenizer, longest_prompt:
                          f"max_positions={judge.max_positions}: lower predictor.max_new_tokens or judge with a run "
                          "that has more positions")
     return judge
+
+
+def validation_judging(config: DictConfig, components: RunComponents) -> tuple[GenerativeJudge | None, Any]:
+    """The judge of a training run's validation generations (``config.judge``; None without
+    one), and the predictor validation generates with: the run's own, except on free text with a
+    judge, where it samples at ``text_samples_temperature`` (greedy decoding of empty prompts
+    writes one text)."""
+    if config.get("judge") is None:
+        return None, components.predictor
+    if "prediction" not in config.data.validation_roles:
+        log.warning("judge=%s scores generated texts, but data.validation_roles=%s generates none during training: "
+                    "only the generation after training is judged; data.validation_roles=[loss,prediction] judges "
+                    "every validation", config.judge, list(config.data.validation_roles))
+    predictor = components.predictor
+    temperature = config.get("text_samples_temperature")
+    if is_free_text(components.task) and temperature is not None:
+        predictor = instantiate_component(OmegaConf.merge(config.predictor, {"temperature": temperature}),
+                                          "predictor", tokenizer=components.tokenizer)
+    new_tokens = getattr(predictor, "max_new_tokens", None) or int(config.derived.max_new_tokens)
+    judge = judge_for_generation(config.judge, components.tokenizer, 1 + components.task.max_prompt_len, new_tokens)
+    return judge, predictor

@@ -37,6 +37,7 @@ from xdllm.run.checkpoint import ResumePoint, resume_point
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
 from xdllm.run.initial_weights import initial_weights, shape_misfits
+from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, RUN_CONFIG, run_dir_of
 from xdllm.run.run_lock import RunDirLock, refuse_if_training
@@ -311,10 +312,11 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         if launching:
             log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
     frozen, frozen_sources = load_frozen_models(config)
+    judge, validation_predictor = validation_judging(config, components)
     module = DiffusionLMModule(
         model=components.model,
         loss_fn=components.loss,
-        predictor=components.predictor,
+        predictor=validation_predictor,
         evaluator=components.evaluator,
         optim=OptimConfig(**config.optim),
         total_steps=config.trainer.max_steps,
@@ -323,6 +325,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         frozen=frozen,
         frozen_sources=frozen_sources,
         checkpoint_extras={**tokenizer_record(components.tokenizer), **started_from},
+        judge=judge,
+        free_text=is_free_text(components.task),
     )
     check_loss_reads_collated_batches(module, components.collators, datamodule.held_out_examples("validation")[:2],
                                       config.get("model_family", "<unknown>"),

@@ -24,6 +24,7 @@ from torch.utils.tensorboard import SummaryWriter
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.evaluate.evaluation_loss import EvaluationLoss, takes_context
+from xdllm.evaluate.generative_perplexity import GenerativeJudge, finalize_with_judge
 from xdllm.interfaces import (
     Evaluator,
     GlobalCountLoss,
@@ -68,6 +69,9 @@ class DiffusionLMModule(L.LightningModule):
     TensorBoard at every validation (:mod:`xdllm.train.curves`).
     With ``optim.ema_decay`` the module keeps a moving average of the weights
     (:mod:`xdllm.train.weight_average`): validation runs on it, checkpoints carry it.
+    ``judge``, when set, scores every prediction batch's outputs (``val/gen_nll``, ``val/gen_ppl``,
+    ``val/gen_entropy``; :mod:`xdllm.evaluate.generative_perplexity`); outside the state dict.
+    ``free_text``: prediction batches lose their ``target_ids`` (a held-out document is no answer).
     """
 
     def __init__(
@@ -83,6 +87,8 @@ class DiffusionLMModule(L.LightningModule):
         frozen: Mapping[str, torch.nn.Module] | None = None,
         frozen_sources: Mapping[str, Any] | None = None,
         checkpoint_extras: Mapping[str, Any] | None = None,
+        judge: GenerativeJudge | None = None,
+        free_text: bool = False,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -102,6 +108,8 @@ class DiffusionLMModule(L.LightningModule):
         self._loss_takes_context = takes_context(loss_fn)
         self.evaluation_loss = EvaluationLoss(loss_fn, self.frozen)
         self._predictor_extras = {"frozen": self.frozen} if takes_frozen(predictor) else {}
+        self.judge = judge  # not a Module: never registered, saved or trained
+        self.free_text = free_text
         self._val_totals = MetricTotals()
         self.weight_average: WeightAverage | None = None  # made at fit start, on the weights' device
         self._loaded_average: Mapping[str, Any] | None = None
@@ -230,6 +238,8 @@ class DiffusionLMModule(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._val_totals = MetricTotals()
+        if self.judge is not None:
+            self.judge.model.to(self.device)
         if self.weight_average is not None:
             self.weight_average.apply()
 
@@ -240,12 +250,16 @@ class DiffusionLMModule(L.LightningModule):
         history = None
         if self.history_factory is not None and batch_idx == 0:
             history = self.history_factory(self.global_step)
+        if self.free_text:
+            batch = {key: value for key, value in batch.items() if key != "target_ids"}
         prediction = self.predictor.predict(batch, model=self.model, history=history, **self._predictor_extras)
         self._val_totals.add(self.evaluator.prediction_metrics(batch, prediction))
+        if self.judge is not None:
+            self._val_totals.add(self.judge.score(batch, prediction).sums(self.device))
 
     def on_validation_epoch_end(self) -> None:
         means = self._val_totals.means(reduce=self._sum_over_processes)
-        values = self.evaluator.finalize(means)
+        values = finalize_with_judge(self.evaluator, means)
         for name, value in values.items():
             self.log(f"val/{name}", value, prog_bar=True)
         self._write_curves(values)
