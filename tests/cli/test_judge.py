@@ -48,6 +48,7 @@ def test_generate_with_a_judge_scores_every_sample_and_the_whole(trained_run, ju
     assert summary["gen_nll"] == pytest.approx(sum(r["gen_nll"] * r["gen_tokens"] for r in records) / scored)
     assert summary["gen_ppl"] == pytest.approx(math.exp(summary["gen_nll"]))
     assert summary["gen_entropy"] == pytest.approx(sum(r["gen_entropy"] for r in records) / len(records))
+    assert summary["gen_ended"] == pytest.approx(sum(r["gen_ended"] for r in records) / len(records))
     events = EventAccumulator(str(out_dir / "tensorboard"))
     events.Reload()
     assert events.Scalars("generate/gen_ppl")[0].value == pytest.approx(summary["gen_ppl"], rel=1e-6)
@@ -130,7 +131,7 @@ def test_a_stopped_generation_continues_with_its_judge(trained_run, judge_run, t
     capsys.readouterr()
     assert main(["generate", f"resume={stopped}"]) == 0  # the judge comes from the generation's generate.yaml
     resumed = _summary(capsys)
-    names = ("judge", "gen_nll", "gen_ppl", "gen_entropy")
+    names = ("judge", "gen_nll", "gen_ppl", "gen_entropy", "gen_ended")
     assert {name: resumed[name] for name in names} == pytest.approx({name: whole[name] for name in names})
 
 

@@ -55,6 +55,7 @@ def test_scores_each_output_through_its_first_eos_as_the_judge_scores_it_alone()
     expected = [_alone(judge, prompt, text) for prompt, text in zip(prompts, texts)]
     assert judged.nll == pytest.approx(expected, rel=1e-4)
     assert judged.entropy == pytest.approx([math.log(2), math.log(6), 0.0])  # the text's tokens, EOS left out
+    assert judged.ended == [True, False, True]  # the second was cut by the canvas
 
 
 def test_sums_records_and_the_generation_perplexity():
@@ -64,12 +65,14 @@ def test_sums_records_and_the_generation_perplexity():
     sums = judged.sums(torch.device("cpu"))
     assert float(sums["gen_nll"][0]) == pytest.approx(sum(judged.nll)) and float(sums["gen_nll"][1]) == 6
     assert float(sums["gen_entropy"][1]) == 2
+    assert [float(value) for value in sums["gen_ended"]] == [1, 2]  # one of two outputs ended
     records = [{}, {}]
     judged.add_to(records)
     assert records[0]["gen_nll"] == pytest.approx(judged.nll[0] / 3) and records[1]["gen_tokens"] == 3
     assert records[0]["gen_entropy"] == 0.0  # "6 6": one token twice
-    results = judged_results({"gen_nll": 2.0, "gen_entropy": 1.5, "exact_match": 1.0})
-    assert results == pytest.approx({"gen_nll": 2.0, "gen_ppl": math.exp(2.0), "gen_entropy": 1.5})
+    assert (records[0]["gen_ended"], records[1]["gen_ended"]) == (True, False)
+    results = judged_results({"gen_nll": 2.0, "gen_entropy": 1.5, "gen_ended": 0.5, "exact_match": 1.0})
+    assert results == pytest.approx({"gen_nll": 2.0, "gen_ppl": math.exp(2.0), "gen_entropy": 1.5, "gen_ended": 0.5})
     assert judged_results({"exact_match": 1.0}) == {}
 
 

@@ -11,8 +11,10 @@ EOS. The EOS that fills a canvas after the text is not scored (its amount depend
 not on the text); an output without EOS is scored whole. Tokens a generation left as they were
 (a mask, say) are scored as they are: the judge never predicts them, so they cost it much.
 
-Per batch it gives the sums ``gen_nll`` (NLL over scored tokens, nats) and ``gen_entropy``
-(the entropy of each sample's token counts before its EOS, nats, over samples); ``gen_ppl =
+Per batch it gives the sums ``gen_nll`` (NLL over scored tokens, nats), ``gen_entropy`` (the
+entropy of each sample's token counts before its EOS, nats, over samples) and ``gen_ended`` (the
+share of outputs with an EOS: the others were cut by the canvas, and their perplexity does not
+see that they never ended: run-on text that repeats its sentences reads as likely); ``gen_ppl =
 exp(gen_nll)`` over the whole generation comes from :func:`judged_results`
 (:func:`finalize_with_judge`: with a family evaluator's own results).
 """
@@ -34,7 +36,7 @@ from xdllm.evaluate.bounds import with_perplexities
 from xdllm.interfaces import Evaluator, MetricSums, PredictionDict, Tokenizer
 from xdllm.losses.token_nll import next_token_nll
 
-JUDGE_METRICS = ("gen_nll", "gen_entropy")
+JUDGE_METRICS = ("gen_nll", "gen_entropy", "gen_ended")
 """The metric sums the judge adds; ``gen_ppl`` is derived from ``gen_nll``."""
 
 
@@ -48,11 +50,12 @@ def token_entropy(tokens: Sequence[int]) -> float:
 @dataclass(frozen=True)
 class JudgedBatch:
     """One batch's scores: per sample the NLL (nats, summed over its scored tokens), the number
-    of scored tokens and the entropy of its text's tokens."""
+    of scored tokens, the entropy of its text's tokens and whether its output has an EOS."""
 
     nll: list[float]
     tokens: list[int]
     entropy: list[float]
+    ended: list[bool]
 
     def sums(self, device: torch.device) -> MetricSums:
         """``gen_nll`` per scored token and ``gen_entropy`` per sample, as ``(sum, count)``."""
@@ -60,13 +63,16 @@ class JudgedBatch:
             return (torch.tensor(total, dtype=torch.float64, device=device),
                     torch.tensor(count, dtype=torch.float64, device=device))
         return {"gen_nll": pair(sum(self.nll), sum(self.tokens)),
-                "gen_entropy": pair(sum(self.entropy), len(self.entropy))}
+                "gen_entropy": pair(sum(self.entropy), len(self.entropy)),
+                "gen_ended": pair(sum(self.ended), len(self.ended))}
 
     def add_to(self, records: Sequence[dict[str, Any]]) -> None:
         """Each sample's ``gen_nll`` (nats per scored token; None when nothing was scored),
-        ``gen_tokens`` and ``gen_entropy`` into its prediction record."""
-        for record, nll, tokens, entropy in zip(records, self.nll, self.tokens, self.entropy, strict=True):
-            record.update(gen_nll=nll / tokens if tokens else None, gen_tokens=tokens, gen_entropy=entropy)
+        ``gen_tokens``, ``gen_entropy`` and ``gen_ended`` into its prediction record."""
+        for record, nll, tokens, entropy, ended in zip(records, self.nll, self.tokens, self.entropy, self.ended,
+                                                       strict=True):
+            record.update(gen_nll=nll / tokens if tokens else None, gen_tokens=tokens, gen_entropy=entropy,
+                          gen_ended=ended)
 
 
 class GenerativeJudge:
@@ -128,13 +134,14 @@ class GenerativeJudge:
         totals = torch.where(scored, nll, 0.0).sum(1).double()
         eos = self.tokenizer.eos_token_id
         texts = [sequence[length:] for sequence, length in zip(sequences, prompt_lengths)]
-        entropy = [token_entropy(text[:-1] if text[-1:] == [eos] else text) for text in texts]
-        return JudgedBatch(totals.tolist(), [len(text) for text in texts], entropy)
+        ended = [text[-1:] == [eos] for text in texts]
+        entropy = [token_entropy(text[:-1] if end else text) for text, end in zip(texts, ended)]
+        return JudgedBatch(totals.tolist(), [len(text) for text in texts], entropy, ended)
 
 
 def judged_results(means: Mapping[str, float]) -> dict[str, float]:
     """The judge's metrics of a whole generation (from its ``(sum, count)`` means): ``gen_nll``,
-    ``gen_ppl`` and ``gen_entropy``; empty when no judge scored it."""
+    ``gen_ppl``, ``gen_entropy`` and ``gen_ended``; empty when no judge scored it."""
     judged = {name: means[name] for name in JUDGE_METRICS if name in means}
     return with_perplexities(judged, [("gen_nll", "gen_ppl")])
 
