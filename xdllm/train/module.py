@@ -70,7 +70,8 @@ class DiffusionLMModule(L.LightningModule):
     With ``optim.ema_decay`` the module keeps a moving average of the weights
     (:mod:`xdllm.train.weight_average`): validation runs on it, checkpoints carry it.
     ``judge``, when set, scores every prediction batch's outputs (``val/gen_nll``, ``val/gen_ppl``,
-    ``val/gen_entropy``; :mod:`xdllm.evaluate.generative_perplexity`); outside the state dict.
+    ``val/gen_entropy``, ``val/gen_ended``; :mod:`xdllm.evaluate.generative_perplexity`); outside
+    the state dict.
     ``free_text``: prediction batches lose their ``target_ids`` (a held-out document is no answer).
     """
 
