@@ -1,6 +1,7 @@
-"""Answers of varying length after prompts, without EOS fill: the collators that train a model to
-fill a canvas of max_new_tokens masks say once that generation will overrun the answers, naming
-the override that fills them."""
+"""Answers of varying length after prompts (or documents of varying length), without EOS fill:
+the collators that train a model to fill a canvas of max_new_tokens masks say once that
+generation will overrun the answers (or write text that never ends), naming the override that
+fills them."""
 
 import logging
 
@@ -48,7 +49,19 @@ def test_varying_answers_without_fill_are_named_once(caplog, make, name, knob):
 def test_filled_or_unprompted_answers_are_not_warned_about(caplog, make, name, knob):
     with caplog.at_level(logging.WARNING, logger="xdllm.collate"):
         make(target_length=8)(_examples([2, 5]))
-        make()(_examples([2, 5], prompt_length=0))  # free text: documents, not answers
         DefaultMLMCollator(TOKENIZER)(_examples([2, 5]))  # pre-training supervises the whole sequence
         MDLMCollator(TOKENIZER, block_size=4)(_examples([2, 5]))  # blocks end in EOS fill
     assert not caplog.records
+
+
+@pytest.mark.parametrize(("make", "name", "knob"), COLLATORS)
+def test_free_text_documents_without_fill_are_named_once(caplog, make, name, knob):
+    with caplog.at_level(logging.WARNING, logger="xdllm.collate"):
+        make(target_length=8)(_examples([2, 5], prompt_length=0))  # filled: nothing to say
+        make()(_examples([3, 6], prompt_length=0))
+        make()(_examples([1, 7], prompt_length=0))
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{name}: documents in one batch are 3 to 6 tokens long and {knob} is null: training never shows the model "
+        "masks past a document's end, so generation from an empty prompt (max_new_tokens masks) writes text that "
+        f"runs on to the end of the canvas and never ends; for texts that end set {knob}='${{derived.max_new_tokens}}' "
+        "(EOS fill)"]

@@ -72,16 +72,24 @@ _warned_unfilled: set[str] = set()  # the knobs warned about in this process (a 
 
 
 def warn_unfilled_answers(examples: Sequence[Example], target_length: int | None, knob: str, where: str) -> None:
-    """Warn once per process and ``knob`` when a batch holds answers after prompts that differ in
-    length while there is no EOS fill: training then never shows masks past an answer's end, and
-    a generation that starts from ``max_new_tokens`` masks fills them with more answer (0.0 exact
-    match on ``varlen_sort``). ``knob`` is the override that turns the fill on."""
-    if knob in _warned_unfilled or target_length is not None or not any(sample["prompt_ids"] for sample in examples):
+    """Warn once per process and ``knob`` when a batch holds answers (after prompts) or documents
+    (free text) that differ in length while there is no EOS fill: training then never shows masks
+    past a response's end, and a generation that starts from ``max_new_tokens`` masks fills them
+    with more answer (0.0 exact match on ``varlen_sort``) or, from an empty prompt, with text that
+    runs on to the end of the canvas and never ends (every sample of the shipped ``text_mdlm``,
+    experiments/gen_ppl_text.md). ``knob`` is the override that turns the fill on."""
+    if knob in _warned_unfilled or target_length is not None:
         return
     lengths = [len(sample["target_ids"]) for sample in examples]
     if min(lengths) == max(lengths):
         return
     _warned_unfilled.add(knob)
+    if not any(sample["prompt_ids"] for sample in examples):
+        log.warning("%s: documents in one batch are %d to %d tokens long and %s is null: training never shows the "
+                    "model masks past a document's end, so generation from an empty prompt (max_new_tokens masks) "
+                    "writes text that runs on to the end of the canvas and never ends; for texts that end set "
+                    "%s='${derived.max_new_tokens}' (EOS fill)", where, min(lengths), max(lengths), knob, knob)
+        return
     log.warning("%s: answers in one batch are %d to %d tokens long and %s is null: training never shows the "
                 "model masks past an answer's end, so generation (max_new_tokens masks after the prompt) will fill "
                 "them with more answer; for answers of varying length set %s='${derived.max_new_tokens}' (EOS "
