@@ -152,7 +152,7 @@ class BD3LMPredictor(UnmaskingPredictor):
                 old = view.block_ids
                 masked = old == tok.mask_token_id
                 count = self._count(masked, step)
-                committed = self._select(scores, masked, count)
+                committed = self._select(scores, masked, count, probs)
                 if self.remask:
                     remasked = remask_lowest(old, tokens, scores, written_scores[taking_part], masked, committed,
                                              torch.ones_like(masked), tok.mask_token_id)

@@ -42,7 +42,7 @@ class MDLMPredictor(UnmaskingPredictor):
         if sampler not in ("confidence", "ancestral"):
             raise ValueError(f"MDLMPredictor: sampler must be 'confidence' or 'ancestral', got {sampler!r}")
         if sampler == "ancestral":
-            for option in ("confidence", "threshold"):
+            for option in ("confidence", "threshold", "entropy_budget"):
                 if kwargs.get(option) is not None:
                     raise ValueError(f"MDLMPredictor: sampler='ancestral' reveals positions at their "
                                      f"drawn step; {option}={kwargs[option]!r} does not apply (set it to null)")
@@ -102,9 +102,10 @@ class MDLMPredictor(UnmaskingPredictor):
         return probs, tokens, scores
 
     def _select(self, scores: Float[Tensor, "rows region"], candidates: Bool[Tensor, "rows region"],
-                count: Integer[Tensor, " rows"]) -> Bool[Tensor, "rows region"]:
+                count: Integer[Tensor, " rows"], probs: Float[Tensor, "rows region vocab"]
+                ) -> Bool[Tensor, "rows region"]:
         if self.sampler != "ancestral":
-            return super()._select(scores, candidates, count)
+            return super()._select(scores, candidates, count, probs)
         ranked = torch.where(candidates, scores, float("-inf"))
         earliest = ranked.max(dim=1, keepdim=True).values
         return candidates & (ranked == earliest)

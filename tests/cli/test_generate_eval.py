@@ -125,7 +125,7 @@ def test_unknown_predictor_option_is_one_line(trained_run, capsys):
     assert err == ["xdllm: error: predictor.no_such_option: xdllm_models.mlm.predictor.MLMPredictor takes no "
                    "argument 'no_such_option'; it takes: max_steps, max_new_tokens, model, noise_schedule, top_k, "
                    "top_p, confidence, threshold, skip_special_tokens, temperature, block_size, stop_at_eos, remask, "
-                   "prefix_cache, prefix_cache_refresh, dual_cache, guidance, seed"]
+                   "prefix_cache, prefix_cache_refresh, dual_cache, guidance, entropy_budget, seed"]
 
 
 @pytest.mark.slow

@@ -36,8 +36,8 @@ def test_the_suggested_new_key_is_accepted(capsys):
      "attn_backend, compile, d_model, dropout, max_positions, n_heads, n_layers, norm, vocab_size; "),
     (["train", "--cfg", "experiment=sort_mlm", "predictor.treshold=0.9"],
      "unknown key 'predictor.treshold' (did you mean predictor.threshold?): predictor does not list it; known keys "
-     "there: confidence, dual_cache, guidance, max_new_tokens, max_steps, prefix_cache, prefix_cache_refresh, "
-     "remask, threshold; "),
+     "there: confidence, dual_cache, entropy_budget, guidance, max_new_tokens, max_steps, prefix_cache, "
+     "prefix_cache_refresh, remask, threshold; "),
     (["train", "--cfg", "seeed=3"], "unknown key 'seeed' (did you mean seed?): the config has no such key"),
     (["train", "--cfg", "+optim.lrr=3"], "unknown key 'optim.lrr' in '+optim.lrr=3' (did you mean optim.lr?): "),
     (["generate", "ckpt=runs/x", "num_sample=3"], "unknown key 'num_sample' (did you mean num_samples?): "),

@@ -81,6 +81,8 @@ def test_ancestral_rejects_confidence_options_and_unknown_samplers():
         MDLMPredictor(max_steps=4, max_new_tokens=4, tokenizer=TOK, sampler="ancestral", confidence="top_prob")
     with pytest.raises(ValueError, match="does not apply"):
         _ancestral(4, threshold=0.9)
+    with pytest.raises(ValueError, match="entropy_budget=0.5 does not apply"):
+        _ancestral(4, entropy_budget=0.5)
     with pytest.raises(ValueError, match="sampler must be"):
         MDLMPredictor(max_steps=4, max_new_tokens=4, tokenizer=TOK, sampler="gibbs")
 

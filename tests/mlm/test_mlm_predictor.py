@@ -39,7 +39,7 @@ def test_signature_starts_with_seed_004_names_and_defaults():
     assert [(p.name, p.default) for p in params[:len(SEED_004)]] == SEED_004
     assert [p.name for p in params[len(SEED_004):]] == [
         "temperature", "block_size", "stop_at_eos", "remask", "prefix_cache", "prefix_cache_refresh",
-        "dual_cache", "guidance", "seed"]
+        "dual_cache", "guidance", "entropy_budget", "seed"]
     predictor = MLMPredictor(max_steps=4)
     assert isinstance(predictor, nn.Module) and isinstance(predictor, UnmaskingPredictor)
     assert predictor.temperature == 0.0

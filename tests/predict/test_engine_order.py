@@ -67,6 +67,28 @@ def test_threshold_commits_everything_above_and_at_least_one(confidence, thresho
     assert prediction["text"] == ["achj"]
 
 
+# Entropies of FOUR's distributions: pos 2 0.693, pos 3 1.228, pos 4 0.688, pos 5 1.505 nats. In
+# top_prob order (3, 4, 2, 5) the entropy summed less its largest grows 0, 0.688, 1.381, 2.609.
+@pytest.mark.parametrize("budget, options, order", [
+    (0.0, {}, [[3], [4], [2], [5]]),              # nothing certain: one per step, as without a budget
+    (0.7, {}, [[3, 4], [2, 5]]),                  # then 2 and 5: 0.693 <= 0.7
+    (1.4, {}, [[2, 3, 4], [5]]),
+    (2.7, {}, [[2, 3, 4, 5]]),
+    (0.0, {"max_steps": 2}, [[3, 4], [2, 5]]),   # the schedule stays a floor
+    (0.0, {"top_k": 1}, [[2, 3, 4, 5]]),          # entropies of the final distributions: all 0
+])
+def test_an_entropy_budget_commits_the_most_confident_while_their_entropy_fits(budget, options, order):
+    prediction, history, model = run(**{"max_steps": 4, **options}, confidence="top_prob", entropy_budget=budget)
+    assert history.commit_order(0) == order
+    assert prediction["steps_taken"] == [len(order)] == [len(model.calls)]
+    assert prediction["text"] == ["achj"]
+
+
+def test_a_negative_entropy_budget_is_refused():
+    with pytest.raises(ValueError, match="entropy_budget must be >= 0 \\(nats\\) or null, got -0.1"):
+        run(max_steps=4, entropy_budget=-0.1)
+
+
 def test_threshold_never_falls_behind_the_schedule():
     _, history, _ = run(max_steps=2, confidence="top_prob", threshold=0.99)
     assert history.commit_order(0) == [[3, 4], [2, 5]]

@@ -95,6 +95,7 @@ GENERATE = [
     ("predictor.prefix_cache_refresh=2", "prefix_cache_refresh must be >= 1 and needs prefix_cache=true, got "
                                          "prefix_cache_refresh=2 with prefix_cache=False"),
     ("predictor.guidance=-1", "guidance must be >= 0 (0: no guidance), got -1"),
+    ("predictor.entropy_budget=-1", "entropy_budget must be >= 0 (nats) or null, got -1"),
     ("predictor.prefix_cache=true predictor.dual_cache=true",
      "dual_cache keeps the columns after the current block: it needs prefix_cache=true and a block_size, got "
      "prefix_cache=True, block_size=None"),

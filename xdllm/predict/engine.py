@@ -53,6 +53,8 @@ class UnmaskingPredictor(nn.Module):
         top_k, top_p: restrict the distribution before choosing and scoring.
         confidence: ``top_prob``, ``prob_diff``, ``entropy`` or None (random order).
         threshold: also commit every candidate whose confidence is ``>= threshold``.
+        entropy_budget: also commit, in confidence order, the candidates whose entropies sum
+            (less the largest) to at most this many nats (EB-sampler; :mod:`xdllm.predict.unmask_count`).
         skip_special_tokens: passed to ``tokenizer.decode`` for ``text``.
         temperature: 0 = argmax; > 0 samples from ``softmax(logits / temperature)``.
         block_size: decode the output region in blocks of this many positions, left to right.
@@ -80,7 +82,7 @@ class UnmaskingPredictor(nn.Module):
                  temperature: float = 0.0, block_size: int | None = None,
                  stop_at_eos: bool = False, remask: bool = False, prefix_cache: bool = False,
                  prefix_cache_refresh: int | None = None, dual_cache: bool = False,
-                 guidance: float = 0.0, seed: int = 0) -> None:
+                 guidance: float = 0.0, entropy_budget: float | None = None, seed: int = 0) -> None:
         super().__init__()
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
@@ -105,6 +107,8 @@ class UnmaskingPredictor(nn.Module):
                              "it cannot share the conditional one's prefix_cache; use one or the other")
         check_sampling_options(temperature, top_k, top_p)
         check_confidence_options(confidence, threshold)
+        if entropy_budget is not None and not entropy_budget >= 0.0:
+            raise ValueError(f"entropy_budget must be >= 0 (nats) or null, got {entropy_budget}")
         self.max_steps = max_steps
         self.max_new_tokens = max_new_tokens
         self.tokenizer = tokenizer
@@ -124,6 +128,7 @@ class UnmaskingPredictor(nn.Module):
         self.prefix_cache_refresh = prefix_cache_refresh
         self.dual_cache = dual_cache
         self.guidance = guidance
+        self.entropy_budget = entropy_budget
         self.seed = seed
 
     def extra_repr(self) -> str:
@@ -216,10 +221,15 @@ class UnmaskingPredictor(nn.Module):
         return probs, tokens, scores
 
     def _select(self, scores: Float[Tensor, "rows region"], candidates: Bool[Tensor, "rows region"],
-                count: Integer[Tensor, " rows"]) -> Bool[Tensor, "rows region"]:
+                count: Integer[Tensor, " rows"], probs: Float[Tensor, "rows region vocab"]
+                ) -> Bool[Tensor, "rows region"]:
         """Which candidates this step commits: the ``count`` best-scoring ones, plus every one
-        above the threshold (a family's sampler may decide otherwise)."""
-        return select_positions(scores, candidates, count, self.threshold)
+        above the threshold and the best ones within the entropy budget (``probs``: the final
+        distributions; a family's sampler may decide otherwise)."""
+        entropies = None
+        if self.entropy_budget is not None:
+            entropies = -torch.special.xlogy(probs, probs).sum(-1)
+        return select_positions(scores, candidates, count, self.threshold, entropies, self.entropy_budget)
 
     def _step(self, logits: Float[Tensor, "rows region vocab"], rows: RowState, step: int,
               shared_start: int | None) -> StepOutcome:
@@ -235,7 +245,7 @@ class UnmaskingPredictor(nn.Module):
         deadline = blocks.block_deadline(block, rows.n_blocks, self.max_steps)
         count = scheduled_count(candidates.sum(1), deadline - step, deadline - entry,
                                 self.noise_schedule)
-        committed = self._select(scores, candidates, count)
+        committed = self._select(scores, candidates, count, probs)
         if self.remask:
             remasked = remask_lowest(window_ids, tokens, scores, rows.written_scores, candidates,
                                      committed, rows.generated & in_block, tok.mask_token_id)

@@ -13,6 +13,12 @@ exact integer ``ceil(n / w)``, which is what the linear schedule gives.
 With a threshold the scheduled count becomes a floor: every candidate whose confidence is
 ``>= threshold`` is committed as well. When ``max_steps`` is at least the number of masks the
 floor is 1, i.e. "everything above the threshold, at least the most confident one".
+
+With an entropy budget ``g`` (the EB-sampler of Ben-Hamu et al., 2025) the floor is raised to
+the largest prefix of the confidence ranking whose entropies sum, less the largest of them, to at
+most ``g`` nats: tokens drawn in one step are drawn independently, and the summed entropy bounds
+what that independence can cost. ``g = 0`` adds only certain positions (entropy 0) beyond the
+first; a large ``g`` commits everything at once.
 """
 
 from __future__ import annotations
@@ -42,16 +48,32 @@ def scheduled_count(n_masked: Integer[Tensor, " batch"], steps_left: Integer[Ten
     return torch.minimum(count.clamp(min=1), n_masked)
 
 
+def entropy_budget_count(entropies: Float[Tensor, "batch region"], order: Integer[Tensor, "batch region"],
+                         candidates: Bool[Tensor, "batch region"], budget: float) -> Integer[Tensor, " batch"]:
+    """How many of the best-ranked candidates (``order``: candidates first, best first) fit the
+    entropy budget: the longest prefix whose entropies sum, less their maximum, to ``<= budget``
+    (at least one where a row has a candidate). The excess never falls along the ranking, so the
+    positions within budget are a prefix."""
+    ranked_entropy = torch.where(candidates, entropies, 0.0).gather(1, order)
+    excess = ranked_entropy.cumsum(1) - ranked_entropy.cummax(1).values
+    return torch.minimum((excess <= budget).sum(1), candidates.sum(1))
+
+
 def select_positions(scores: Float[Tensor, "batch region"],
                      candidates: Bool[Tensor, "batch region"],
                      count: Integer[Tensor, " batch"],
-                     threshold: float | None) -> Bool[Tensor, "batch region"]:
+                     threshold: float | None,
+                     entropies: Float[Tensor, "batch region"] | None = None,
+                     entropy_budget: float | None = None) -> Bool[Tensor, "batch region"]:
     """The ``count`` best-scoring candidates per row (earlier offset wins ties), plus every
-    candidate scoring ``>= threshold`` when one is given."""
+    candidate scoring ``>= threshold`` when one is given, and with ``entropy_budget`` (and each
+    position's ``entropies``) at least the best-ranked ones within that budget."""
     ranked = torch.where(candidates, scores, float("-inf"))
     order = ranked.argsort(dim=1, descending=True, stable=True)
     offsets = torch.arange(scores.shape[1], device=scores.device).expand_as(order)
     rank = torch.empty_like(order).scatter_(1, order, offsets)
+    if entropy_budget is not None:
+        count = torch.maximum(count, entropy_budget_count(entropies, order, candidates, entropy_budget))
     chosen = candidates & (rank < count[:, None])
     if threshold is not None:
         chosen = chosen | (candidates & (scores >= threshold))
