@@ -61,7 +61,7 @@ class BD3LMPredictor(UnmaskingPredictor):
         use_cache: keep the clean prefix in a KV cache (False: recompute it every step).
         stop_at_eos: a row stops once its first EOS is settled.
         tokenizer, model, noise_schedule, top_k, top_p, confidence, threshold, temperature,
-        skip_special_tokens, remask, seed: as for :class:`~xdllm.predict.UnmaskingPredictor`, applied
+        skip_special_tokens, remask, entropy_budget, seed: as for :class:`~xdllm.predict.UnmaskingPredictor`, applied
         inside each block.
     """
 
@@ -70,7 +70,7 @@ class BD3LMPredictor(UnmaskingPredictor):
                  model: nn.Module | None = None, noise_schedule: str | NoiseSchedule | None = None,
                  top_k: int | None = None, top_p: float | None = None, confidence: str | None = "top_prob",
                  threshold: float | None = None, temperature: float = 0.0, skip_special_tokens: bool = True,
-                 remask: bool = False, seed: int = 0) -> None:
+                 remask: bool = False, entropy_budget: float | None = None, seed: int = 0) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"BD3LMPredictor: max_new_tokens must be >= 1, got {max_new_tokens}")
         if block_size < 1:
@@ -85,7 +85,7 @@ class BD3LMPredictor(UnmaskingPredictor):
                          model=model, noise_schedule=noise_schedule, top_k=top_k, top_p=top_p,
                          confidence=confidence, threshold=threshold, skip_special_tokens=skip_special_tokens,
                          temperature=temperature, block_size=block_size, stop_at_eos=stop_at_eos, remask=remask,
-                         seed=seed)
+                         entropy_budget=entropy_budget, seed=seed)
         self.steps_per_block = steps_per_block
         self.use_cache = use_cache
 

@@ -33,6 +33,7 @@ OPTION_SETS = [
     {"block_size": 16, "noise_schedule": "cosine", "temperature": 0.7, "top_p": 0.9, "stop_at_eos": True},
     {"block_size": 4, "remask": True},
     {"block_size": 8, "steps_per_block": 4, "threshold": 0.2, "remask": True, "stop_at_eos": True},
+    {"block_size": 4, "entropy_budget": 1.0, "temperature": 1.0},
 ]
 
 
@@ -174,3 +175,12 @@ def test_bad_options_are_refused(tokenizer):
     batch = PromptCollator(tokenizer)([{"prompt_ids": [4], "target_ids": [], "sample_index": 0, "step": 0}])
     with pytest.raises(ValueError, match="does not infill"):
         BD3LMPredictor(8, 4, tokenizer=tokenizer).predict({**batch, "infill": True}, model=random_network(20))
+
+
+def test_an_entropy_budget_reaches_the_blocks(tokenizer):
+    model = _eos_prone(tokenizer)
+    batch = prompt_batch(tokenizer, PROMPTS)
+    one_per_step = _generate(model, tokenizer, batch, entropy_budget=0.0)
+    everything = _generate(model, tokenizer, batch, entropy_budget=1e9)  # each block in one pass
+    assert one_per_step["steps_taken"] == [11] * len(PROMPTS)  # 11 slots, nothing certain
+    assert everything["steps_taken"] == [3] * len(PROMPTS)  # blocks of 4 over 11 slots
