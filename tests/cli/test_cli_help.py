@@ -1,12 +1,15 @@
 """`xdllm train --help` lists every option with its default; `--cfg` prints the composed config
 and runs nothing."""
 
+import inspect
+
 import pytest
 from omegaconf import OmegaConf
 
 from xdllm.cli.config_help import config_section
-from xdllm.cli.main import main
+from xdllm.cli.main import PREDICTOR_HELP, main
 from xdllm.config.compose import ROOT_CONFIG_DIR
+from xdllm_models.mlm.predictor import MLMPredictor
 
 
 def _help(capsys, command: str) -> str:
@@ -77,3 +80,8 @@ def test_cfg_still_checks_the_overrides(capsys):
 def test_cfg_works_anywhere_among_the_overrides(capsys):
     assert main(["train", "experiment=sort_mdlm", "--cfg", "trainer.max_steps=5"]) == 0
     assert "  max_steps: 5\n" in capsys.readouterr().out
+
+
+def test_generate_help_names_every_option_of_the_mlm_predictor():
+    options = [name for name in inspect.signature(MLMPredictor).parameters if name not in ("tokenizer", "model")]
+    assert [name for name in options if name not in PREDICTOR_HELP] == []

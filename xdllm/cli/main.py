@@ -55,10 +55,12 @@ def _help_epilog() -> str:
 
 
 PREDICTOR_HELP = """\
-predictor.KEY=VALUE is merged over the run's predictor config:
+predictor.KEY=VALUE is merged over the run's predictor config (mlm and mdlm; other
+families take their own, named in docs/model_families.md):
   max_steps, max_new_tokens, confidence=top_prob|prob_diff|entropy|null,
-  threshold, noise_schedule=linear|cosine|log_linear, temperature, top_k, top_p,
-  block_size, stop_at_eos, seed, skip_special_tokens   (docs/predictor.md)
+  threshold, entropy_budget, noise_schedule=linear|cosine|log_linear, temperature,
+  top_k, top_p, block_size, stop_at_eos, remask, prefix_cache, prefix_cache_refresh,
+  dual_cache, guidance, seed, skip_special_tokens   (docs/predictor.md)
 
 examples:
   xdllm generate ckpt=runs/sort_mlm predictor.threshold=0.9 history=topk
@@ -66,6 +68,7 @@ examples:
   xdllm generate ckpt=runs/sort_mlm prompts_file=bench.jsonl   ({"prompt", "response"}: scored)
   xdllm eval ckpt=runs/sort_mlm split=validation
   xdllm generate -m ckpt=runs/sort_mlm predictor.threshold=0.5,0.7,0.9   (a sweep)
+  xdllm generate ckpt=runs/text_mdlm judge=runs/text_arlm predictor.temperature=1   (Gen PPL)
   xdllm generate --cfg ckpt=runs/sort_mlm      (print the composed options, run nothing)
 """
 
