@@ -98,7 +98,7 @@ def test_a_judge_with_another_vocabulary_is_refused_naming_the_difference():
 
 
 def test_a_judge_with_fewer_positions_than_the_generation_needs_is_refused_before_it_runs():
-    judge = GenerativeJudge(torch.nn.Identity(), builtin_tokenizer(), Path("j.ckpt"), 0, max_positions=12)
+    judge = GenerativeJudge(torch.nn.Identity(), builtin_tokenizer(), Path("j.ckpt"), max_positions=12)
     loaded = {"j": judge}
     assert judge_for_generation("j", builtin_tokenizer(), 5, 7, loaded) is judge  # 12 positions: fits
     with pytest.raises(XdllmError, match=r"judge=j: the longest prompt \(5 tokens with bos\) plus "

@@ -21,7 +21,7 @@ def _judge(max_positions: int = 32) -> GenerativeJudge:
     torch.manual_seed(0)
     model = causal_rotary_transformer(vocab_size=TOKENIZER.vocab_size, d_model=32, n_layers=2, n_heads=2,
                                       max_positions=max_positions).eval()
-    return GenerativeJudge(model, TOKENIZER, Path("judge.ckpt"), 7, max_positions)
+    return GenerativeJudge(model, TOKENIZER, Path("judge.ckpt"), max_positions)
 
 
 def _alone(judge: GenerativeJudge, prompt: list[int], text: list[int]) -> float:

@@ -58,7 +58,7 @@ class JudgedBatch:
     ended: list[bool]
 
     def sums(self, device: torch.device) -> MetricSums:
-        """``gen_nll`` per scored token and ``gen_entropy`` per sample, as ``(sum, count)``."""
+        """``gen_nll`` per scored token, ``gen_entropy`` and ``gen_ended`` per sample, as ``(sum, count)``."""
         def pair(total: float, count: float) -> tuple[Tensor, Tensor]:
             return (torch.tensor(total, dtype=torch.float64, device=device),
                     torch.tensor(count, dtype=torch.float64, device=device))
@@ -78,15 +78,14 @@ class JudgedBatch:
 class GenerativeJudge:
     """An autoregressive model (``model(input_ids, attention_mask=, positions=)`` -> next-token
     logits) that scores generated outputs; ``tokenizer`` is the vocabulary both share.
-    ``checkpoint`` and ``global_step`` say which judge it is. ``max_positions``: the judge's
+    ``checkpoint`` says which judge it is. ``max_positions``: the judge's
     longest sequence (None: unbounded)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, checkpoint: Path, global_step: int,
+    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, checkpoint: Path,
                  max_positions: int | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.checkpoint = checkpoint
-        self.global_step = global_step
         self.max_positions = max_positions
 
     def sequences(self, batch: Mapping[str, Any], prediction: PredictionDict) -> tuple[list[list[int]], list[int]]:

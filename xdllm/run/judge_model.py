@@ -49,8 +49,7 @@ def load_judge(path: str | Path, tokenizer: Tokenizer, map_location: str = "cpu"
     model.load_state_dict(checkpoint.model_weights())
     model.eval().requires_grad_(False)
     rotary = getattr(model, "rotary", None)
-    return GenerativeJudge(model, tokenizer, checkpoint.path, checkpoint.global_step,
-                           getattr(rotary, "max_positions", None))
+    return GenerativeJudge(model, tokenizer, checkpoint.path, getattr(rotary, "max_positions", None))
 
 
 def check_same_vocabulary(tokenizer: Tokenizer, judge_tokenizer: Tokenizer, where: str) -> None:
