@@ -29,3 +29,6 @@ def test_generation_fills_the_canvas_the_run_trained_on(family, tmp_path, capsys
     assert (f"the run trained on responses EOS-filled to 7 slots ({family}.target_length=7), but the predictor "
             "generates 9 (predictor.max_new_tokens): the slots after the first 7 are positions it never trained "
             "on; predictor.max_new_tokens=7 generates on the canvas it learned") in capsys.readouterr().err
+    assert main(["generate", "-m", f"ckpt={run_dir}", "num_samples=4", "predictor.max_new_tokens=8",
+                 "predictor.threshold=0.5,0.9", f"output_dir={tmp_path / 'sweep'}"]) == 0
+    assert capsys.readouterr().err.count("never trained on") == 1  # once for the sweep, not per generation

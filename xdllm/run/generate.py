@@ -162,14 +162,20 @@ def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionDataMod
                              judge=judge)
 
 
+_warned_canvases: set[tuple[str, int]] = set()  # (checkpoint, canvas) said in this process: once per sweep
+
+
 def warn_of_untrained_canvas(run: TrainedRun, predictor: Any) -> None:
-    """A line when the predictor's canvas is longer than the EOS-filled responses the run
-    trained on (``<family>.target_length``): the slots past them are positions the model never
-    saw masked or filled, and a whole-canvas denoiser scatters EOS and text over them."""
+    """A line (once per checkpoint and canvas length in a process) when the predictor's canvas is
+    longer than the EOS-filled responses the run trained on (``<family>.target_length``): the
+    slots past them are positions the model never saw masked or filled, and a whole-canvas
+    denoiser scatters EOS and text over them."""
     family = run.config.get("model_family")
     trained = OmegaConf.select(run.config, f"{family}.target_length") if family else None
     new_tokens = getattr(predictor, "max_new_tokens", None)
-    if trained is not None and new_tokens is not None and new_tokens > trained:
+    said = (str(run.checkpoint), new_tokens)
+    if trained is not None and new_tokens is not None and new_tokens > trained and said not in _warned_canvases:
+        _warned_canvases.add(said)
         log.warning("the run trained on responses EOS-filled to %d slots (%s.target_length=%d), but the predictor "
                     "generates %d (predictor.max_new_tokens): the slots after the first %d are positions it never "
                     "trained on; predictor.max_new_tokens=%d generates on the canvas it learned", trained, family,
