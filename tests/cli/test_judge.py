@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tiny_run import TINY, TINY_MLM, TINY_RUN
@@ -18,6 +17,7 @@ from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.run import generate as generate_module
 from xdllm.run.judge_model import check_same_vocabulary, judge_for_generation
+from xdllm_models.arlm.model import causal_rotary_transformer
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +97,25 @@ def test_a_judge_with_another_vocabulary_is_refused_naming_the_difference():
     check_same_vocabulary(builtin, SymbolTokenizer(symbols), "judge=j")  # the same symbols: accepted
 
 
+class _BlockPredictor:
+    """Places its answer on whole blocks of 4 after the prompt, as a block-wise predictor does."""
+
+    def positions_needed(self, prompt_length: int) -> int:
+        return prompt_length + 12
+
+
 def test_a_judge_with_fewer_positions_than_the_generation_needs_is_refused_before_it_runs():
-    judge = GenerativeJudge(torch.nn.Identity(), builtin_tokenizer(), Path("j.ckpt"), max_positions=12)
-    loaded = {"j": judge}
-    assert judge_for_generation("j", builtin_tokenizer(), 5, 7, loaded) is judge  # 12 positions: fits
+    tokenizer = builtin_tokenizer()
+    model = causal_rotary_transformer(vocab_size=tokenizer.vocab_size, d_model=8, n_layers=1, n_heads=2,
+                                      max_positions=12)
+    loaded = {"j": GenerativeJudge(model, tokenizer, Path("j.ckpt"), max_positions=12)}
+    assert judge_for_generation("j", tokenizer, object(), 5, 7, loaded) is loaded["j"]  # 12 positions: fits
     with pytest.raises(XdllmError, match=r"judge=j: the longest prompt \(5 tokens with bos\) plus "
                                          r"predictor.max_new_tokens=8 needs up to 13 positions; the judge has "
                                          "max_positions=12"):
-        judge_for_generation("j", builtin_tokenizer(), 5, 8, loaded)
+        judge_for_generation("j", tokenizer, object(), 5, 8, loaded)
+    with pytest.raises(XdllmError, match=r"needs up to 17 positions \(placed on whole blocks by the predictor\)"):
+        judge_for_generation("j", tokenizer, _BlockPredictor(), 5, 7, loaded)
 
 
 class _StopsAtSecondBatch:

@@ -192,7 +192,7 @@ def _judge(run: TrainedRun, options: DictConfig, predictor: Any, longest_prompt:
         raise XdllmError(f"judge={options.judge}: {options.prompts_file} has infilling prompts (with masks); the "
                          "judge scores text that continues its prompt, left to right")
     new_tokens = getattr(predictor, "max_new_tokens", None) or run.max_new_tokens
-    return judge_for_generation(options.judge, run.tokenizer, longest_prompt, new_tokens, judges)
+    return judge_for_generation(options.judge, run.tokenizer, predictor, longest_prompt, new_tokens, judges)
 
 
 def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True,

@@ -18,7 +18,7 @@ from xdllm.data.tokenizer import load_tokenizer
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.interfaces import Tokenizer
-from xdllm.run.build import RunComponents, instantiate_component
+from xdllm.run.build import RunComponents, instantiate_component, position_overflow
 from xdllm.run.free_text import is_free_text
 from xdllm.run.run_checkpoint import read_run_checkpoint
 from xdllm.run.stored_tokenizer import stored_tokenizer
@@ -66,21 +66,23 @@ def check_same_vocabulary(tokenizer: Tokenizer, judge_tokenizer: Tokenizer, wher
                              "the judge; the judge must be trained with the same tokenizer (tokenizer=<the same file>)")
 
 
-def judge_for_generation(path: str | Path, tokenizer: Tokenizer, longest_prompt: int, new_tokens: int,
-                         loaded: dict[str, GenerativeJudge] | None = None) -> GenerativeJudge:
-    """The judge of a generation whose prompts are at most ``longest_prompt`` tokens (bos
-    included) and whose outputs at most ``new_tokens``: refused before anything is generated when
-    they may not fit its positions. ``loaded``: judges loaded already, by path (a sweep's
-    generations share one)."""
+def judge_for_generation(path: str | Path, tokenizer: Tokenizer, predictor: Any, longest_prompt: int,
+                         new_tokens: int, loaded: dict[str, GenerativeJudge] | None = None) -> GenerativeJudge:
+    """The judge of a generation by ``predictor`` whose prompts are at most ``longest_prompt``
+    tokens (bos included) and whose outputs at most ``new_tokens`` (as the predictor places them:
+    whole blocks, for a block-wise one): refused before anything is generated when they may not
+    fit its positions. ``loaded``: judges loaded already, by path (a sweep's generations share
+    one)."""
     judge = (loaded or {}).get(str(path)) or load_judge(path, tokenizer)
     if loaded is not None:
         loaded[str(path)] = judge
-    needed = longest_prompt + new_tokens
-    if judge.max_positions is not None and needed > judge.max_positions:
+    overflow = position_overflow(judge.model, predictor, longest_prompt, new_tokens)
+    if overflow is not None:
+        placed = f" ({overflow.placed})" if overflow.placed else ""
         raise XdllmError(f"judge={path}: the longest prompt ({longest_prompt} tokens with bos) plus "
-                         f"predictor.max_new_tokens={new_tokens} needs up to {needed} positions; the judge has "
-                         f"max_positions={judge.max_positions}: lower predictor.max_new_tokens or judge with a run "
-                         "that has more positions")
+                         f"predictor.max_new_tokens={new_tokens} needs up to {overflow.needed} positions{placed}; the "
+                         f"judge has max_positions={overflow.limit}: lower predictor.max_new_tokens or judge with a "
+                         "run that has more positions")
     return judge
 
 
@@ -101,5 +103,6 @@ def validation_judging(config: DictConfig, components: RunComponents) -> tuple[G
         predictor = instantiate_component(OmegaConf.merge(config.predictor, {"temperature": temperature}),
                                           "predictor", tokenizer=components.tokenizer)
     new_tokens = getattr(predictor, "max_new_tokens", None) or int(config.derived.max_new_tokens)
-    judge = judge_for_generation(config.judge, components.tokenizer, 1 + components.task.max_prompt_len, new_tokens)
+    judge = judge_for_generation(config.judge, components.tokenizer, predictor, 1 + components.task.max_prompt_len,
+                                 new_tokens)
     return judge, predictor
