@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tiny_run import TINY, TINY_MLM, TINY_RUN
 
+import xdllm
 import xdllm.run.judge_model as judge_model
 from xdllm.cli.main import main
 from xdllm.data.tokenizer import SymbolTokenizer, builtin_tokenizer
@@ -184,3 +185,12 @@ def test_a_judge_with_validation_that_generates_nothing_is_warned_of(judge_run, 
     assert (f"judge={judge_run} scores generated texts, but data.validation_roles=['loss'] generates none during "
             "training: only the generation after training is judged; data.validation_roles=[loss,prediction] "
             "judges every validation") in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_evaluate_run_takes_a_judge(trained_run, judge_run, capsys):
+    assert main(["eval", f"ckpt={trained_run}", f"judge={judge_run}", "num_samples=8"]) == 0
+    printed = _summary(capsys)
+    computed = xdllm.evaluate_run(trained_run, num_samples=8, judge=judge_run)
+    assert {name: computed[name] for name in ("judge", "gen_nll", "gen_ppl", "gen_entropy", "gen_ended")} == \
+        {name: printed[name] for name in ("judge", "gen_nll", "gen_ppl", "gen_entropy", "gen_ended")}

@@ -47,15 +47,17 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
 
 def evaluate_run(run: TrainedRun | str | Path, *, split: str = "test", num_samples: int | None = None,
                  predictor: Mapping[str, Any] | None = None, device: str = "auto",
-                 batch_size: int = 64) -> dict[str, Any]:
+                 batch_size: int = 64, judge: str | Path | None = None) -> dict[str, Any]:
     """``xdllm eval`` from Python (a notebook, a script): the loss and generation metrics of
     ``run`` (a :class:`TrainedRun`, or a checkpoint file or run directory to load) on the first
     ``num_samples`` of a held-out ``split``, with ``predictor`` merged over the run's predictor
-    (``{"threshold": 0.9}`` as ``predictor.threshold=0.9``); writes nothing."""
+    (``{"threshold": 0.9}`` as ``predictor.threshold=0.9``) and, with ``judge`` (an arlm run),
+    the judge's scores of the generations (``judge=``); writes nothing."""
     options = OmegaConf.load(ROOT_CONFIG_DIR / "generate.yaml")
     checkpoint = run.checkpoint if isinstance(run, TrainedRun) else run
     options.merge_with({"ckpt": str(checkpoint), "split": split, "num_samples": num_samples, "device": device,
-                        "batch_size": batch_size, "predictor": dict(predictor or {})})
+                        "batch_size": batch_size, "predictor": dict(predictor or {}),
+                        "judge": None if judge is None else str(judge)})
     check_values(options, "generate")
     options = generation_options(options)
     return _metrics(run if isinstance(run, TrainedRun) else load_run(options), options)
