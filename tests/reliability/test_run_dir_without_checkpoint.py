@@ -7,7 +7,7 @@ import pytest
 
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import resume_point
-from xdllm.run.train import claim_run_dir
+from xdllm.run.run_directory import claim_run_dir
 
 
 def test_refusal_of_a_run_dir_without_checkpoint_says_how_to_start_over(tmp_path: Path):

@@ -19,7 +19,6 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from xdllm.config.override_text import shell_word
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.errors import CollateError, XdllmError, os_error_text
 from xdllm.run.build import build_components, build_datamodule, check_positions
@@ -39,11 +37,11 @@ from xdllm.run.frozen_models import load_frozen_models
 from xdllm.run.initial_weights import initial_weights, shape_misfits
 from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
-from xdllm.run.run_checkpoint import CHECKPOINT_DIR, RUN_CONFIG, run_dir_of
+from xdllm.run.run_checkpoint import CHECKPOINT_DIR
+from xdllm.run.run_directory import claim_run_dir, prepare_run_dir, resolve_run_dir
 from xdllm.run.run_lock import RunDirLock, refuse_if_training
-from xdllm.run.run_overrides import continue_command, save_overrides
+from xdllm.run.run_overrides import continue_command
 from xdllm.run.stored_tokenizer import resumed_tokenizer, tokenizer_record
-from xdllm.temporary_files import remove_stale_temporaries, write_text_atomically
 from xdllm.train.best_checkpoint import NewestOnTieCheckpoint
 from xdllm.train.checkpoint_io import AtomicCheckpointIO
 from xdllm.train.history_hook import ValidationHistory
@@ -56,7 +54,6 @@ from xdllm.train.progress_bar import training_progress_bar
 from xdllm.train.step_logger import OptimizerStepLogger
 from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
 
-RUN_DIR_ENV = "XDLLM_RUN_DIR"
 log = logging.getLogger(__name__)
 
 
@@ -91,19 +88,6 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.continue_command = continue_command
 
 
-def resolve_run_dir(config: DictConfig, resume: ResumePoint | None = None) -> Path:
-    """``run_dir`` if set; else the run being resumed; else a new one shared by every DDP process
-    (through the environment)."""
-    if config.run_dir is not None:
-        return Path(config.run_dir).expanduser().resolve()
-    if resume is not None:
-        return run_dir_of(resume.checkpoint)
-    if RUN_DIR_ENV not in os.environ:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        os.environ[RUN_DIR_ENV] = str(Path("runs", config.name, stamp).resolve())
-    return Path(os.environ[RUN_DIR_ENV])
-
-
 def set_torch_threads(config: DictConfig) -> int:
     """Threads per process: ``torch_threads``, else the cores shared among CPU processes
     (oversubscribed OpenMP threads make small CPU kernels tens of times slower)."""
@@ -114,18 +98,6 @@ def set_torch_threads(config: DictConfig) -> int:
         threads = max(1, (os.cpu_count() or 1) // max(1, processes))
     torch.set_num_threads(threads)
     return threads
-
-
-def _prepare_run_dir(run_dir: Path, resolved: dict[str, Any], overrides: Sequence[str]) -> None:
-    """Clear what interrupted writes left, and write the run's ``config.yaml`` and ``overrides.yaml``."""
-    history = run_dir / "history"
-    nested = [path for path in history.rglob("*") if path.is_dir()] if history.is_dir() else []
-    for folder in (run_dir, run_dir / CHECKPOINT_DIR, history, *nested):
-        for stale in remove_stale_temporaries(folder):
-            log.info("removed %s, left by an interrupted write", stale)
-    write_text_atomically(run_dir / RUN_CONFIG, OmegaConf.to_yaml(OmegaConf.create(resolved), resolve=True))
-    # without resume= and run_dir=: resuming this run continues it here, from any folder
-    save_overrides(run_dir, [o for o in overrides if not o.startswith(("resume=", "run_dir="))])
 
 
 MOVED_TRAINER_KEYS = {"gradient_clip_val": "optim.gradient_clip_val",
@@ -149,37 +121,10 @@ def check_run_options(config: DictConfig) -> None:
                          "CUDA device torch can use; use trainer.accelerator=cpu (or auto)")
 
 
-EXISTING_RUN_DIR_CHOICES = ("refuse", "move_aside")
-RUN_CONTENT = (RUN_CONFIG, CHECKPOINT_DIR, "tensorboard", "history", "generate")
-
-
 def is_launching_process() -> bool:
     """True in the process the user started; False in the processes a DDP launcher spawned
     (they re-run the command with a rank in the environment)."""
     return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "NODE_RANK"))
-
-
-def claim_run_dir(run_dir: Path, resume: ResumePoint | None, policy: str) -> None:
-    """A run directory belongs to one run: one that already holds a run is refused (or, with
-    ``existing_run_dir=move_aside``, moved to ``<run_dir>.moved-<time>``) unless this run
-    resumes from a checkpoint of that same directory."""
-    if policy not in EXISTING_RUN_DIR_CHOICES:
-        raise XdllmError(f"existing_run_dir must be one of {', '.join(EXISTING_RUN_DIR_CHOICES)}, "
-                         f"got {policy!r}")
-    held = [name for name in RUN_CONTENT if (run_dir / name).exists()]
-    if not held or (resume is not None and run_dir_of(resume.checkpoint) == run_dir):
-        return
-    if policy == "refuse" and not any((run_dir / CHECKPOINT_DIR).glob("*.ckpt")):
-        raise XdllmError(f"run_dir {run_dir} holds a run that never saved a checkpoint ({', '.join(held)}), so "
-                         "it cannot be resumed; start over with existing_run_dir=move_aside (the old files go to "
-                         f"{run_dir.name}.moved-<time>) or choose another run_dir")
-    if policy == "refuse":
-        raise XdllmError(f"run_dir {run_dir} already holds a run ({', '.join(held)}); resume it with "
-                         f"{shell_word(f'resume={run_dir}')}, choose another run_dir, or pass "
-                         "existing_run_dir=move_aside")
-    moved = run_dir.with_name(f"{run_dir.name}.moved-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}")
-    os.replace(run_dir, moved)
-    log.info("run_dir %s held an earlier run: moved it to %s", run_dir, moved)
 
 
 PROGRESS_CHOICES = ("auto", "bar", "lines")
@@ -364,7 +309,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     stopped_at_step, stopped_by = None, ""
     try:
         if launching:
-            _prepare_run_dir(run_dir, resolved, overrides)
+            prepare_run_dir(run_dir, resolved, overrides)
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
     except StoppedByInterrupt as stop:
         stopped_at_step, stopped_by = stop.step, stop.cause
