@@ -17,6 +17,7 @@ from xdllm.data.tokenizer import SymbolTokenizer, builtin_tokenizer
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.run import generate as generate_module
+from xdllm.run import generation_check as check_module
 from xdllm.run.judge_model import check_same_vocabulary, judge_for_generation
 from xdllm_models.arlm.model import causal_rotary_transformer
 
@@ -135,8 +136,8 @@ def test_a_stopped_generation_continues_with_its_judge(trained_run, judge_run, t
     options = [f"judge={judge_run}", "num_samples=8", "batch_size=4"]
     assert main(["generate", f"ckpt={trained_run}", *options, f"output_dir={tmp_path / 'whole'}"]) == 0
     whole = _summary(capsys)
-    build = generate_module._build_predictor
-    monkeypatch.setattr(generate_module, "_build_predictor", lambda run, o: _StopsAtSecondBatch(build(run, o)))
+    build = check_module._build_predictor
+    monkeypatch.setattr(check_module, "_build_predictor", lambda run, o: _StopsAtSecondBatch(build(run, o)))
     stopped = tmp_path / "stopped"
     assert main(["generate", f"ckpt={trained_run}", *options, f"output_dir={stopped}"]) == 130
     monkeypatch.undo()

@@ -19,6 +19,7 @@ from xdllm.cli.main import main
 from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
 from xdllm.history import read_history_file
 from xdllm.run import generate as generate_module
+from xdllm.run import generation_check as check_module
 
 GENERATE = ["num_samples=12", "batch_size=4", "history=topk", "history_tensorboard_samples=1"]
 
@@ -37,8 +38,8 @@ class _StopsAtCall:
 
 
 def _stop_at_call(monkeypatch, stop: BaseException, call: int) -> None:
-    build = generate_module._build_predictor
-    monkeypatch.setattr(generate_module, "_build_predictor",
+    build = check_module._build_predictor
+    monkeypatch.setattr(check_module, "_build_predictor",
                         lambda run, options: _StopsAtCall(build(run, options), stop, call))
 
 
@@ -101,8 +102,8 @@ class _StopsAfterCall(_StopsAtCall):
 
 
 def test_the_history_of_the_batch_under_way_goes_with_it(run, tmp_path, monkeypatch, capsys):
-    build = generate_module._build_predictor
-    monkeypatch.setattr(generate_module, "_build_predictor",
+    build = check_module._build_predictor
+    monkeypatch.setattr(check_module, "_build_predictor",
                         lambda run, options: _StopsAfterCall(build(run, options), KeyboardInterrupt(), 2))
     stopped = tmp_path / "stopped"
     assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={stopped}"]) == 130
@@ -192,8 +193,8 @@ def _sweep(run: Path, folder: Path) -> list[str]:
 def _stop_sweeps_at_call(monkeypatch, call: int) -> _StopsAtSweepCall:
     """Every predictor built from now on stops at the ``call``-th batch counted over all of them."""
     stopping = _StopsAtSweepCall(KeyboardInterrupt(), call)
-    build = generate_module._build_predictor
-    monkeypatch.setattr(generate_module, "_build_predictor", lambda run, options: stopping.wrap(build(run, options)))
+    build = check_module._build_predictor
+    monkeypatch.setattr(check_module, "_build_predictor", lambda run, options: stopping.wrap(build(run, options)))
     return stopping
 
 
@@ -314,9 +315,9 @@ def test_an_error_part_way_keeps_the_finished_batches_too(run, tmp_path, monkeyp
 def test_nothing_finished_leaves_nothing(run, tmp_path, monkeypatch, stopping):
     # stopped before the first batch generated, or after it wrote its history but before its
     # predictions were kept
-    build = generate_module._build_predictor
+    build = check_module._build_predictor
     wrapper = _StopsAtCall if stopping == "before" else _StopsAfterCall
-    monkeypatch.setattr(generate_module, "_build_predictor",
+    monkeypatch.setattr(check_module, "_build_predictor",
                         lambda run, options: wrapper(build(run, options), KeyboardInterrupt(), 1))
     assert main(["generate", f"ckpt={run}", *GENERATE]) == 130
     assert not list((run / "generate").glob("*"))

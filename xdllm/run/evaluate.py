@@ -24,14 +24,8 @@ from xdllm.evaluate import MetricTotals
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.device import autocast, batch_to
 from xdllm.run.free_text import is_free_text
-from xdllm.run.generate import (
-    check_generation,
-    checkpoint_fields,
-    generation_options,
-    load_run,
-    place_run,
-    run_generation,
-)
+from xdllm.run.generate import checkpoint_fields, load_run, place_run, run_generation
+from xdllm.run.generation_check import check_generation, generation_options
 from xdllm.run.generation_record import show_value
 from xdllm.run.prompt_sources import held_out_data
 

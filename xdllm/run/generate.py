@@ -1,6 +1,7 @@
 """`xdllm generate` / `xdllm eval`: run a trained model's predictor over prompts.
 
 Prompts come from a split of the run's task or from a text file (one prompt per line).
+What is checked before it runs: :mod:`xdllm.run.generation_check`.
 Outputs go to one folder: ``predictions.jsonl`` (written atomically), and with
 ``history=topk`` the denoising history files and their TensorBoard views. A generation stopped
 part-way keeps its finished batches' predictions in ``predictions.partial.jsonl``.
@@ -11,8 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from rich.console import Console
 from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
 from xdllm.config.schema import override_key
-from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError, os_error_text
 from xdllm.evaluate.generative_perplexity import GenerativeJudge, finalize_with_judge
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
@@ -34,7 +33,8 @@ from xdllm.history.storage import remove_files_from
 from xdllm.interfaces import Evaluator, HistoryRecorder, PredictionDict
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
-from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows, without_targets
+from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows
+from xdllm.run.generation_check import CheckedGeneration, check_generation, generation_options
 from xdllm.run.generation_folder import (
     PREDICTIONS,
     SUMMARY,
@@ -53,7 +53,6 @@ from xdllm.run.generation_record import (
     write_generation_config,
     write_generation_scalars,
 )
-from xdllm.run.judge_model import judge_for_generation
 from xdllm.run.partial_generation import (
     FinishedBatch,
     FinishedBatches,
@@ -61,35 +60,11 @@ from xdllm.run.partial_generation import (
     remove_partial,
     write_partial,
 )
-from xdllm.run.prompt_sources import (
-    PromptsFile,
-    check_canvas_fits,
-    check_responses_fit,
-    drawn_when_iterated,
-    held_out_data,
-    prompt_batches,
-    read_prompts_file,
-    refuse_masks_to_continue,
-)
 from xdllm.run.run_checkpoint import RUN_CONFIG, resolve_checkpoint, run_dir_of
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 from xdllm.train.module import takes_frozen
 
-HISTORY_CHOICES = (None, "topk")
-
 log = logging.getLogger(__name__)
-
-
-def generation_options(config: DictConfig) -> DictConfig:
-    """Check a composed ``configs/generate.yaml``."""
-    if OmegaConf.is_missing(config, "ckpt") or not config.get("ckpt"):
-        raise XdllmError("ckpt=<checkpoint file or run directory> is required")
-    if config.history not in HISTORY_CHOICES:
-        raise XdllmError(f"history must be one of {HISTORY_CHOICES}, got {config.history!r}")
-    if config.batch_size < 1:
-        raise XdllmError(f"batch_size must be >= 1, got {config.batch_size}")
-    resolve_device(config.get("device", "auto"))  # a bad or unavailable device fails before loading
-    return config
 
 
 def load_run(options: DictConfig, checkpoint: str | Path | None = None) -> TrainedRun:
@@ -99,11 +74,6 @@ def load_run(options: DictConfig, checkpoint: str | Path | None = None) -> Train
                         frozen=dict(options.get("frozen") or {}))
 
 
-def _build_predictor(run: TrainedRun, options: DictConfig):
-    """The run's predictor with ``options.predictor`` merged over it."""
-    return run.predictor(**options.predictor)
-
-
 def place_run(run: TrainedRun, requested_device: Any) -> tuple[torch.device, torch.dtype | None]:
     """Move the run's model (and frozen models) to the device ``auto | cpu | cuda`` names; return
     the device and the autocast dtype of the run's ``trainer.precision`` there."""
@@ -111,88 +81,6 @@ def place_run(run: TrainedRun, requested_device: Any) -> tuple[torch.device, tor
     for model in (run.model, *run.frozen.values()):
         model.to(device)
     return device, autocast_dtype(run.config.trainer.get("precision"), device)
-
-
-@dataclass(frozen=True)
-class CheckedGeneration:
-    """A generation ``generate`` accepts: its options, its predictor and its prompt batches
-    (held-out samples not drawn until it runs); for a ``prompts_file``, the prompts as read."""
-
-    options: DictConfig
-    predictor: Any
-    batches: Iterator[Mapping[str, Any]]
-    prompts: PromptsFile | None = None
-    judge: GenerativeJudge | None = None
-
-    @property
-    def prompts_sha256(self) -> str | None:
-        return None if self.prompts is None else self.prompts.sha256
-
-
-def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionDataModule | None = None,
-                     judges: dict[str, GenerativeJudge] | None = None) -> CheckedGeneration:
-    """Refuse a composed ``configs/generate.yaml`` that ``generate`` would refuse (predictor
-    options, canvas length, held-out samples, the judge), drawing, writing and generating
-    nothing; else the generation, ready for :func:`run_generation` (a sweep checks every
-    combination this way first, then runs what it checked). Held-out samples are drawn only when
-    the batches are iterated, from ``data`` when given (``eval`` shares its loss's). ``judges``:
-    judges loaded already, by path (a sweep's generations share one)."""
-    options = generation_options(config)
-    predictor = _build_predictor(run, options)
-    warn_of_untrained_canvas(run, predictor)
-    if options.prompts_file:
-        prompts = read_prompts_file(run, Path(options.prompts_file))
-        refuse_masks_to_continue(run, predictor, prompts.examples, prompts.places, "predictor.max_new_tokens=0")
-        if prompts.scored:
-            check_responses_fit(prompts.examples, prompts.places, predictor)
-        longest = 1 + max(len(example["prompt_ids"]) for example in prompts.examples)
-        check_canvas_fits(run, predictor, longest)
-        judge = _judge(run, options, predictor, longest, judges, prompts)
-        return CheckedGeneration(options, predictor,
-                                 prompt_batches(run, prompts.examples, options.batch_size, prompts.scored), prompts,
-                                 judge)
-    longest = 1 + run.components.task.max_prompt_len
-    check_canvas_fits(run, predictor, longest)
-    judge = _judge(run, options, predictor, longest, judges)
-    if data is None:
-        data = held_out_data(run, options, "prediction")
-    batches = drawn_when_iterated(data, options.split)
-    return CheckedGeneration(options, predictor,
-                             without_targets(batches) if is_free_text(run.components.task) else batches,
-                             judge=judge)
-
-
-_warned_canvases: set[tuple[str, int]] = set()  # (checkpoint, canvas) said in this process: once per sweep
-
-
-def warn_of_untrained_canvas(run: TrainedRun, predictor: Any) -> None:
-    """A line (once per checkpoint and canvas length in a process) when the predictor's canvas is
-    longer than the EOS-filled responses the run trained on (``<family>.target_length``): the
-    slots past them are positions the model never saw masked or filled, and a whole-canvas
-    denoiser scatters EOS and text over them."""
-    family = run.config.get("model_family")
-    trained = OmegaConf.select(run.config, f"{family}.target_length") if family else None
-    new_tokens = getattr(predictor, "max_new_tokens", None)
-    said = (str(run.checkpoint), new_tokens)
-    if trained is not None and new_tokens is not None and new_tokens > trained and said not in _warned_canvases:
-        _warned_canvases.add(said)
-        log.warning("the run trained on responses EOS-filled to %d slots (%s.target_length=%d), but the predictor "
-                    "generates %d (predictor.max_new_tokens): the slots after the first %d are positions it never "
-                    "trained on; predictor.max_new_tokens=%d generates on the canvas it learned", trained, family,
-                    trained, new_tokens, trained, trained)
-
-
-def _judge(run: TrainedRun, options: DictConfig, predictor: Any, longest_prompt: int,
-           judges: dict[str, GenerativeJudge] | None, prompts: PromptsFile | None = None) -> GenerativeJudge | None:
-    """The generation's judge (None without one), refused for infilling prompts (masks)."""
-    if options.get("judge") is None:
-        return None
-    mask = run.tokenizer.mask_token_id
-    if prompts is not None and any(mask in example["prompt_ids"] for example in prompts.examples):
-        raise XdllmError(f"judge={options.judge}: {options.prompts_file} has infilling prompts (with masks); the "
-                         "judge scores text that continues its prompt, left to right")
-    new_tokens = getattr(predictor, "max_new_tokens", None) or run.max_new_tokens
-    return judge_for_generation(options.judge, run.tokenizer, predictor, longest_prompt, new_tokens, judges)
 
 
 def generate(run: TrainedRun, options: DictConfig, write_outputs: bool = True,

@@ -32,7 +32,8 @@ from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.run.checkpoint import TrainedRun
-from xdllm.run.generate import CheckedGeneration, check_generation, continue_generation, load_run, run_generation
+from xdllm.run.generate import continue_generation, load_run, run_generation
+from xdllm.run.generation_check import CheckedGeneration, check_generation
 from xdllm.run.generation_folder import (
     PREDICTIONS,
     SUMMARY,
