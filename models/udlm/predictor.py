@@ -42,6 +42,7 @@ from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
 from xdllm.predict.block_steps import block_step_state
 from xdllm.predict.canvas import Canvas
+from xdllm.predict.confidence import entropy
 from xdllm.predict.inputs import check_decoding_options
 from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
@@ -121,7 +122,7 @@ class UDLMPredictor:
         if self.stop_when_unchanged:
             stops = stops | (old == new).all(1)
         if self.entropy_bound is not None:
-            stops = stops | (torch.special.entr(probs).sum(-1).amax(1) < self.entropy_bound)
+            stops = stops | (entropy(probs).amax(1) < self.entropy_bound)
         return stops
 
     def positions_needed(self, prompt_length: int) -> int:

@@ -43,12 +43,17 @@ def check_confidence_options(mode: str | None, threshold: float | None) -> None:
                          f"{mode!r} score (entropy scores are -H in nats, so <= 0)")
 
 
+def entropy(probs: Float[Tensor, "*lead vocab"]) -> Float[Tensor, "*lead"]:
+    """``H(p)`` in nats of each distribution (``0 log 0 = 0``)."""
+    # clamping before the log is much faster than special.entr
+    return -(probs * probs.clamp_min(torch.finfo(probs.dtype).tiny).log()).sum(-1)
+
+
 def token_confidence(mode: ConfidenceMode, probs: Float[Tensor, "*lead vocab"],
                      tokens: Integer[Tensor, "*lead"]) -> Float[Tensor, "*lead"]:
     """The ``mode`` score of committing ``tokens`` under ``probs``."""
     if mode == "entropy":
-        # p log p with 0 log 0 = 0; clamping before the log is much faster than special.entr
-        return (probs * probs.clamp_min(torch.finfo(probs.dtype).tiny).log()).sum(-1)
+        return -entropy(probs)
     chosen = probs.gather(-1, tokens[..., None]).squeeze(-1)
     if mode == "top_prob":
         return chosen
