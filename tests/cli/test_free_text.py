@@ -12,6 +12,7 @@ from test_tokenizer_train import corpus_lines
 from tiny_run import TINY_TEXT
 
 from xdllm.cli.main import main
+from xdllm.config.compose import compose_config
 from xdllm.run.free_text import apply_task_defaults
 
 
@@ -150,3 +151,10 @@ def test_null_defaults_follow_the_task():
     assert judged["data"]["validation_roles"] == ["loss", "prediction"]
     assert judged["checkpoint"]["monitor"] == "val/loss"
     assert _defaults(roles=["loss"], judge="arlm")["data"]["validation_roles"] == ["loss"]  # given: kept
+
+
+@pytest.mark.parametrize("family", ["arlm", "mdlm", "bd3lm", "udlm", "hybrid"])
+def test_text_experiments_leave_validation_roles_to_the_default(family):
+    # null: the loss alone, or the loss and generation when a judge= scores what validation generates
+    config = compose_config("train", [f"experiment=text_{family}"])
+    assert config.data.validation_roles is None

@@ -53,7 +53,10 @@ def load_judge(path: str | Path, tokenizer: Tokenizer, map_location: str = "cpu"
 
 
 def check_same_vocabulary(tokenizer: Tokenizer, judge_tokenizer: Tokenizer, where: str) -> None:
-    """Refuse a judge whose vocabulary differs from the generating run's, naming the first difference."""
+    """Refuse a judge whose vocabulary differs from the generating run's, naming the first
+    difference. The id -> token map and the special ids, not the tokenizers' ``fingerprint``: the
+    judge reads the generated ids and never encodes text, so a normalizer or merge rule it does
+    not share changes nothing it scores."""
     for name in ("vocab_size", "pad_token_id", "mask_token_id", "bos_token_id", "eos_token_id"):
         ours, theirs = getattr(tokenizer, name), getattr(judge_tokenizer, name)
         if ours != theirs:
