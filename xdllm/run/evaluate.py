@@ -62,8 +62,8 @@ def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     free text, the loss metrics only: a generation there has nothing to be scored against."""
     if options.prompts_file:
         return _prompts_file_metrics(run, options)
-    if is_free_text(run.components.task):
-        return _evaluate_free_text(run, options)
+    if is_free_text(run.components.task) and options.judge is None:
+        return _evaluate_free_text(run, options)  # with a judge, generated texts are scored as answers are
     data = held_out_data(run, options, "loss")  # one draw of the split, for the loss and the generation
     generation = check_generation(run, OmegaConf.merge(options, {"history": None}), data)
     losses = held_out_loss(run, options, data)
@@ -71,10 +71,6 @@ def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
 
 
 def _evaluate_free_text(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
-    if options.judge is not None:  # the judge scores generated texts: the loss metrics and the generation's
-        generation = check_generation(run, OmegaConf.merge(options, {"history": None}))
-        losses = held_out_loss(run, options)
-        return {"split": options.split, **losses, **run_generation(run, generation, write_outputs=False)}
     if options.predictor:
         keys = ", ".join(f"predictor.{key}" for key in options.predictor)
         raise XdllmError(f"eval on free text reports the loss metrics and generates nothing (no reference to score "
