@@ -18,6 +18,9 @@ class RotaryTransformerMLMModel(nn.Module):
     ``attn_backend``: ``"auto"`` (FlexAttention on CUDA, SDPA elsewhere), ``"sdpa"`` or
     ``"flex"`` (CPU only for inference). See :mod:`xdllm.nn.attention`. ``norm``:
     ``"rmsnorm"`` or ``"layernorm"``. ``compile``: ``torch.compile`` the network (``model.compile=true``).
+    ``shift_outputs``: position ``j``'s logits come from the final state at ``j - 1`` (an
+    autoregressive network's layout, for starting from an ``arlm`` run's weights; see
+    :mod:`xdllm.nn.shifted_outputs`).
     """
 
     def __init__(
@@ -32,6 +35,7 @@ class RotaryTransformerMLMModel(nn.Module):
         attn_backend: BackendRequest = "auto",
         norm: Literal["rmsnorm", "layernorm"] = "rmsnorm",
         compile: bool = False,
+        shift_outputs: bool = False,
     ) -> None:
         super().__init__()
         self.config = RotaryTransformerConfig(
@@ -39,7 +43,7 @@ class RotaryTransformerMLMModel(nn.Module):
             max_positions=max_positions, dropout=dropout, attn_backend=attn_backend, norm=norm,
             compile=compile,
         )
-        self.transformer = RotaryTransformer(self.config)
+        self.transformer = RotaryTransformer(self.config, shift_outputs=shift_outputs)
 
     def forward(
         self,
@@ -83,6 +87,11 @@ class RotaryTransformerMLMModel(nn.Module):
     def new_kv_cache(self, batch_size: int, max_len: int) -> KVCache:
         """An empty key/value cache for this network (:meth:`~xdllm.nn.RotaryTransformer.new_kv_cache`)."""
         return self.transformer.new_kv_cache(batch_size, max_len)
+
+    @property
+    def shifts_outputs(self) -> bool:
+        """Whether position ``j``'s logits come from the final state at ``j - 1``."""
+        return self.transformer.shifts_outputs
 
     @property
     def lm_head_weight(self) -> Float[Tensor, "vocab d_model"]:

@@ -33,7 +33,7 @@ def test_the_suggested_new_key_is_accepted(capsys):
 @pytest.mark.parametrize(("argv", "expected"), [
     (["train", "--cfg", "experiment=sort_mlm", "model.d_modle=64"],
      "unknown key 'model.d_modle' (did you mean model.d_model?): model does not list it; known keys there: "
-     "attn_backend, compile, d_model, dropout, max_positions, n_heads, n_layers, norm, vocab_size; "),
+     "attn_backend, compile, d_model, dropout, max_positions, n_heads, n_layers, norm, shift_outputs, vocab_size; "),
     (["train", "--cfg", "experiment=sort_mlm", "predictor.treshold=0.9"],
      "unknown key 'predictor.treshold' (did you mean predictor.threshold?): predictor does not list it; known keys "
      "there: confidence, dual_cache, entropy_budget, guidance, max_new_tokens, max_steps, prefix_cache, "

@@ -48,6 +48,7 @@ TRAIN = [
     ("model.max_positions=8", "model.max_positions=8 is too small for task sort"),
     ("model.vocab_size=5", "model.vocab_size=5 is smaller than the tokenizer's vocabulary"),
     ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),
+    ("model.shift_outputs=yes", "model.shift_outputs='yes' is not allowed: model.shift_outputs must be true or false"),
     ("predictor.confidence=maximal", "confidence must be one of"),
     ("mlm.prompt_dropout=1", "could not build collator.train (xdllm_models.mlm.collator.MLMSeq2SeqTrainCollator): "
                              "MLMSeq2SeqTrainCollator: prompt_dropout must be in [0, 1), got 1"),

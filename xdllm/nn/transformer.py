@@ -35,6 +35,7 @@ from xdllm.nn.kv_cache import KVCache
 from xdllm.nn.layers import RotaryTransformerConfig, TransformerBlock, make_norm
 from xdllm.nn.masks import DocumentMask, MaskRule, Tokens
 from xdllm.nn.rotary import RotaryEmbedding
+from xdllm.nn.shifted_outputs import read_from_previous_position
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +92,12 @@ class RotaryTransformer(nn.Module):
     :class:`~xdllm.nn.masks.DocumentMask`); a subclass may set its own, and then
     :meth:`forward` and :meth:`final_hidden` both follow it."""
 
-    def __init__(self, config: RotaryTransformerConfig) -> None:
+    def __init__(self, config: RotaryTransformerConfig, shift_outputs: bool = False) -> None:
         super().__init__()
         self.config = config
+        self.shifts_outputs = shift_outputs
+        """Position ``j``'s final state (and logits) is read from position ``j - 1`` of its
+        document (:mod:`xdllm.nn.shifted_outputs`); the per-block states are not shifted."""
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.rotary = RotaryEmbedding(config.d_model // config.n_heads, config.max_positions)
         self.dropout = nn.Dropout(config.dropout)
@@ -261,6 +265,9 @@ class RotaryTransformer(nn.Module):
         positions = positions.expand(batch, seq_len)
         document_ids = document_ids_for(attention_mask, segment_ids)
         wanted = tuple(output_hidden_states or ())
+        if kv_cache is not None and self.shifts_outputs:
+            raise ValueError("RotaryTransformer with shift_outputs=True cannot run on a KV cache: the first new "
+                             "token's output is read from the cached token before it")
         if kv_cache is not None:  # the cache keeps each key's document and position, all that causal rules read
             new_tokens = Tokens(torch.zeros_like(positions) if document_ids is None else document_ids, positions)
             mask = rule.dense(new_tokens, kv_cache.key_tokens(new_tokens))
@@ -281,8 +288,10 @@ class RotaryTransformer(nn.Module):
             x, hidden_states = _compiled_blocks()(self, input_ids, positions, backend, mask, wanted, None)
         else:
             x, hidden_states = _blocks(self, input_ids, positions, backend, mask, wanted, None)
-        return (self.final_norm(x[:batch, :seq_len]),
-                tuple(state[:batch, :seq_len] for state in hidden_states))
+        final = self.final_norm(x[:batch, :seq_len])
+        if self.shifts_outputs:
+            final = read_from_previous_position(final, positions[:batch, :seq_len])
+        return final, tuple(state[:batch, :seq_len] for state in hidden_states)
 
     def _check_inputs(
         self,

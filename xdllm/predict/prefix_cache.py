@@ -51,6 +51,10 @@ def check_prefix_cache_model(model: nn.Module) -> None:
     if missing:
         raise ValueError(f"prefix_cache=true needs a model with {', '.join(REQUIRED_METHODS)}; "
                          f"{type(model).__name__} has no {', '.join(missing)}")
+    if getattr(model, "shifts_outputs", False):
+        raise ValueError("prefix_cache=true cannot run a model with shifted outputs (model.shift_outputs=true): "
+                         "the first column after the cached prefix reads its logits from the cached column "
+                         "before it; generate without prefix_cache")
 
 
 class PrefixCache:

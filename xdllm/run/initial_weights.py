@@ -69,7 +69,7 @@ class InitialWeights:
                      if self.tokenizer_override else "")
         return (f"init_from: starting from the weights of {self.source.path} ({family} family, step "
                 f"{self.source.global_step}{average}){into}{renaming}; optimizer and schedule start afresh"
-                f"{tokenizer}")
+                f"{tokenizer}{_layout_difference(self.source.config, config)}")
 
 
 def aligned_names(weights: dict[str, torch.Tensor], built: set[str]) -> tuple[dict[str, torch.Tensor], str]:
@@ -96,6 +96,24 @@ def shape_misfits(saved: Mapping[str, torch.Size], built: Mapping[str, torch.Siz
 
 def _shape(shape: torch.Size | None) -> str:
     return "missing" if shape is None else str(list(shape))
+
+
+def _predicts_next_token(config: DictConfig) -> bool:
+    """Whether a run's network reads position ``j``'s logits from position ``j - 1`` (an ``arlm``,
+    or a denoiser with ``model.shift_outputs=true``)."""
+    return config.get("model_family") == "arlm" or bool(OmegaConf.select(config, "model.shift_outputs", default=False))
+
+
+def _layout_difference(source: DictConfig, config: DictConfig) -> str:
+    """A note when the source's outputs are laid out otherwise than this model's and this model
+    offers ``model.shift_outputs`` to match them (empty otherwise)."""
+    if "shift_outputs" not in config.model or _predicts_next_token(source) == _predicts_next_token(config):
+        return ""
+    if _predicts_next_token(source):
+        return ("; note: its outputs at a position predict the next token, this model's the token there: "
+                "model.shift_outputs=true keeps its layout")
+    return ("; note: its outputs at a position predict the token there, this model's (model.shift_outputs=true) "
+            "the next one: model.shift_outputs=false keeps its layout")
 
 
 def _option_differences(source: DictConfig, config: DictConfig) -> str:
