@@ -2,6 +2,7 @@
 layout (position j's logits from the state at j - 1) through training, checkpoints and generation;
 without it the start is said to differ in layout."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,11 +45,21 @@ def test_an_unshifted_start_from_an_arlm_run_names_the_option(arlm_run, tmp_path
             "model.shift_outputs=true keeps its layout") in caplog.text
 
 
-def test_a_shifted_run_generates_and_refuses_the_prefix_cache(arlm_run, tmp_path, capsys):
+def test_a_shifted_run_generates_the_same_at_any_batch_size_and_refuses_the_prefix_cache(tmp_path, capsys):
     run_dir = tmp_path / "shifted"
-    assert main(["train", *TINY_RUN, "model=mdlm", *TINY_MLM, *ONE_STEP, "model.shift_outputs=true",
-                 f"run_dir={run_dir}"]) == 0
-    assert main(["generate", f"ckpt={run_dir}", "num_samples=4", f"output_dir={tmp_path / 'gen'}"]) == 0
+    varlen = ["task=varlen_sort", "task.params.median_length=4", "task.params.min_length=2",
+              "task.params.max_length=6"]  # prompts of several lengths: rows padded differently per batch
+    assert main(["train", *(o for o in TINY_RUN if not o.startswith(("experiment=", "task."))), *varlen,
+                 "model=mdlm", *TINY_MLM, "trainer.max_steps=4", "trainer.val_check_interval=4",
+                 "model.shift_outputs=true", f"run_dir={run_dir}"]) == 0
+    texts = []
+    for batch_size in (16, 5):
+        output = tmp_path / f"batch{batch_size}"
+        assert main(["generate", f"ckpt={run_dir}", "num_samples=16", f"batch_size={batch_size}",
+                     f"output_dir={output}"]) == 0
+        records = map(json.loads, (output / "predictions.jsonl").read_text().splitlines())
+        texts.append([(r["sample_index"], r["text"], r["steps_taken"]) for r in records])
+    assert texts[0] == texts[1]
     capsys.readouterr()
     assert main(["generate", f"ckpt={run_dir}", "num_samples=4", "predictor.prefix_cache=true",
                  f"output_dir={tmp_path / 'cached'}"]) == 2
