@@ -12,7 +12,8 @@ boundary (:mod:`~xdllm_models.hybrid.layout`). Then, for each block:
    attend to the cached prefix and to each other (:class:`~xdllm.nn.BlockCausalMask`, the
    cache only read), and each pass commits every masked position whose confidence reaches
    ``threshold``, at least the scheduled count (``ceil(masks left / passes left)`` of
-   ``steps_per_block`` passes), from the shared engine's parts
+   ``steps_per_block`` passes) and, with ``entropy_budget``, at least the best-ranked
+   candidates whose entropies fit that budget (the EB-sampler), from the shared engine's parts
    (:mod:`xdllm.predict.sampling`, :mod:`~xdllm.predict.confidence`,
    :mod:`~xdllm.predict.unmask_count`);
 3. **append**: the finished block runs causally into the cache; its last logit seeds the next
@@ -41,7 +42,7 @@ from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
 from xdllm.predict.block_steps import block_step_state
-from xdllm.predict.confidence import check_confidence_options, token_confidence
+from xdllm.predict.confidence import check_confidence_options, entropy, token_confidence
 from xdllm.predict.inputs import (
     check_decoding_options,
     require_tokenizer,
@@ -49,7 +50,7 @@ from xdllm.predict.inputs import (
 from xdllm.predict.remasking import remask_lowest
 from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
-from xdllm.predict.unmask_count import scheduled_count, select_positions
+from xdllm.predict.unmask_count import check_entropy_budget, scheduled_count, select_positions
 from xdllm_models.hybrid.decoding import block_decoding_positions, start_block_decoding
 
 
@@ -73,6 +74,9 @@ class HybridPredictor:
         skip_special_tokens: passed to ``tokenizer.decode`` for ``text``.
         remask: a fill pass may mask again the block's earlier fill tokens that score below its
             new candidates (Mask-Predict, :mod:`xdllm.predict.remasking`; the seed stays).
+        entropy_budget: a fill pass also commits, in confidence order, the candidates whose
+            entropies sum (less the largest) to at most this many nats (EB-sampler;
+            :mod:`xdllm.predict.unmask_count`); None: no budget.
         seed: base of the per-sample random streams.
     """
 
@@ -80,7 +84,8 @@ class HybridPredictor:
                  model: nn.Module | None = None, confidence: str | None = "top_prob",
                  threshold: float | None = 0.9, steps_per_block: int | None = None, temperature: float = 0.0,
                  top_k: int | None = None, top_p: float | None = None, stop_at_eos: bool = True,
-                 skip_special_tokens: bool = True, remask: bool = False, seed: int = 0) -> None:
+                 skip_special_tokens: bool = True, remask: bool = False, entropy_budget: float | None = None,
+                 seed: int = 0) -> None:
         where = type(self).__name__
         check_decoding_options(where, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature,
                                top_k=top_k, top_p=top_p,
@@ -93,6 +98,7 @@ class HybridPredictor:
             raise ValueError(f"{where}: steps_per_block must be >= 1 (or null), got {steps_per_block}")
         try:
             check_confidence_options(confidence, threshold)
+            check_entropy_budget(entropy_budget)
         except ValueError as error:
             raise ValueError(f"{where}: {error}") from None
         self.max_new_tokens = max_new_tokens
@@ -108,6 +114,7 @@ class HybridPredictor:
         self.stop_at_eos = stop_at_eos
         self.skip_special_tokens = skip_special_tokens
         self.remask = remask
+        self.entropy_budget = entropy_budget
         self.seed = seed
 
     def _tokenizer(self) -> Tokenizer:
@@ -220,7 +227,8 @@ class HybridPredictor:
             scores = token_confidence(self.confidence, probs, tokens)
         passes_left = torch.full_like(keys, self.steps_per_block - fill_pass + 1)
         count = scheduled_count(masked.sum(1), passes_left, torch.full_like(keys, self.steps_per_block), None)
-        committed = select_positions(scores, masked, count, self.threshold)
+        entropies = None if self.entropy_budget is None else entropy(probs)
+        committed = select_positions(scores, masked, count, self.threshold, entropies, self.entropy_budget)
         if self.remask:
             fill_offsets = (torch.arange(size, device=masked.device) > 0)[None, :].expand_as(masked)  # the seed stays
             remasked = remask_lowest(block_ids, tokens, scores, written_scores, masked, committed, fill_offsets,

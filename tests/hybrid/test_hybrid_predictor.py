@@ -6,7 +6,7 @@ import torch
 from hybrid_helpers import RecordingHistory, prompt_batch, tiny_hybrid
 
 from xdllm.predict import streams
-from xdllm.predict.confidence import token_confidence
+from xdllm.predict.confidence import entropy, token_confidence
 from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.unmask_count import scheduled_count, select_positions
@@ -18,7 +18,7 @@ NEW_TOKENS = 10
 
 
 def recompute(model, tok, prompt: list[int], index: int, block: int, threshold=None, temperature=0.0,
-              confidence="top_prob") -> tuple[list[int], int]:
+              confidence="top_prob", entropy_budget=None) -> tuple[list[int], int]:
     """Reference decoder: one unpadded row, no cache. The seed from a causal pass over the whole
     sequence, each fill pass from the training forward over [x_t | x_0] of the whole sequence.
     Returns the generated tokens and the number of forward passes."""
@@ -59,7 +59,9 @@ def recompute(model, tok, prompt: list[int], index: int, block: int, threshold=N
             scores = token_confidence(confidence, probs, tokens)
             count = scheduled_count(masked.sum(1), torch.tensor([passes - fill_pass + 1]), torch.tensor([passes]),
                                     None)
-            blk = torch.where(select_positions(scores, masked, count, threshold), tokens, blk)
+            entropies = None if entropy_budget is None else entropy(probs)
+            blk = torch.where(select_positions(scores, masked, count, threshold, entropies, entropy_budget),
+                              tokens, blk)
             blk = fill_after_eos(blk, valid, tok.eos_token_id, tok.mask_token_id, tok.pad_token_id)[0]
         out += blk[0].tolist()
         sequence += blk[0].tolist()
@@ -76,14 +78,17 @@ def region(prediction, row: int, length: int) -> list[int]:
 @pytest.mark.parametrize("rows", [[0, 1, 2, 3, 4], [3, 0, 2]], ids=str)
 @pytest.mark.parametrize("options", [{"block_size": 4, "threshold": None}, {"block_size": 4, "threshold": 0.3},
                                      {"block_size": 3, "threshold": None, "temperature": 1.0},
-                                     {"block_size": 1, "threshold": None, "temperature": 1.0}], ids=str)
+                                     {"block_size": 1, "threshold": None, "temperature": 1.0},
+                                     {"block_size": 4, "threshold": None, "entropy_budget": 4.0,
+                                      "temperature": 1.0}], ids=str)
 def test_cached_decoding_equals_full_recomputation(tiny_model, tokenizer, rows, options):
     predictor = HybridPredictor(max_new_tokens=NEW_TOKENS, tokenizer=tokenizer, **options)
     prediction = predictor.predict(prompt_batch(tokenizer, [PROMPTS[r] for r in rows], sample_index=rows),
                                    model=tiny_model)
     for row, index in enumerate(rows):
         expected, passes = recompute(tiny_model, tokenizer, PROMPTS[index], index, options["block_size"],
-                                     options["threshold"], options.get("temperature", 0.0))
+                                     options["threshold"], options.get("temperature", 0.0),
+                                     entropy_budget=options.get("entropy_budget"))
         assert region(prediction, row, len(expected)) == expected, (rows, index)
         assert prediction["steps_taken"][row] == passes
 
@@ -127,7 +132,9 @@ def test_right_padded_prompts_decode_as_left_padded_ones(tiny_model, tokenizer):
     ({"threshold": None}, 4),                           # seed + one token per fill pass
     ({"threshold": 0.0}, 2),                            # seed + everything above 0 in one pass
     ({"threshold": None, "steps_per_block": 1}, 2),     # the whole block in one pass
-    ({"threshold": None, "steps_per_block": 2}, 3)])
+    ({"threshold": None, "steps_per_block": 2}, 3),
+    ({"threshold": None, "entropy_budget": 0.0}, 4),    # nothing certain: the schedule's one a pass
+    ({"threshold": None, "entropy_budget": 1e9}, 2)])   # every candidate fits: the block in one pass
 def test_the_threshold_and_the_pass_budget_set_the_passes_per_block(tiny_model, tokenizer, options,
                                                                     passes_per_block):
     predictor = HybridPredictor(max_new_tokens=8, block_size=4, tokenizer=tokenizer, stop_at_eos=False, **options)
@@ -172,6 +179,7 @@ def test_positions_beyond_the_model_are_refused(tokenizer):
     ({"block_size": 4, "steps_per_block": 0}, "steps_per_block must be >= 1"),
     ({"block_size": 4, "confidence": None, "threshold": 0.5}, "threshold needs a confidence mode"),
     ({"block_size": 4, "top_p": 2.0}, "top_p must be in"),
+    ({"block_size": 4, "entropy_budget": -0.5}, "entropy_budget must be >= 0"),
 ])
 def test_bad_options_are_named(tokenizer, options, message):
     with pytest.raises(ValueError, match=message):

@@ -37,7 +37,7 @@ from xdllm.predict.sampling import check_sampling_options, choose_tokens, final_
 from xdllm.predict.step_record import step_state
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.text import decode_regions
-from xdllm.predict.unmask_count import scheduled_count, select_positions
+from xdllm.predict.unmask_count import check_entropy_budget, scheduled_count, select_positions
 
 
 class UnmaskingPredictor(nn.Module):
@@ -107,8 +107,7 @@ class UnmaskingPredictor(nn.Module):
                              "it cannot share the conditional one's prefix_cache; use one or the other")
         check_sampling_options(temperature, top_k, top_p)
         check_confidence_options(confidence, threshold)
-        if entropy_budget is not None and not entropy_budget >= 0.0:
-            raise ValueError(f"entropy_budget must be >= 0 (nats) or null, got {entropy_budget}")
+        check_entropy_budget(entropy_budget)
         self.max_steps = max_steps
         self.max_new_tokens = max_new_tokens
         self.tokenizer = tokenizer

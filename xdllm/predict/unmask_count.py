@@ -48,6 +48,12 @@ def scheduled_count(n_masked: Integer[Tensor, " batch"], steps_left: Integer[Ten
     return torch.minimum(count.clamp(min=1), n_masked)
 
 
+def check_entropy_budget(entropy_budget: float | None) -> None:
+    """An entropy budget is a number of nats >= 0 (or None: no budget)."""
+    if entropy_budget is not None and not entropy_budget >= 0.0:
+        raise ValueError(f"entropy_budget must be >= 0 (nats) or null, got {entropy_budget}")
+
+
 def entropy_budget_count(entropies: Float[Tensor, "batch region"], order: Integer[Tensor, "batch region"],
                          candidates: Bool[Tensor, "batch region"], budget: float) -> Integer[Tensor, " batch"]:
     """How many of the best-ranked candidates (``order``: candidates first, best first) fit the
