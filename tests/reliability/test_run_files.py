@@ -106,7 +106,8 @@ def test_a_canvas_beyond_the_models_positions_is_refused_up_front(run, capsys):
 def test_stale_temporary_files_are_removed_at_the_next_start(run, tmp_path):
     stale = run / "checkpoints" / ".last.ckpt.tmp-999999999"
     stale.write_bytes(b"half a checkpoint")
-    gen_stale = next((run / "generate").iterdir()) / ".predictions.jsonl.tmp-999999998"
+    gen_stale = run / "generate" / "interrupted" / ".predictions.jsonl.tmp-999999998"
+    gen_stale.parent.mkdir(parents=True, exist_ok=True)  # not left to another test's generation (xdist order)
     gen_stale.write_text("{")
     history_stale = run / "generate" / "old" / "history" / ".history-00000.pt.tmp-999999997"
     history_stale.parent.mkdir(parents=True)
