@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from xdllm.collate import DLLMCollator, check_examples, check_length, supervised_tail, warn_unfilled_answers
+from xdllm.collate.attention_annealing import annealing_entries, check_annealing_steps
 from xdllm.collate.prompt_dropout import check_prompt_dropout, dropped_prompts, null_prompts
 from xdllm.diffusion import corrupt_blockwise, corrupt_per_sample, corrupt_uniform
 from xdllm.interfaces import Example, Tokenizer
@@ -46,14 +47,17 @@ class MDLMCollator:
             never a truncation.
         prompt_dropout: the share of rows shown a null prompt, for classifier-free guidance
             (:mod:`xdllm.collate.prompt_dropout`).
+        attention_annealing_steps: over this many first optimizer steps, training attention
+            opens from causal to bidirectional (:mod:`xdllm.collate.attention_annealing`; 0: none).
     """
 
     def __init__(self, tokenizer: Tokenizer, seed: int = 0, corruption: str = "uniform",
                  block_size: int | None = None, eps: float = 1e-3, half_life_ratio: float | None = 0.25,
                  target_length: int | None = None, max_length: int | None = None,
-                 prompt_dropout: float = 0.0) -> None:
+                 prompt_dropout: float = 0.0, attention_annealing_steps: int = 0) -> None:
         where = type(self).__name__
         check_prompt_dropout(prompt_dropout, where)
+        check_annealing_steps(attention_annealing_steps, where)
         if corruption not in ("uniform", "blockwise"):
             raise ValueError(f"{where}: corruption must be 'uniform' or 'blockwise', got {corruption!r}")
         if block_size is not None and block_size < 1:
@@ -71,6 +75,7 @@ class MDLMCollator:
         self.target_length = target_length
         self.max_length = max_length
         self.prompt_dropout = prompt_dropout
+        self.attention_annealing_steps = attention_annealing_steps
         self.layout = DLLMCollator(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                    block_size=block_size, response_window=True)
 
@@ -107,7 +112,8 @@ class MDLMCollator:
         return MDLMBatch(
             input_ids=noisy, target_ids=clean, loss_mask=loss_mask, noise_mask=noise_mask, p_mask=p_mask,
             attention_mask=rows["attention_mask"].bool(),
-            sample_index=torch.tensor([int(s["sample_index"]) for s in examples], dtype=torch.long))
+            sample_index=torch.tensor([int(s["sample_index"]) for s in examples], dtype=torch.long),
+            **annealing_entries(examples, self.attention_annealing_steps))
 
     def _corrupt_responses(self, examples: Sequence[Example], clean: Tensor, loss_mask: Tensor,
                            response_start: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -6,6 +6,7 @@ from typing import TypedDict
 
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
+from typing_extensions import NotRequired
 
 
 class MDLMBatch(TypedDict):
@@ -17,6 +18,9 @@ class MDLMBatch(TypedDict):
     padding). ``noise_mask``: the corrupted positions (a subset of the supervised ones).
     ``p_mask``: each row's (or block's) masking level t. ``attention_mask``: True on real
     tokens, the fill included. ``sample_index``: the samples' global indices.
+    ``attention_visible`` and ``attention_salt``: only while attention is annealed
+    (``attention_annealing_steps``): the share of later keys each query sees and the salt of
+    which (:class:`~xdllm.nn.AnnealedCausalMask`).
     """
 
     input_ids: Integer[Tensor, "batch seq_len"]
@@ -26,6 +30,8 @@ class MDLMBatch(TypedDict):
     p_mask: Float[Tensor, "batch seq_len"]
     attention_mask: Bool[Tensor, "batch seq_len"]
     sample_index: Integer[Tensor, " batch"]
+    attention_visible: NotRequired[Float[Tensor, ""]]
+    attention_salt: NotRequired[Integer[Tensor, ""]]
 
 
 class MDLMLossDict(TypedDict):

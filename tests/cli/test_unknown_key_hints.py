@@ -64,6 +64,6 @@ def test_another_familys_option_is_named_as_such_with_this_familys_own(capsys):
     assert main(["train", "--cfg", "model=mdlm", "mlm.target_length=7"]) == 2
     assert capsys.readouterr().err.strip() == (
         "xdllm: error: unknown key 'mlm.target_length': mlm.* are options of model family mlm, and this run's "
-        "family is mdlm; its own are mdlm.*: corruption, block_size, eps, target_length, prompt_dropout (model=mlm "
-        "chooses family mlm)")
+        "family is mdlm; its own are mdlm.*: corruption, block_size, eps, target_length, prompt_dropout, "
+        "attention_annealing_steps (model=mlm chooses family mlm)")
     assert main(["train", "--cfg", "model=mdlm", "mdlm.target_length=7"]) == 0

@@ -6,7 +6,7 @@ import torch
 from packed_rows import random_packed_rows
 
 from xdllm.nn import RotaryTransformer, RotaryTransformerConfig, default_positions
-from xdllm.nn.masks import BlockDiffusionMask, CausalMask
+from xdllm.nn.masks import AnnealedCausalMask, BlockDiffusionMask, CausalMask
 
 VOCAB = 37
 # Block diffusion: [x_t | x_0] halves of 16, the same total length. A multiple of 16: on CPU, torch
@@ -42,3 +42,16 @@ def test_compiled_flex_and_sdpa_agree_under_the_rule(rule):
         flex = make_model("flex")(**inputs, mask_rule=rule)
         sdpa = make_model("sdpa")(**inputs, mask_rule=rule)
     torch.testing.assert_close(flex, sdpa, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_compiled_flex_reads_the_annealed_rules_tensor_fields_as_sdpa_does():
+    """The annealed rule's share and salt are 0-d tensors captured by the mask_mod; two shares
+    through one compiled flex give SDPA's logits for each."""
+    inputs = model_inputs(CausalMask())
+    flex_model, sdpa_model = make_model("flex"), make_model("sdpa")
+    for visible in (0.3, 0.8):
+        rule = AnnealedCausalMask(torch.tensor(visible), torch.tensor(5))
+        with torch.no_grad():
+            torch.testing.assert_close(flex_model(**inputs, mask_rule=rule), sdpa_model(**inputs, mask_rule=rule),
+                                       atol=1e-5, rtol=0)

@@ -10,6 +10,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from xdllm.nn.attention import document_ids_for
 from xdllm.nn.masks import (
+    AnnealedCausalMask,
     BlockCausalMask,
     BlockDiffusionMask,
     CausalMask,
@@ -20,7 +21,17 @@ from xdllm.nn.masks import (
 from xdllm.nn.transformer import default_positions
 
 RULES = [DocumentMask(), CausalMask(), BlockCausalMask(1), BlockCausalMask(2), BlockCausalMask(3),
-         BlockDiffusionMask(1), BlockDiffusionMask(2), BlockDiffusionMask(3)]
+         BlockDiffusionMask(1), BlockDiffusionMask(2), BlockDiffusionMask(3),
+         AnnealedCausalMask(torch.tensor(0.4), torch.tensor(3)),
+         AnnealedCausalMask(torch.tensor(0.9), torch.tensor(11))]
+
+
+def reference_pair_draw(salt: int, query_position: int, key_position: int) -> int:
+    """The annealed rule's hash in Python integers (unbounded, masked to 32 bits as it goes)."""
+    x = (salt * 0x27D4EB2F + query_position * 0x165667B1 + key_position * 0x61C88647) % 2**32
+    x = ((x ^ (x >> 15)) * 0x2C1B3C6D) % 2**32
+    x = ((x ^ (x >> 12)) * 0x297A2D39) % 2**32
+    return (x ^ (x >> 15)) % 2**24
 
 
 def random_rows(batch: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,6 +55,9 @@ def reference_allows(rule: MaskRule, query: dict, key: dict) -> bool:
         return True
     if isinstance(rule, CausalMask):
         return key["position"] <= query["position"]
+    if isinstance(rule, AnnealedCausalMask):
+        draw = reference_pair_draw(int(rule.salt), query["position"], key["position"])
+        return key["position"] <= query["position"] or draw < float(rule.visible) * 2**24
     query_block, key_block = query["position"] // rule.block_size, key["position"] // rule.block_size
     if isinstance(rule, BlockCausalMask):
         return key_block <= query_block
@@ -184,3 +198,16 @@ def test_a_rule_without_no_type_check_is_refused_at_definition():
 
     tokens = Tokens(torch.tensor([[0, 1]]), torch.tensor([[0, 0]]))
     assert torch.equal(Marked().dense(tokens, tokens)[0, 0], torch.eye(2, dtype=torch.bool))
+
+
+def test_annealed_attention_runs_from_causal_to_bidirectional():
+    tokens = row_tokens(CausalMask(), *random_rows(3, 40, seed=5))
+    annealed = [dense_of(AnnealedCausalMask(torch.tensor(visible), torch.tensor(9)), tokens) for visible in (0.0, 1.0)]
+    assert torch.equal(annealed[0], dense_of(CausalMask(), tokens))
+    assert torch.equal(annealed[1], dense_of(DocumentMask(), tokens))
+    one_document = Tokens(torch.zeros(1, 96, dtype=torch.long), torch.arange(96)[None])
+    later = torch.ones(96, 96, dtype=torch.bool).triu(1)
+    half, other_salt = (dense_of(AnnealedCausalMask(torch.tensor(0.5), torch.tensor(salt)), one_document)[0]
+                        for salt in (9, 10))
+    assert 0.47 < half[later].float().mean() < 0.53
+    assert 0.47 < (half[later] != other_salt[later]).float().mean() < 0.53  # another salt, other keys

@@ -5,6 +5,7 @@ from xdllm.nn.attention import resolve_attention_backend
 from xdllm.nn.kv_cache import KVCache
 from xdllm.nn.masks import (
     PAD_DOCUMENT_ID,
+    AnnealedCausalMask,
     BlockCausalMask,
     BlockDiffusionMask,
     CausalMask,
@@ -18,6 +19,7 @@ from xdllm.nn.transformer import RotaryTransformer, RotaryTransformerConfig, Tra
 
 __all__ = [
     "PAD_DOCUMENT_ID",
+    "AnnealedCausalMask",
     "BlockCausalMask",
     "BlockDiffusionMask",
     "CausalMask",

@@ -155,6 +155,39 @@ class CausalMask(MaskRule):
         return (query.document == key.document) & (key.position <= query.position)
 
 
+@no_type_check  # traced inside compiled FlexAttention
+def pair_draw(salt: Tensor, query_position: Tensor, key_position: Tensor) -> Tensor:
+    """A pseudo-random integer in ``[0, 2**24)`` for each (salt, query position, key position):
+    a multiply-xorshift hash in int64 arithmetic (every product stays below 2**63), so FlexAttention
+    can evaluate it inside a ``mask_mod`` as SDPA's dense mask does."""
+    x = (salt * 0x27D4EB2F + query_position * 0x165667B1 + key_position * 0x61C88647) & 0xFFFFFFFF
+    x = ((x ^ (x >> 15)) * 0x2C1B3C6D) & 0xFFFFFFFF
+    x = ((x ^ (x >> 12)) * 0x297A2D39) & 0xFFFFFFFF
+    return (x ^ (x >> 15)) & 0xFFFFFF
+
+
+PAIR_DRAWS = 1 << 24
+"""The number of values :func:`pair_draw` takes."""
+
+
+@dataclass(frozen=True, eq=False)
+class AnnealedCausalMask(MaskRule):
+    """Causal inside a document, plus each later key of the document with probability
+    ``visible``: attention annealed from causal (``visible`` 0) to bidirectional (1), for
+    adapting an autoregressive network to diffusion (DiffuLLaMA's attention mask annealing).
+    Which later keys a query sees is a hash of ``(salt, query position, key position)``: the
+    same in every row, head and document of a forward, another for another ``salt``. Both fields
+    are 0-d tensors (on the tokens' device), so a compiled mask does not change with them."""
+
+    visible: Tensor
+    salt: Tensor
+
+    @no_type_check
+    def allows(self, query: Tokens, key: Tokens) -> Tensor:
+        later_seen = pair_draw(self.salt, query.position, key.position) < self.visible * PAIR_DRAWS
+        return (query.document == key.document) & ((key.position <= query.position) | later_seen)
+
+
 @dataclass(frozen=True)
 class BlockCausalMask(MaskRule):
     """Bidirectional inside a block of ``block_size`` positions, causal across blocks: a token
