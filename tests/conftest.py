@@ -1,4 +1,5 @@
-"""Shared fixtures: a throwaway model-family package outside the repo, one torch thread."""
+"""Shared fixtures: a throwaway model-family package outside the repo, one torch thread, a count of
+FlexAttention compilations."""
 
 from __future__ import annotations
 
@@ -22,3 +23,21 @@ def _one_torch_thread():
     import torch
 
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def flex_compile_counter(monkeypatch):
+    """Flex compiled with dynamo's counting backend (graphs run eagerly) instead of inductor, from
+    a clean dynamo cache: ``frame_count`` is the number of compilations."""
+    import torch
+    from torch._dynamo.testing import CompileCounter
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from xdllm.nn import attention as attention_module
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(flex_attention, backend=counter, dynamic=False)
+    monkeypatch.setattr(attention_module, "_compiled_flex_attention", lambda: compiled)
+    yield counter
+    torch._dynamo.reset()

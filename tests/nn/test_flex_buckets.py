@@ -5,11 +5,8 @@ counter backend, which runs the traced graphs eagerly)."""
 import pytest
 import torch
 from packed_rows import random_packed_rows
-from torch._dynamo.testing import CompileCounter
-from torch.nn.attention.flex_attention import flex_attention
 
 from xdllm.nn import RotaryTransformer, RotaryTransformerConfig, default_positions
-from xdllm.nn import attention as attention_module
 from xdllm.nn.buckets import (
     BUCKET_PAD_DOCUMENT_ID,
     SHAPE_LIMIT,
@@ -21,17 +18,6 @@ from xdllm.nn.buckets import (
 from xdllm.nn.masks import BlockDiffusionMask, BlockDiffusionTokens, CausalMask, DocumentMask
 
 VOCAB = 37
-
-
-@pytest.fixture
-def compile_counter(monkeypatch):
-    """Flex compiled with a counting backend instead of inductor, from a clean dynamo cache."""
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    compiled = torch.compile(flex_attention, backend=counter, dynamic=False)
-    monkeypatch.setattr(attention_module, "_compiled_flex_attention", lambda: compiled)
-    yield counter
-    torch._dynamo.reset()
 
 
 def make_model(backend: str, **overrides) -> RotaryTransformer:
@@ -81,7 +67,7 @@ def _inputs(rule, batch: int, length: int, packed: bool) -> dict:
 
 @pytest.mark.parametrize("rule", [DocumentMask(), CausalMask(), BlockDiffusionMask(3)], ids=repr)
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
-def test_bucketed_flex_gives_the_logits_of_unpadded_sdpa(rule, packed, compile_counter):
+def test_bucketed_flex_gives_the_logits_of_unpadded_sdpa(rule, packed, flex_compile_counter):
     flex, sdpa = make_model("flex"), make_model("sdpa")
     with torch.no_grad():
         for batch, length in ((1, 5), (3, 21), (5, 40)):
@@ -93,7 +79,7 @@ def test_bucketed_flex_gives_the_logits_of_unpadded_sdpa(rule, packed, compile_c
             torch.testing.assert_close(got.hidden_states[0], expected.hidden_states[0], atol=1e-5, rtol=0)
 
 
-def test_one_document_rows_without_padding_still_see_only_their_row(compile_counter):
+def test_one_document_rows_without_padding_still_see_only_their_row(flex_compile_counter):
     """No attention mask at all: the bucket's added columns must still be masked out."""
     ids = torch.randint(0, VOCAB, (3, 11), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():

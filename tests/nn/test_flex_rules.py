@@ -55,3 +55,14 @@ def test_compiled_flex_reads_the_annealed_rules_tensor_fields_as_sdpa_does():
         with torch.no_grad():
             torch.testing.assert_close(flex_model(**inputs, mask_rule=rule), sdpa_model(**inputs, mask_rule=rule),
                                        atol=1e-5, rtol=0)
+
+
+def test_annealed_shares_and_salts_reuse_one_flex_compilation(flex_compile_counter):
+    """Each training step anneals with a new share and salt; as 0-d tensors they are inputs of
+    the compiled attention, not constants it is specialised on."""
+    inputs = model_inputs(CausalMask())
+    model = make_model("flex")
+    with torch.no_grad():
+        for step in range(4):
+            model(**inputs, mask_rule=AnnealedCausalMask(torch.tensor(step / 4), torch.tensor(step)))
+    assert flex_compile_counter.frame_count == 1

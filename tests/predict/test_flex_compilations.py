@@ -1,30 +1,15 @@
 """Generation through compiled flex compiles attention once per shape bucket, not once per
 batch width (counted with dynamo's compile counter backend, which runs the graphs eagerly)."""
 
-import pytest
 import torch
 from predict_fakes import LetterTokenizer, prompt_batch
-from torch._dynamo.testing import CompileCounter
-from torch.nn.attention.flex_attention import flex_attention
 
 from xdllm.nn import RotaryTransformer, RotaryTransformerConfig
-from xdllm.nn import attention as attention_module
 from xdllm.nn.buckets import bucket_shape
 from xdllm.predict import UnmaskingPredictor
 
 
-@pytest.fixture
-def compile_counter(monkeypatch):
-    """Flex compiled with a counting backend instead of inductor, from a clean dynamo cache."""
-    torch._dynamo.reset()
-    counter = CompileCounter()
-    compiled = torch.compile(flex_attention, backend=counter, dynamic=False)
-    monkeypatch.setattr(attention_module, "_compiled_flex_attention", lambda: compiled)
-    yield counter
-    torch._dynamo.reset()
-
-
-def test_generation_through_flex_compiles_once_per_bucket(compile_counter):
+def test_generation_through_flex_compiles_once_per_bucket(flex_compile_counter):
     """The engine over batches of 1 to 8 prompts of 0 to 20 tokens (rows finish and leave, so
     a batch runs at several row counts): every shape is compiled for once per bucket."""
     torch.manual_seed(0)
@@ -48,4 +33,4 @@ def test_generation_through_flex_compiles_once_per_bucket(compile_counter):
                                      generator=generator).tolist() for _ in range(batch)]
             predictor.predict(prompt_batch(prompts), model=model)
     # rows 1..8 fall in 4 row buckets, widths up to 26 (20 + 6 new tokens) in 2 width buckets
-    assert compile_counter.frame_count == len(buckets) <= 4 * 2 < len(shapes)
+    assert flex_compile_counter.frame_count == len(buckets) <= 4 * 2 < len(shapes)
