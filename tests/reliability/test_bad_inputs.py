@@ -49,6 +49,9 @@ TRAIN = [
     ("model.vocab_size=5", "model.vocab_size=5 is smaller than the tokenizer's vocabulary"),
     ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),
     ("model.shift_outputs=yes", "model.shift_outputs='yes' is not allowed: model.shift_outputs must be true or false"),
+    ("model=mdlm mdlm.attention_annealing_steps=abc", "mdlm.attention_annealing_steps='abc' is not allowed: it sets "
+     "collator.train.attention_annealing_steps, which must be a whole number"),  # named as typed, not as the node
+    ("model=mdlm mdlm.attention_annealing_steps=-3", "attention_annealing_steps must be a whole number >= 0, got -3"),
     ("predictor.confidence=maximal", "confidence must be one of"),
     ("mlm.prompt_dropout=1", "could not build collator.train (xdllm_models.mlm.collator.MLMSeq2SeqTrainCollator): "
                              "MLMSeq2SeqTrainCollator: prompt_dropout must be in [0, 1), got 1"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -269,8 +270,10 @@ def _value_matches(value: Any, allowed: tuple[tuple[type, ...], tuple[Any, ...] 
     return isinstance(value, kinds)
 
 
-def check_component(node: Mapping[str, Any], where: str) -> None:
-    """Keys and simple value types of one ``_target_`` node against the target's signature."""
+def check_component(node: Mapping[str, Any], where: str, sources: Mapping[str, str] | None = None) -> None:
+    """Keys and simple value types of one ``_target_`` node against the target's signature.
+    ``sources``: the key a value was interpolated from, by argument name (``mdlm.eps`` for
+    ``collator.train.eps: ${mdlm.eps}``), so that a bad value is named as it was typed."""
     target_name = node.get("_target_")
     if target_name is None:
         return
@@ -300,8 +303,22 @@ def check_component(node: Mapping[str, Any], where: str) -> None:
             expected = (" or ".join(repr(c) for c in choices) if choices is not None
                         else " or ".join(_TYPE_WORDS.get(k, "a number" if k is float else k.__name__)
                                          for k in kinds if not (k is int and float in kinds)))
-            raise XdllmError(f"{where}.{key}={value!r} is not allowed: {where}.{key} must be {expected}"
-                             + (" (or null)" if nullable else ""))
+            null = " (or null)" if nullable else ""
+            source = (sources or {}).get(key)
+            if source is not None:
+                raise XdllmError(f"{source}={value!r} is not allowed: it sets {where}.{key}, which must be "
+                                 f"{expected}{null}")
+            raise XdllmError(f"{where}.{key}={value!r} is not allowed: {where}.{key} must be {expected}{null}")
+
+
+def _interpolation_sources(node: DictConfig) -> dict[str, str]:
+    """The keys of ``node`` whose value is one interpolation of another key, ``${key}``, and that key."""
+    raw = OmegaConf.to_container(node, resolve=False)
+    return {key: match.group(1) for key, value in raw.items()
+            if isinstance(value, str) and (match := _INTERPOLATION.fullmatch(value))}
+
+
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
 
 
 def check_components(config: DictConfig) -> None:
@@ -317,4 +334,4 @@ def check_components(config: DictConfig) -> None:
                              f"({str(error).splitlines()[0]}); the "
                              f"model family is {family}: do the config groups chosen (collator=, model=, "
                              f"experiment=) belong to the same family?") from error
-        check_component(resolved, where)
+        check_component(resolved, where, _interpolation_sources(node))
