@@ -25,6 +25,16 @@ def test_unknown_key_hint_names_a_fix_that_is_accepted(argv, expected, capsys):
     assert "+KEY=VALUE" not in line
 
 
+def test_a_component_that_takes_no_such_argument_is_named_instead_of_a_new_key(capsys):
+    """``model`` takes new keys, but the arlm network takes no ``shift_outputs`` (a denoiser's
+    option): adding it with ``+`` would only fail later, so the line says so now."""
+    assert main(["train", "--cfg", "experiment=sort_arlm", "model.shift_outputs=true"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == ("xdllm: error: unknown key 'model.shift_outputs': model does not list it; known keys there: "
+                    "attn_backend, compile, d_model, dropout, max_positions, n_heads, n_layers, norm, vocab_size; "
+                    "xdllm_models.arlm.model.causal_rotary_transformer takes no argument 'shift_outputs'")
+
+
 def test_the_suggested_new_key_is_accepted(capsys):
     assert main(["train", "--cfg", "+trainer.detect_anomaly=true"]) == 0
     assert "detect_anomaly: true" in capsys.readouterr().out

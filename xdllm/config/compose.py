@@ -15,7 +15,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from xdllm.config.override_text import check_override_syntax
-from xdllm.config.schema import check_new_keys, check_values, override_key, unknown_key_message
+from xdllm.config.schema import (
+    COMPONENT_NODES,
+    check_new_keys,
+    check_values,
+    override_key,
+    refuses_argument,
+    unknown_key_message,
+)
 from xdllm.errors import XdllmError
 from xdllm.registry import RegisteredFamily, discover_families
 
@@ -148,7 +155,10 @@ def _unknown_key_line(unknown: str, config_name: str, without: DictConfig | None
         listed = f"; its own are {family}.*: {', '.join(own)}" if own else ""
         return (f"unknown key {unknown!r}: {top}.* are options of model family {top}, and this run's family is "
                 f"{family}{listed} (model={top} chooses family {top})")
-    return unknown_key_message(unknown, config_name, present=_keys_at(without, unknown.rpartition(".")[0]))
+    node, _, leaf = unknown.rpartition(".")
+    target = OmegaConf.select(without, f"{node}._target_") if without is not None and node in COMPONENT_NODES else None
+    refused_by = target if isinstance(target, str) and refuses_argument(target, leaf) else None
+    return unknown_key_message(unknown, config_name, present=_keys_at(without, node), refused_by=refused_by)
 
 
 def yaml_error_line(error: yaml.MarkedYAMLError) -> str:

@@ -180,10 +180,12 @@ def did_you_mean(name: str, names: Sequence[str], prefix: str) -> str:
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
-def unknown_key_message(key: str, config_name: str, where_given: str = "", present: Sequence[str] = ()) -> str:
+def unknown_key_message(key: str, config_name: str, where_given: str = "", present: Sequence[str] = (),
+                        refused_by: str | None = None) -> str:
     """A key the config does not have, a close match (a typo's fix), the keys known there (the
     schema's and ``present``: those the composed config has at the key's node), and what to give
-    instead: ``+key=value`` where its node takes new keys (and, for ``generate``'s ``data.*``,
+    instead: ``+key=value`` where its node takes new keys, unless the node's component
+    (``refused_by``, its ``_target_``) takes no such argument (and, for ``generate``'s ``data.*``,
     generate's own options)."""
     open_nodes = OPEN_NODES.get(config_name, ())
     top = key.split(".")[0]
@@ -193,6 +195,8 @@ def unknown_key_message(key: str, config_name: str, where_given: str = "", prese
                    | set(() if node else open_nodes) | {k for k in present if not k.startswith("_")})
     unknown = f"unknown key {key!r}{where_given}{did_you_mean(leaf, known, prefix)}"
     hint = f"; known keys there: {', '.join(known)}" if known else ""
+    if top in open_nodes and refused_by is not None:
+        return f"{unknown}: {node} does not list it{hint}; {refused_by} takes no argument {leaf!r}"
     if top in open_nodes:
         return f"{unknown}: {node} does not list it{hint}; {top} takes new keys: add one with +{key}=VALUE"
     where = f"{node} has" if node else "the config has"
@@ -268,6 +272,17 @@ def _value_matches(value: Any, allowed: tuple[tuple[type, ...], tuple[Any, ...] 
     if choices is not None:
         return value in choices
     return isinstance(value, kinds)
+
+
+def refuses_argument(target_name: str, argument: str) -> bool:
+    """Whether the component ``target_name`` certainly takes no argument ``argument`` (False when it
+    takes it, takes any keyword, or cannot be imported or inspected)."""
+    try:
+        parameters = inspect.signature(_locate(target_name)).parameters
+    except Exception:  # an unimportable target is reported where the component is checked
+        return False
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return not takes_any and argument not in parameters
 
 
 def check_component(node: Mapping[str, Any], where: str, sources: Mapping[str, str] | None = None) -> None:
