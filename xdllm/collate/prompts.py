@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 import torch
 from jaxtyping import Bool, Integer
@@ -21,6 +21,12 @@ class PromptBatch(TypedDict):
     attention_mask: Bool[Tensor, "batch prompt_len"]
     target_ids: NotRequired[Integer[Tensor, "batch target_len"]]
     sample_index: NotRequired[Integer[Tensor, " batch"]]
+
+
+def without_target_ids(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """``batch`` without its ``target_ids``: a held-out document of free text is no answer to
+    score a generation against (``xdllm generate`` and validation alike)."""
+    return {key: value for key, value in batch.items() if key != "target_ids"}
 
 
 class PromptCollator:

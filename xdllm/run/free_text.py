@@ -23,6 +23,8 @@ from jaxtyping import Integer
 from omegaconf import DictConfig
 from torch import Tensor
 
+from xdllm.collate.prompts import without_target_ids
+
 ANSWER_ROLES = ["loss", "prediction"]
 FREE_TEXT_ROLES = ["loss"]
 HIGHER_IS_BETTER = ("val/exact_match", "val/token_accuracy")
@@ -57,4 +59,4 @@ def apply_task_defaults(config: DictConfig, task: Any) -> None:
 def without_targets(batches: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
     """The batches without ``target_ids``: nothing to score generated free text against."""
     for batch in batches:
-        yield {key: value for key, value in batch.items() if key != "target_ids"}
+        yield without_target_ids(batch)

@@ -20,9 +20,17 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.config.run_paths import frozen_checkpoint_keys
 from xdllm.errors import XdllmError
 from xdllm.run.build import instantiate_component
-from xdllm.run.run_checkpoint import read_run_checkpoint
+from xdllm.run.run_checkpoint import RunCheckpoint, read_run_checkpoint
 
 log = logging.getLogger(__name__)
+
+
+def frozen_network(checkpoint: RunCheckpoint, what: str) -> torch.nn.Module:
+    """The network ``checkpoint`` holds, with its weights (their moving average where it has
+    one), in eval mode without gradients; ``what`` names it in a build error."""
+    model = instantiate_component(checkpoint.config.model, f"{what} ({checkpoint.path}) model")
+    model.load_state_dict(checkpoint.model_weights())
+    return model.eval().requires_grad_(False)
 
 
 def load_frozen_models(config: DictConfig, map_location: str = "cpu"
@@ -36,9 +44,7 @@ def load_frozen_models(config: DictConfig, map_location: str = "cpu"
         if not path:
             raise XdllmError(f"frozen.{name} needs a checkpoint file or run directory")
         checkpoint = read_run_checkpoint(path, map_location)
-        model = instantiate_component(checkpoint.config.model, f"frozen.{name} ({checkpoint.path}) model")
-        model.load_state_dict(checkpoint.model_weights())
-        models[name] = model.eval().requires_grad_(False)
+        models[name] = frozen_network(checkpoint, f"frozen.{name}")
         sources[name] = {"checkpoint": str(checkpoint.path.resolve()), "global_step": checkpoint.global_step,
                          "model_family": checkpoint.config.get("model_family")}
     return models, sources

@@ -20,6 +20,7 @@ from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.interfaces import Tokenizer
 from xdllm.run.build import RunComponents, instantiate_component, position_overflow
 from xdllm.run.free_text import is_free_text
+from xdllm.run.frozen_models import frozen_network
 from xdllm.run.run_checkpoint import read_run_checkpoint
 from xdllm.run.stored_tokenizer import stored_tokenizer
 
@@ -45,9 +46,7 @@ def load_judge(path: str | Path, tokenizer: Tokenizer, map_location: str = "cpu"
     if judge_tokenizer is None:
         judge_tokenizer = load_tokenizer(checkpoint.config.tokenizer)
     check_same_vocabulary(tokenizer, judge_tokenizer, f"judge={path}")
-    model = instantiate_component(checkpoint.config.model, f"judge ({checkpoint.path}) model")
-    model.load_state_dict(checkpoint.model_weights())
-    model.eval().requires_grad_(False)
+    model = frozen_network(checkpoint, "judge")
     rotary = getattr(model, "rotary", None)
     return GenerativeJudge(model, tokenizer, checkpoint.path, getattr(rotary, "max_positions", None))
 

@@ -21,6 +21,7 @@ from lightning.pytorch.strategies import ParallelStrategy
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
+from xdllm.collate.prompts import without_target_ids
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.evaluate.evaluation_loss import EvaluationLoss, takes_context
@@ -252,7 +253,7 @@ class DiffusionLMModule(L.LightningModule):
         if self.history_factory is not None and batch_idx == 0:
             history = self.history_factory(self.global_step)
         if self.free_text:
-            batch = {key: value for key, value in batch.items() if key != "target_ids"}
+            batch = without_target_ids(batch)
         prediction = self.predictor.predict(batch, model=self.model, history=history, **self._predictor_extras)
         self._val_totals.add(self.evaluator.prediction_metrics(batch, prediction))
         if self.judge is not None:
