@@ -42,7 +42,7 @@ from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.nn import BlockCausalMask, CausalMask
 from xdllm.predict import streams
 from xdllm.predict.block_steps import block_step_state
-from xdllm.predict.confidence import check_confidence_options, entropy, token_confidence
+from xdllm.predict.confidence import check_confidence_options, token_confidence
 from xdllm.predict.inputs import (
     check_decoding_options,
     require_tokenizer,
@@ -227,8 +227,7 @@ class HybridPredictor:
             scores = token_confidence(self.confidence, probs, tokens)
         passes_left = torch.full_like(keys, self.steps_per_block - fill_pass + 1)
         count = scheduled_count(masked.sum(1), passes_left, torch.full_like(keys, self.steps_per_block), None)
-        entropies = None if self.entropy_budget is None else entropy(probs)
-        committed = select_positions(scores, masked, count, self.threshold, entropies, self.entropy_budget)
+        committed = select_positions(scores, masked, count, self.threshold, probs, self.entropy_budget)
         if self.remask:
             fill_offsets = (torch.arange(size, device=masked.device) > 0)[None, :].expand_as(masked)  # the seed stays
             remasked = remask_lowest(block_ids, tokens, scores, written_scores, masked, committed, fill_offsets,

@@ -6,7 +6,7 @@ import torch
 from hybrid_helpers import RecordingHistory, prompt_batch, tiny_hybrid
 
 from xdllm.predict import streams
-from xdllm.predict.confidence import entropy, token_confidence
+from xdllm.predict.confidence import token_confidence
 from xdllm.predict.sampling import choose_tokens, final_distribution, never_generated_ids
 from xdllm.predict.stopping import fill_after_eos
 from xdllm.predict.unmask_count import scheduled_count, select_positions
@@ -59,8 +59,7 @@ def recompute(model, tok, prompt: list[int], index: int, block: int, threshold=N
             scores = token_confidence(confidence, probs, tokens)
             count = scheduled_count(masked.sum(1), torch.tensor([passes - fill_pass + 1]), torch.tensor([passes]),
                                     None)
-            entropies = None if entropy_budget is None else entropy(probs)
-            blk = torch.where(select_positions(scores, masked, count, threshold, entropies, entropy_budget),
+            blk = torch.where(select_positions(scores, masked, count, threshold, probs, entropy_budget),
                               tokens, blk)
             blk = fill_after_eos(blk, valid, tok.eos_token_id, tok.mask_token_id, tok.pad_token_id)[0]
         out += blk[0].tolist()

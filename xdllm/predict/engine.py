@@ -27,7 +27,7 @@ from xdllm.diffusion.schedules import NoiseSchedule, make_noise_schedule
 from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.predict import blocks, streams
 from xdllm.predict.canvas import Canvas, continuation_canvas, infill_canvas
-from xdllm.predict.confidence import check_confidence_options, entropy, token_confidence
+from xdllm.predict.confidence import check_confidence_options, token_confidence
 from xdllm.predict.guidance import check_guidance, condition_columns, guided_logits, null_prompt
 from xdllm.predict.inputs import check_prompt_batch, sample_indices
 from xdllm.predict.prefix_cache import PrefixCache, check_prefix_cache_model
@@ -225,8 +225,7 @@ class UnmaskingPredictor(nn.Module):
         """Which candidates this step commits: the ``count`` best-scoring ones, plus every one
         above the threshold and the best ones within the entropy budget (``probs``: the final
         distributions; a family's sampler may decide otherwise)."""
-        entropies = None if self.entropy_budget is None else entropy(probs)
-        return select_positions(scores, candidates, count, self.threshold, entropies, self.entropy_budget)
+        return select_positions(scores, candidates, count, self.threshold, probs, self.entropy_budget)
 
     def _step(self, logits: Float[Tensor, "rows region vocab"], rows: RowState, step: int,
               shared_start: int | None) -> StepOutcome:

@@ -28,6 +28,7 @@ from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 
 from xdllm.diffusion.schedules import NoiseSchedule
+from xdllm.predict.confidence import entropy
 
 _ROUNDING_SLACK = 1e-9
 
@@ -69,17 +70,17 @@ def select_positions(scores: Float[Tensor, "batch region"],
                      candidates: Bool[Tensor, "batch region"],
                      count: Integer[Tensor, " batch"],
                      threshold: float | None,
-                     entropies: Float[Tensor, "batch region"] | None = None,
+                     probs: Float[Tensor, "batch region vocab"] | None = None,
                      entropy_budget: float | None = None) -> Bool[Tensor, "batch region"]:
     """The ``count`` best-scoring candidates per row (earlier offset wins ties), plus every
     candidate scoring ``>= threshold`` when one is given, and with ``entropy_budget`` (and each
-    position's ``entropies``) at least the best-ranked ones within that budget."""
+    position's final distribution, ``probs``) at least the best-ranked ones within that budget."""
     ranked = torch.where(candidates, scores, float("-inf"))
     order = ranked.argsort(dim=1, descending=True, stable=True)
     offsets = torch.arange(scores.shape[1], device=scores.device).expand_as(order)
     rank = torch.empty_like(order).scatter_(1, order, offsets)
     if entropy_budget is not None:
-        count = torch.maximum(count, entropy_budget_count(entropies, order, candidates, entropy_budget))
+        count = torch.maximum(count, entropy_budget_count(entropy(probs), order, candidates, entropy_budget))
     chosen = candidates & (rank < count[:, None])
     if threshold is not None:
         chosen = chosen | (candidates & (scores >= threshold))
