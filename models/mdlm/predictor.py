@@ -15,6 +15,10 @@ so the result does not depend on the batch. With ``block_size`` each block is it
 run over its share of the steps (``max_steps`` split over the blocks as the engine splits it:
 ``q`` steps each, one more for the first ``r``, ``q, r = divmod(max_steps, n_blocks)``), so the
 blocks together never take more than ``max_steps`` forward passes.
+
+``sampler="remdm"`` is ReMDM (:mod:`xdllm_models.mdlm.remdm`): ancestral steps that may also
+mask revealed tokens again, so that later steps can correct them; it runs every row for exactly
+``max_steps`` steps, one forward pass each, over the whole output region (no blocks).
 """
 
 from __future__ import annotations
@@ -27,33 +31,35 @@ from torch import Tensor
 
 from xdllm.diffusion.schedules import make_noise_schedule
 from xdllm.predict import streams
+from xdllm.predict.confidence import token_confidence
 from xdllm.predict.engine import UnmaskingPredictor
+from xdllm.predict.rows import RowState, StepOutcome, read_window, write_window
+from xdllm_models.mdlm.remdm import RemaskingSchedule, remdm_step
 
 
 class MDLMPredictor(UnmaskingPredictor):
     """The engine's options (see :class:`~xdllm.predict.engine.UnmaskingPredictor`) plus
-    ``sampler``: ``"confidence"`` or ``"ancestral"`` (see the module docstring). Ancestral
-    sampling orders positions by their drawn reveal step, so ``confidence`` and ``threshold``
-    must be left unset and ``remask`` false; ``noise_schedule`` defaults to ``log_linear`` and
-    ``temperature`` to 1.
+    ``sampler``: ``"confidence"``, ``"ancestral"`` or ``"remdm"`` (see the module docstring).
+    Ancestral sampling and ReMDM order positions by drawn times, so ``confidence``,
+    ``threshold`` and ``entropy_budget`` must be left unset and ``remask`` false;
+    ``noise_schedule`` defaults to ``log_linear`` and ``temperature`` to 1. ReMDM's own options
+    (``remdm_schedule``, ``remdm_eta``, and the loop's ``remdm_t_on``, ``remdm_t_off``,
+    ``remdm_alpha_on``; :class:`~xdllm_models.mdlm.remdm.RemaskingSchedule`) are refused with
+    any other sampler.
     """
 
-    def __init__(self, *args: Any, sampler: str = "confidence", **kwargs: Any) -> None:
-        if sampler not in ("confidence", "ancestral"):
-            raise ValueError(f"MDLMPredictor: sampler must be 'confidence' or 'ancestral', got {sampler!r}")
-        if sampler == "ancestral":
-            for option in ("confidence", "threshold", "entropy_budget"):
-                if kwargs.get(option) is not None:
-                    raise ValueError(f"MDLMPredictor: sampler='ancestral' reveals positions at their "
-                                     f"drawn step; {option}={kwargs[option]!r} does not apply (set it to null)")
-            if kwargs.get("remask"):
-                raise ValueError("MDLMPredictor: sampler='ancestral' never takes a revealed token back; "
-                                 "remask=true needs sampler='confidence'")
-            kwargs.setdefault("temperature", 1.0)
-            if kwargs.get("noise_schedule") is None:
-                kwargs["noise_schedule"] = "log_linear"
+    def __init__(self, *args: Any, sampler: str = "confidence", remdm_schedule: str | None = None,
+                 remdm_eta: float | None = None, remdm_t_on: float | None = None,
+                 remdm_t_off: float | None = None, remdm_alpha_on: float | None = None,
+                 **kwargs: Any) -> None:
+        remdm_options = {"remdm_schedule": remdm_schedule, "remdm_eta": remdm_eta, "remdm_t_on": remdm_t_on,
+                         "remdm_t_off": remdm_t_off, "remdm_alpha_on": remdm_alpha_on}
+        remasking = checked_sampler(sampler, remdm_options, kwargs)
         super().__init__(*args, **kwargs)
         self.sampler = sampler
+        self.remasking = remasking
+        for name, value in remdm_options.items():
+            setattr(self, name, value)
 
     def reveal_steps(self, keys: Integer[Tensor, " rows"], width: int,
                      n_blocks: Integer[Tensor, " rows"] | None = None) -> Integer[Tensor, "rows width"]:
@@ -99,6 +105,8 @@ class MDLMPredictor(UnmaskingPredictor):
         probs, tokens, scores = super()._choose(logits, keys, step, n_blocks)
         if self.sampler == "ancestral":
             scores = -self.reveal_steps(keys, logits.shape[1], n_blocks).to(scores.dtype)
+        elif self.sampler == "remdm":
+            scores = token_confidence("top_prob", probs, tokens)
         return probs, tokens, scores
 
     def _select(self, scores: Float[Tensor, "rows region"], candidates: Bool[Tensor, "rows region"],
@@ -109,3 +117,60 @@ class MDLMPredictor(UnmaskingPredictor):
         ranked = torch.where(candidates, scores, float("-inf"))
         earliest = ranked.max(dim=1, keepdim=True).values
         return candidates & (ranked == earliest)
+
+    def _step(self, logits: Float[Tensor, "rows region vocab"], rows: RowState, step: int,
+              shared_start: int | None) -> StepOutcome:
+        if self.remasking is None:
+            return super()._step(logits, rows, step, shared_start)
+        mask_id = self._tokenizer().mask_token_id
+        probs, tokens, token_probs = self._choose(logits, rows.keys, step, rows.n_blocks)
+        window_ids = read_window(rows.ids, rows.window_index, shared_start)
+        update = remdm_step(self.remasking, self.noise_schedule, step, self.max_steps, window_ids, tokens,
+                            token_probs, rows.written_scores, rows.generated & rows.window_valid, rows.keys,
+                            mask_id)
+        masks_left = ((update.window == mask_id) & rows.window_valid).any(1)
+        return StepOutcome(
+            ids=write_window(rows.ids, rows.window_index, rows.window_valid, shared_start, window_ids, update.window),
+            block=rows.block, block_entry=rows.block_entry,
+            unfinished=masks_left | (step + 1 < self.max_steps),
+            probs=probs, committed=update.revealed, scores=token_probs, written_scores=update.written_probs)
+
+
+def checked_sampler(sampler: str, remdm_options: dict[str, Any], kwargs: dict[str, Any]) -> RemaskingSchedule | None:
+    """Refuse the engine and ReMDM options that do not apply to ``sampler``, fill in its defaults
+    (in ``kwargs``: ``temperature`` 1 and a log-linear ``noise_schedule``, unless ReMDM's loop
+    sets the time profile) and return ReMDM's schedule (None for the other samplers)."""
+    where = "MDLMPredictor"
+    if sampler not in ("confidence", "ancestral", "remdm"):
+        raise ValueError(f"{where}: sampler must be 'confidence', 'ancestral' or 'remdm', got {sampler!r}")
+    if sampler != "remdm":
+        given = [name for name, value in remdm_options.items() if value is not None]
+        if given:
+            raise ValueError(f"{where}: {given[0]}={remdm_options[given[0]]!r} is an option of "
+                             f"sampler='remdm'; the sampler is {sampler!r} (set it to null)")
+    if sampler != "confidence":
+        for option in ("confidence", "threshold", "entropy_budget"):
+            if kwargs.get(option) is not None:
+                raise ValueError(f"{where}: sampler={sampler!r} reveals positions at drawn "
+                                 f"times; {option}={kwargs[option]!r} does not apply (set it to null)")
+        if kwargs.get("remask"):
+            raise ValueError(f"{where}: remask=true needs sampler='confidence'; "
+                             + ("ReMDM masks tokens again itself" if sampler == "remdm"
+                                else "the ancestral sampler never takes a revealed token back"))
+        kwargs.setdefault("temperature", 1.0)
+        if kwargs.get("noise_schedule") is None and remdm_options["remdm_schedule"] != "loop":
+            kwargs["noise_schedule"] = "log_linear"
+    if sampler != "remdm":
+        return None
+    for option, why in (("block_size", "steps the whole output region through time together, not block by block"),
+                        ("stop_at_eos", "runs every row for all max_steps steps and may mask a token after an EOS "
+                                        "again")):
+        if kwargs.get(option):
+            raise ValueError(f"{where}: sampler='remdm' {why}; {option}={kwargs[option]!r} does not apply")
+    if remdm_options["remdm_schedule"] == "loop" and kwargs.get("noise_schedule") is not None:
+        raise ValueError(f"{where}: remdm_schedule='loop' sets its own time profile (remdm_t_on, "
+                         f"remdm_t_off, remdm_alpha_on); noise_schedule={kwargs['noise_schedule']!r} "
+                         "does not apply (set it to null)")
+    return RemaskingSchedule.from_options(
+        remdm_options["remdm_schedule"], remdm_options["remdm_eta"], remdm_options["remdm_t_on"],
+        remdm_options["remdm_t_off"], remdm_options["remdm_alpha_on"], where)

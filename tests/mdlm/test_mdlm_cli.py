@@ -1,4 +1,5 @@
-"""The MDLM family from the command line: eval reports the bound, generate samples ancestrally."""
+"""The MDLM family from the command line: eval reports the bound, generate samples ancestrally
+and with ReMDM."""
 
 import json
 from pathlib import Path
@@ -41,6 +42,31 @@ def test_ancestral_with_a_confidence_is_a_one_line_error(mdlm_run, capsys):
     error = capsys.readouterr().err.strip()
     assert error.startswith("xdllm: error:") and "confidence='top_prob' does not apply" in error
     assert len(error.splitlines()) == 1
+
+
+def test_generate_with_remdm_runs_every_step_and_its_history_counts_what_it_masked_again(mdlm_run, tmp_path,
+                                                                                         capsys):
+    out = tmp_path / "remdm"
+    assert main(["generate", f"ckpt={mdlm_run}", "num_samples=8", f"output_dir={out}", "history=topk",
+                 "predictor.sampler=remdm", "predictor.confidence=null", "predictor.max_steps=30",
+                 "predictor.remdm_eta=0.5"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["mean_steps"] == 30  # ReMDM runs every step; it cannot skip one
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and all("<mask>" not in r["text"] for r in records)
+    assert main(["history", "revisions", str(out / "history")]) == 0
+    assert json.loads(capsys.readouterr().out)["taken_back"] > 0
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ("predictor.remdm_schedule=tempered", "remdm_schedule must be one of cap, rescale, conf, loop, got 'tempered'"),
+    ("predictor.remdm_eta=2", "remdm_eta is a probability, in [0, 1]; got 2"),
+])
+def test_a_bad_remdm_option_is_a_one_line_error(mdlm_run, option, message, capsys):
+    assert main(["generate", f"ckpt={mdlm_run}", "predictor.sampler=remdm", "predictor.confidence=null",
+                 option]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("xdllm: error:") and message in error and len(error.splitlines()) == 1
 
 
 def test_text_free_runs_can_validate_without_generation(tmp_path):

@@ -1,4 +1,5 @@
-"""MDLM's ancestral sampler: reveal steps follow the schedule, empty steps cost no forward pass."""
+"""MDLM's ancestral sampler: reveal steps follow the schedule, empty steps cost no forward pass;
+it and ReMDM do not depend on the batch."""
 
 import sys
 from pathlib import Path
@@ -63,9 +64,11 @@ def test_positions_are_revealed_in_the_drawn_order():
     assert groups == expected_masked
 
 
-def test_sampled_tokens_do_not_depend_on_the_batch():
+@pytest.mark.parametrize("sampler", ["ancestral", "remdm"])
+def test_sampled_tokens_do_not_depend_on_the_batch(sampler):
     table = position_table({p: {letter("a"): 0.5, letter("b"): 0.3, letter("c"): 0.2} for p in range(2, 12)})
-    predictor = _ancestral(50)
+    predictor = MDLMPredictor(max_steps=50, max_new_tokens=6, tokenizer=TOK, sampler=sampler, confidence=None,
+                              remdm_eta=0.2 if sampler == "remdm" else None)
     prompts = [[letter("d")], [letter("e"), letter("f"), letter("g")], [letter("h")]]
     together = predictor.predict(prompt_batch(prompts, sample_index=torch.arange(3)), model=PositionTableModel(table))
     for row, prompt in enumerate(prompts):

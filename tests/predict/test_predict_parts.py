@@ -207,6 +207,7 @@ def test_a_predictor_prints_its_options():
     shown = repr(MLMPredictor(max_steps=9, confidence="top_prob", threshold=0.9))
     assert shown.startswith("MLMPredictor(max_steps=9, max_new_tokens=None,") and "threshold=0.9" in shown
     assert repr(MDLMPredictor(max_steps=4, sampler="ancestral", confidence=None)).startswith(
-        "MDLMPredictor(sampler='ancestral', max_steps=4,")  # its own option, then its base's
+        "MDLMPredictor(sampler='ancestral', remdm_schedule=None, remdm_eta=None, remdm_t_on=None, "
+        "remdm_t_off=None, remdm_alpha_on=None, max_steps=4,")  # its own options, then its base's
     shown = repr(BD3LMPredictor(max_new_tokens=8, block_size=4))
     assert "steps_per_block=4" in shown and "max_steps" not in shown  # what it is built with

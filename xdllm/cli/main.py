@@ -61,6 +61,8 @@ families take their own, named in docs/model_families.md):
   threshold, entropy_budget, noise_schedule=linear|cosine|log_linear, temperature,
   top_k, top_p, block_size, stop_at_eos, remask, prefix_cache, prefix_cache_refresh,
   dual_cache, guidance, seed, skip_special_tokens   (docs/predictor.md)
+  mdlm also: sampler=confidence|ancestral|remdm, and for remdm: remdm_schedule=
+  cap|rescale|conf|loop, remdm_eta, remdm_t_on, remdm_t_off, remdm_alpha_on
 
 examples:
   xdllm generate ckpt=runs/sort_mlm predictor.threshold=0.9 history=topk

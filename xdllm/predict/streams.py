@@ -28,6 +28,8 @@ class Purpose(IntEnum):
     NOISE_LEVEL = 3
     NOISE_MASK = 4
     UNMASK_TIME = 5
+    REVEAL = 6
+    REMASK = 7
 
 
 def _fmix32(h: Tensor) -> Tensor:
