@@ -76,13 +76,14 @@ class RotaryTransformerMLMModel(nn.Module):
         mask_rule: Optional[MaskRule] = None,
         kv_cache: Optional[KVCache] = None,
         write_cache: bool = True,
+        unshifted: bool = False,
     ) -> Float[Tensor, "batch seq_len d_model"]:
         """What the LM head reads (:meth:`forward` without the projection to the vocabulary);
-        ``mask_rule``, ``kv_cache`` and ``write_cache`` as in
-        :meth:`~xdllm.nn.RotaryTransformer.forward` (the predictor's ``prefix_cache``)."""
+        ``mask_rule``, ``kv_cache``, ``write_cache`` and ``unshifted`` as in
+        :meth:`~xdllm.nn.RotaryTransformer.final_hidden` (the predictor's ``prefix_cache``)."""
         return self.transformer.final_hidden(x_t, attention_mask=attention_mask, positions=positions,
                                              segment_ids=segment_ids, mask_rule=mask_rule,
-                                             kv_cache=kv_cache, write_cache=write_cache)
+                                             kv_cache=kv_cache, write_cache=write_cache, unshifted=unshifted)
 
     def new_kv_cache(self, batch_size: int, max_len: int) -> KVCache:
         """An empty key/value cache for this network (:meth:`~xdllm.nn.RotaryTransformer.new_kv_cache`)."""

@@ -74,12 +74,17 @@ def test_an_autoregressive_networks_next_token_predictions_land_on_the_token_the
     torch.testing.assert_close(read_causally[:, 1:], next_token[:, :-1])
 
 
-def test_a_kv_cache_is_refused():
-    _, shifted = _pair()
+def test_a_kv_cache_is_refused_unless_the_caller_takes_the_unshifted_states():
+    plain, shifted = _pair()
     cache = KVCache(2, 1, 2, 8, 8, dtype=torch.float32, device=torch.device("cpu"))
+    ids, positions = torch.tensor([[3, 4]]), torch.tensor([[0, 1]])
     with pytest.raises(ValueError, match="shift_outputs=True cannot run on a KV cache: the first new token's output"):
-        shifted(torch.zeros(1, 2, dtype=torch.long), positions=torch.tensor([[0, 1]]), mask_rule=CausalMask(),
-                kv_cache=cache)
+        shifted(ids, positions=positions, mask_rule=CausalMask(), kv_cache=cache)
+    own = shifted.final_hidden(ids, positions=positions, mask_rule=CausalMask(), kv_cache=cache, unshifted=True)
+    torch.testing.assert_close(own, plain.final_hidden(ids, positions=positions, mask_rule=CausalMask()))
+    assert cache.length == 2
+    full = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(shifted.final_hidden(full, unshifted=True), plain.final_hidden(full))
 
 
 def test_the_option_reaches_the_network_and_only_the_denoiser_factory_takes_it():

@@ -12,17 +12,17 @@ from predict_fakes import MASK, VOCAB, LetterTokenizer, PositionTableModel, Reco
 from random_weights import sharpened
 from torch import nn
 
-from xdllm.nn.factory import rotary_transformer
+from xdllm.nn.factory import denoiser_transformer
 from xdllm.predict import UnmaskingPredictor
 from xdllm_models.mdlm.predictor import MDLMPredictor
 
 PROMPTS = [[letter("a")], [letter("b"), letter("c"), letter("d")], []]  # left-padded to 4 with bos
 
 
-def network(n_layers, seed=0):
+def network(n_layers, seed=0, shift_outputs=False):
     torch.manual_seed(seed)
-    return sharpened(rotary_transformer(vocab_size=VOCAB, d_model=32, n_layers=n_layers, n_heads=2,
-                                        max_positions=64).eval())
+    return sharpened(denoiser_transformer(vocab_size=VOCAB, d_model=32, n_layers=n_layers, n_heads=2,
+                                          max_positions=64, shift_outputs=shift_outputs).eval())
 
 
 def decode(model, history=None, predictor=UnmaskingPredictor, **options):
@@ -48,8 +48,11 @@ CACHE_OPTIONS = ("prefix_cache_refresh", "dual_cache")
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("options", SETTINGS)
-def test_where_kept_keys_cannot_be_stale_the_cache_decodes_the_same_tokens(options, seed):
-    model = network(n_layers=1, seed=seed)
+@pytest.mark.parametrize("shift_outputs", [False, True])
+def test_where_kept_keys_cannot_be_stale_the_cache_decodes_the_same_tokens(options, seed, shift_outputs):
+    """With shifted outputs (logits at a column from the state before it) the cache runs the
+    column before the ones a step writes, so the first of them reads a fresh state too."""
+    model = network(n_layers=1, seed=seed, shift_outputs=shift_outputs)
     plain = decode(model, **{k: v for k, v in options.items() if k not in CACHE_OPTIONS}, seed=seed)
     cached = decode(model, **options, seed=seed, prefix_cache=True)
     assert torch.equal(cached["ids"], plain["ids"])
@@ -158,6 +161,20 @@ def test_what_the_cache_cannot_serve_is_refused_by_name():
     with pytest.raises(ValueError, match="needs a model with .*PositionTableModel has no final_hidden"):
         cached.predict(prompt_batch(PROMPTS), model=table, history=history)
     assert history.begun is None  # refused before the recorder began a batch it would never end
+
+    class ShiftedWithoutUnshifted(nn.Module):
+        shifts_outputs, lm_head_weight = True, torch.zeros(VOCAB, 4)
+
+        def final_hidden(self, ids, attention_mask=None, positions=None, *, mask_rule=None, kv_cache=None,
+                         write_cache=True):
+            return torch.zeros(*ids.shape, 4)
+
+        def new_kv_cache(self, batch_size, max_len):
+            raise AssertionError("refused before any forward")
+
+    with pytest.raises(ValueError, match="shifts its outputs needs its final_hidden to take unshifted=True "
+                                         ".*; ShiftedWithoutUnshifted.final_hidden does not"):
+        cached.predict(prompt_batch(PROMPTS), model=ShiftedWithoutUnshifted())
     infill = UnmaskingPredictor(max_steps=2, tokenizer=tokenizer, prefix_cache=True)
     holes = prompt_batch([[letter("a"), MASK], [MASK, letter("b"), letter("c"), MASK]], infill=True)
     with pytest.raises(ValueError, match="same canvas column"):

@@ -212,13 +212,17 @@ class RotaryTransformer(nn.Module):
         mask_rule: Optional[MaskRule] = None,
         kv_cache: Optional[KVCache] = None,
         write_cache: bool = True,
+        unshifted: bool = False,
     ) -> Float[Tensor, "batch seq_len d_model"]:
         """What :attr:`lm_head` reads (the final norm's output): :meth:`forward` without the
         projection to the vocabulary, for losses that project only the positions they supervise
         (:func:`xdllm.losses.chunked.chunked_token_nll`) and predictors that read a window.
-        ``kv_cache`` and ``write_cache`` as in :meth:`forward`."""
+        ``kv_cache`` and ``write_cache`` as in :meth:`forward`. ``unshifted``: each position's own
+        final state even where the network shifts its outputs (``shift_outputs``), for a caller
+        that moves them itself: the predictor's prefix cache, which runs the column before its
+        window too; so also on a KV cache."""
         return self._hidden(input_ids, attention_mask, positions, segment_ids, block_mask, mask_rule,
-                            None, kv_cache, write_cache)[0]
+                            None, kv_cache, write_cache, shift=not unshifted)[0]
 
     @property
     def lm_head_weight(self) -> Float[Tensor, "vocab d_model"]:
@@ -252,8 +256,10 @@ class RotaryTransformer(nn.Module):
         output_hidden_states: Optional[Sequence[int]],
         kv_cache: Optional[KVCache],
         write_cache: bool,
+        shift: bool = True,
     ) -> tuple[Tensor, tuple[Tensor, ...]]:
-        """The final-norm output and the chosen blocks' residual streams (see :meth:`forward`)."""
+        """The final-norm output (moved one position with ``shift_outputs``, unless ``shift`` is
+        False) and the chosen blocks' residual streams (see :meth:`forward`)."""
         if mask_rule is None and block_mask is None:
             mask_rule = self.default_mask_rule
         self._check_inputs(input_ids, attention_mask, positions, segment_ids, block_mask, mask_rule,
@@ -265,7 +271,8 @@ class RotaryTransformer(nn.Module):
         positions = positions.expand(batch, seq_len)
         document_ids = document_ids_for(attention_mask, segment_ids)
         wanted = tuple(output_hidden_states or ())
-        if kv_cache is not None and self.shifts_outputs:
+        shift = shift and self.shifts_outputs
+        if kv_cache is not None and shift:
             raise ValueError("RotaryTransformer with shift_outputs=True cannot run on a KV cache: the first new "
                              "token's output is read from the cached token before it")
         if kv_cache is not None:  # the cache keeps each key's document and position, all that causal rules read
@@ -289,7 +296,7 @@ class RotaryTransformer(nn.Module):
         else:
             x, hidden_states = _blocks(self, input_ids, positions, backend, mask, wanted, None)
         final = self.final_norm(x[:batch, :seq_len])
-        if self.shifts_outputs:
+        if shift:
             final = read_from_previous_position(final, positions[:batch, :seq_len])
         return final, tuple(state[:batch, :seq_len] for state in hidden_states)
 

@@ -30,10 +30,15 @@ history's top-k there shows those.
 Needs rows whose output regions start at the same column (continuation of left-padded prompts,
 how ``xdllm generate`` batches them) and a model with ``final_hidden`` (taking ``mask_rule``,
 ``kv_cache`` and ``write_cache``), ``lm_head_weight`` and ``new_kv_cache``, as the MLM and MDLM
-models have.
+models have. A model with shifted outputs (``model.shift_outputs=true``: column ``j``'s logits
+from the state at ``j - 1``, the layout of a network started from an AR run) also needs
+``final_hidden(unshifted=True)``: a step then also runs the column before the ones it writes
+(its key not kept), so that the first of them reads a state computed at this step.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from jaxtyping import Bool, Float, Integer
@@ -41,6 +46,7 @@ from torch import Tensor, nn
 
 from xdllm.nn.kv_cache import KVCache
 from xdllm.nn.masks import StalePrefixMask
+from xdllm.nn.shifted_outputs import read_from_previous_position
 
 REQUIRED_METHODS = ("final_hidden", "lm_head_weight", "new_kv_cache")
 
@@ -51,10 +57,15 @@ def check_prefix_cache_model(model: nn.Module) -> None:
     if missing:
         raise ValueError(f"prefix_cache=true needs a model with {', '.join(REQUIRED_METHODS)}; "
                          f"{type(model).__name__} has no {', '.join(missing)}")
-    if getattr(model, "shifts_outputs", False):
-        raise ValueError("prefix_cache=true cannot run a model with shifted outputs (model.shift_outputs=true): "
-                         "the first column after the cached prefix reads its logits from the cached column "
-                         "before it; generate without prefix_cache")
+    if _shifts(model) and "unshifted" not in inspect.signature(model.final_hidden).parameters:
+        raise ValueError(f"prefix_cache=true with a model that shifts its outputs needs its final_hidden to take "
+                         f"unshifted=True (its own final states, which the cache moves itself); "
+                         f"{type(model).__name__}.final_hidden does not")
+
+
+def _shifts(model: nn.Module) -> bool:
+    """Whether position ``j``'s logits come from the final state at ``j - 1`` (``shift_outputs``)."""
+    return bool(getattr(model, "shifts_outputs", False))
 
 
 class PrefixCache:
@@ -113,10 +124,16 @@ class PrefixCache:
                       span: tuple[int, int]) -> Float[Tensor, "rows region vocab"]:
         """The logits of the running rows' output windows: when a refresh is due, a full forward
         that keeps the keys and values outside ``span`` (the columns before it; with ``dual``
-        those after it too); else a forward of the columns in ``span`` over the kept ones."""
+        those after it too); else a forward of the columns in ``span`` over the kept ones.
+
+        A model with shifted outputs reads column ``j``'s logits from the state at ``j - 1``, so
+        for it a step also runs the column before ``span`` (its key is not kept) and the cache
+        moves the states itself (``final_hidden(unshifted=True)``)."""
         rows = ids.shape[0]
         start, stop = span
-        rule = StalePrefixMask()
+        shifted = _shifts(model)
+        first = max(start - 1, 0) if shifted else start
+        options = {"mask_rule": StalePrefixMask(), **({"unshifted": True} if shifted else {})}
         due = self.refresh_every is not None and self._steps_since_refresh >= self.refresh_every
         if self._cache is None or rows != self._rows or span != self._span or due:
             if self._cache is not None and rows == self._rows:
@@ -124,17 +141,21 @@ class PrefixCache:
                 cache.reset()
             else:
                 cache = model.new_kv_cache(rows, ids.shape[1])
-            hidden = model.final_hidden(ids, attention_mask=attention_mask, positions=positions,
-                                        mask_rule=rule, kv_cache=cache)
-            cache.truncate(start, keep_from=stop)
+            hidden = model.final_hidden(ids, attention_mask=attention_mask, positions=positions, kv_cache=cache,
+                                        **options)
+            if shifted:
+                hidden = read_from_previous_position(hidden, positions)
+            cache.truncate(first, keep_from=stop)
             self._cache, self._rows, self._span = cache, rows, span
             self._window_hidden = hidden[:, self.window_start:]
             self._steps_since_refresh = 1
         else:
             assert self._window_hidden is not None
-            ran = model.final_hidden(ids[:, start:stop], attention_mask=attention_mask[:, start:stop],
-                                     positions=positions[:, start:stop], mask_rule=rule,
-                                     kv_cache=self._cache, write_cache=False)
+            ran = model.final_hidden(ids[:, first:stop], attention_mask=attention_mask[:, first:stop],
+                                     positions=positions[:, first:stop], kv_cache=self._cache, write_cache=False,
+                                     **options)
+            if shifted:
+                ran = read_from_previous_position(ran, positions[:, first:stop])[:, start - first:]
             kept = self._window_hidden
             self._window_hidden = torch.cat([kept[:, :start - self.window_start], ran,
                                              kept[:, stop - self.window_start:]], dim=1)
