@@ -17,12 +17,14 @@ run over its share of the steps (``max_steps`` split over the blocks as the engi
 blocks together never take more than ``max_steps`` forward passes.
 
 ``sampler="remdm"`` is ReMDM (:mod:`xdllm_models.mdlm.remdm`): ancestral steps that may also
-mask revealed tokens again, so that later steps can correct them; it runs every row for exactly
-``max_steps`` steps, one forward pass each, over the whole output region (no blocks).
+mask revealed tokens again, so that later steps can correct them; it runs every row through all
+``max_steps`` steps over the whole output region (no blocks), with a forward pass at each step
+that reveals a mask in the row (a step that only masks tokens again needs none).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -58,6 +60,8 @@ class MDLMPredictor(UnmaskingPredictor):
         super().__init__(*args, **kwargs)
         self.sampler = sampler
         self.remasking = remasking
+        self._unmasked_shares = (remasking.unmasked_shares(self.max_steps, self.noise_schedule)
+                                 if remasking is not None else [])
         for name, value in remdm_options.items():
             setattr(self, name, value)
 
@@ -118,6 +122,26 @@ class MDLMPredictor(UnmaskingPredictor):
         earliest = ranked.max(dim=1, keepdim=True).values
         return candidates & (ranked == earliest)
 
+    def _model_free_step(self, state: RowState, unfinished: Bool[Tensor, " batch"], step: int
+                         ) -> tuple[RowState, Bool[Tensor, " batch"], Bool[Tensor, " batch"]] | None:
+        """ReMDM's step decides what it reveals and masks again before the model runs (the
+        draws need no logits): a row that reveals nothing this step only masks tokens again and
+        needs no forward pass. Those rows take their step here; the others run the model."""
+        if self.remasking is None:
+            return None
+        mask_id = self._tokenizer().mask_token_id
+        window = read_window(state.ids, state.window_index, None)
+        plan = remdm_step(self.remasking, self._unmasked_shares, step, window, window,
+                          state.written_scores, state.written_scores, state.generated & state.window_valid,
+                          state.keys, mask_id)
+        runs = unfinished & plan.revealed.any(1)
+        idle = unfinished & ~runs
+        new_window = torch.where(idle[:, None], plan.window, window)
+        masks_left = ((new_window == mask_id) & state.window_valid).any(1)
+        ids = write_window(state.ids, state.window_index, state.window_valid, None, window, new_window)
+        return (replace(state, ids=ids), torch.where(idle, masks_left | (step + 1 < self.max_steps), unfinished),
+                runs)
+
     def _step(self, logits: Float[Tensor, "rows region vocab"], rows: RowState, step: int,
               shared_start: int | None) -> StepOutcome:
         if self.remasking is None:
@@ -125,7 +149,7 @@ class MDLMPredictor(UnmaskingPredictor):
         mask_id = self._tokenizer().mask_token_id
         probs, tokens, token_probs = self._choose(logits, rows.keys, step, rows.n_blocks)
         window_ids = read_window(rows.ids, rows.window_index, shared_start)
-        update = remdm_step(self.remasking, self.noise_schedule, step, self.max_steps, window_ids, tokens,
+        update = remdm_step(self.remasking, self._unmasked_shares, step, window_ids, tokens,
                             token_probs, rows.written_scores, rows.generated & rows.window_valid, rows.keys,
                             mask_id)
         masks_left = ((update.window == mask_id) & rows.window_valid).any(1)

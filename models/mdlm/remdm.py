@@ -26,13 +26,16 @@ masks' share to be a probability; the schedules choose it:
   here ``alpha`` is continuous and a step that crosses a boundary is an MDLM step.)
 
 Every schedule reaches ``sigma = 0`` and ``alpha = 1`` at the last step, so every mask is
-filled after exactly ``max_steps`` steps, one forward pass each. The draws come from the
+filled after exactly ``max_steps`` steps. The draws need no logits, only the tokens revealed
+do: a step that reveals nothing in a row needs no forward pass for it (the predictor skips
+it, as MDLM's ancestral sampler skips its empty steps). The draws come from the
 per-sample streams (:mod:`xdllm.predict.streams`), so a sample's result does not depend on its
 batch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -85,20 +88,26 @@ class RemaskingSchedule:
         return cls(name=name, eta=DEFAULT_ETA if eta is None else float(eta),
                    **{key: float(value) for key, value in times.items()})
 
-    def unmasked_share(self, t: float, noise_schedule: NoiseSchedule | None) -> float:
-        """``alpha(t)``: the share of tokens revealed at time ``t`` (1 at ``t = 0``, 0 at 1)."""
-        if t <= 0.0:
-            return 1.0
+    def unmasked_shares(self, steps: int, noise_schedule: NoiseSchedule | None) -> list[float]:
+        """``alpha(t)``, the share of tokens revealed at time ``t``, at the ``steps + 1`` times
+        ``t = 1 - k / steps`` of a run (0 at ``t = 1``, 1 at ``t = 0``); computed once per run."""
+        times = [1.0 - k / steps for k in range(steps + 1)]
         if self.name == "loop":
-            if t >= self.t_on:
-                return self.alpha_on * (1.0 - t) / (1.0 - self.t_on)
-            if t >= self.t_off:
-                return self.alpha_on
-            return 1.0 - (1.0 - self.alpha_on) * t / self.t_off
-        if noise_schedule is None:
+            shares = [self._loop_share(t) for t in times]
+        elif noise_schedule is None:
             raise ValueError(f"remdm_schedule={self.name!r} follows a noise schedule; none was given")
-        masked = noise_schedule.mask_prob(torch.tensor([t, 1.0], dtype=torch.float64)).tolist()
-        return 1.0 - masked[0] / masked[1]
+        else:
+            masked = noise_schedule.mask_prob(torch.tensor(times, dtype=torch.float64))
+            shares = (1.0 - masked / masked[0]).tolist()
+        shares[-1] = 1.0
+        return shares
+
+    def _loop_share(self, t: float) -> float:
+        if t >= self.t_on:
+            return self.alpha_on * (1.0 - t) / (1.0 - self.t_on)
+        if t >= self.t_off:
+            return self.alpha_on
+        return 1.0 - (1.0 - self.alpha_on) * t / self.t_off
 
     def remask_share(self, alpha_t: float, alpha_s: float) -> float:
         """``sigma`` of a step from ``alpha_t`` to ``alpha_s`` (for ``conf``: ``sigma_max``, which
@@ -124,17 +133,17 @@ class RemdmStep:
     written_probs: Float[Tensor, "rows width"]
 
 
-def remdm_step(schedule: RemaskingSchedule, noise_schedule: NoiseSchedule | None, step: int, steps: int,
+def remdm_step(schedule: RemaskingSchedule, shares: Sequence[float], step: int,
                window_ids: Integer[Tensor, "rows width"], tokens: Integer[Tensor, "rows width"],
                token_probs: Float[Tensor, "rows width"], written_probs: Float[Tensor, "rows width"],
                writable: Bool[Tensor, "rows width"], keys: Integer[Tensor, " rows"], mask_token_id: int
                ) -> RemdmStep:
-    """Step ``step`` of ``steps`` (time ``1 - step/steps`` to ``1 - (step+1)/steps``) on the
-    output windows. ``tokens``: each position's drawn token, ``token_probs`` its probability;
-    ``written_probs``: what each revealed token's probability was when it was revealed;
-    ``writable``: the generated positions (a prompt's tokens are never masked)."""
-    alpha_t = schedule.unmasked_share(1.0 - step / steps, noise_schedule)
-    alpha_s = schedule.unmasked_share(1.0 - (step + 1) / steps, noise_schedule)
+    """Step ``step`` of a run (from time ``1 - step/steps`` to ``1 - (step+1)/steps``; ``shares``:
+    the run's :meth:`RemaskingSchedule.unmasked_shares`) on the output windows. ``tokens``: each
+    position's drawn token, ``token_probs`` its probability; ``written_probs``: what each revealed
+    token's probability was when it was revealed; ``writable``: the generated positions (a
+    prompt's tokens are never masked). Nothing is read on the host."""
+    alpha_t, alpha_s = shares[step], shares[step + 1]
     sigma = schedule.remask_share(alpha_t, alpha_s)
     masked = writable & (window_ids == mask_token_id)
     shown = writable & ~masked

@@ -44,14 +44,14 @@ def test_ancestral_with_a_confidence_is_a_one_line_error(mdlm_run, capsys):
     assert len(error.splitlines()) == 1
 
 
-def test_generate_with_remdm_runs_every_step_and_its_history_counts_what_it_masked_again(mdlm_run, tmp_path,
+def test_generate_with_remdm_runs_the_steps_that_reveal_and_its_history_counts_what_it_masked_again(mdlm_run, tmp_path,
                                                                                          capsys):
     out = tmp_path / "remdm"
     assert main(["generate", f"ckpt={mdlm_run}", "num_samples=8", f"output_dir={out}", "history=topk",
                  "predictor.sampler=remdm", "predictor.confidence=null", "predictor.max_steps=30",
                  "predictor.remdm_eta=0.5"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["mean_steps"] == 30  # ReMDM runs every step; it cannot skip one
+    assert 5 <= summary["mean_steps"] < 30  # a forward pass for each step that reveals a mask
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(records) == 8 and all("<mask>" not in r["text"] for r in records)
     assert main(["history", "revisions", str(out / "history")]) == 0

@@ -147,6 +147,28 @@ def test_mdlm_takes_the_option_and_one_host_sync_per_step_holds():
     assert syncs(8) - syncs(4) == 4
 
 
+@pytest.mark.parametrize("shift_outputs", [False, True])
+def test_remdm_runs_another_set_of_rows_each_step_and_the_cache_follows_them(shift_outputs):
+    """ReMDM runs the model only for the rows that reveal at a step, so the running rows change
+    without their number changing: the cache refreshes on the set (it did on the number) and
+    stays exact on one layer; still one host sync per step."""
+    model = network(n_layers=1, seed=3, shift_outputs=shift_outputs)
+    batch = prompt_batch(PROMPTS * 4, sample_index=torch.arange(12))
+
+    def run(steps, **options):
+        predictor = MDLMPredictor(max_steps=steps, max_new_tokens=6, tokenizer=LetterTokenizer(), sampler="remdm",
+                                  confidence=None, remdm_eta=0.2, **options)
+        with count_host_syncs() as counts:
+            out = predictor.predict(batch, model=model)
+        return out, sum(counts.values())
+
+    plain, _ = run(16)
+    cached, syncs16 = run(16, prefix_cache=True)
+    assert torch.equal(cached["ids"], plain["ids"]) and cached["steps_taken"] == plain["steps_taken"]
+    assert max(plain["steps_taken"]) < 16  # rows skipped steps
+    assert syncs16 - run(8, prefix_cache=True)[1] == 8
+
+
 def test_what_the_cache_cannot_serve_is_refused_by_name():
     tokenizer = LetterTokenizer()
     with pytest.raises(ValueError, match="dual_cache keeps the columns after the current block: it needs "

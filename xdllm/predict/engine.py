@@ -4,7 +4,9 @@ One step is one forward pass over the canvas of the rows that still have masks; 
 masked position of the current block with the confidence of the token it would commit, and
 commits the best ``count`` of them (see ``unmask_count``), plus everything above ``threshold``.
 Rows finish independently and finished rows are not sent through the model again. The loop
-makes one host synchronisation per step: finding which rows are still unfinished.
+makes one host synchronisation per step: finding which rows are still unfinished (a family's
+sampler may also change some rows without the model, ``_model_free_step``: then those that
+need it).
 
 Randomness (sampled tokens, random order) comes from counter-based streams keyed by
 ``(seed, sample_index, step, offset in the output region)``, so a sample's result does not depend
@@ -259,6 +261,14 @@ class UnmaskingPredictor(nn.Module):
             unfinished=((new_window == tok.mask_token_id) & rows.window_valid).any(1),
             probs=probs, committed=committed, scores=scores, written_scores=written_scores)
 
+    def _model_free_step(self, state: RowState, unfinished: Bool[Tensor, " batch"], step: int
+                         ) -> tuple[RowState, Bool[Tensor, " batch"], Bool[Tensor, " batch"]] | None:
+        """For a sampler whose step can change some rows without the model: the state after
+        those rows' step, the rows still unfinished, and the rows the step must run the model
+        for. None (every sampler here but MDLM's ReMDM): every unfinished row runs the model,
+        and the loop ends when none is left."""
+        return None
+
     # ------------------------------------------------------------------ the loop
 
     @torch.no_grad()
@@ -288,18 +298,26 @@ class UnmaskingPredictor(nn.Module):
             written_scores=torch.zeros(generated.shape, device=device))
         unfinished = generated.any(1)
         steps_taken = torch.zeros(n_rows, dtype=torch.long, device=device)
+        finished_at = torch.zeros(n_rows, dtype=torch.long, device=device)  # the loop step a row finished at
         kept_keys = self._prefix_cache(model, shared_start)
         if history is not None:
             history_k = history.k
             history.begin(batch, state.ids, canvas.output_start)
         elapsed: list[float] = []
         for step in range(self.max_steps + 1):
+            finished_at = torch.where(unfinished, step + 1, finished_at)
+            runs = unfinished
+            model_free = self._model_free_step(state, unfinished, step) if step < self.max_steps else None
+            if model_free is not None:
+                state, unfinished, runs = model_free
             if kept_keys is None:
-                active = unfinished.nonzero().flatten()  # the step's one host sync
+                active = runs.nonzero().flatten()  # the step's one host sync
             else:
-                active, span = kept_keys.poll(unfinished, state.ids)  # the same, one sync
+                active, span = kept_keys.poll(runs, state.ids)  # the same, one sync
             elapsed.append(time.perf_counter() - start_time)
             if active.numel() == 0:
+                if model_free is not None:
+                    continue
                 break
             if step == self.max_steps:
                 raise RuntimeError(f"internal error: {active.numel()} rows still masked after "
@@ -321,13 +339,13 @@ class UnmaskingPredictor(nn.Module):
                 history.on_step(step_state(step, state, active, outcome, canvas.output_start,
                                             history_k))
 
-        steps = steps_taken.tolist()
+        steps, finished = torch.stack([steps_taken, finished_at]).tolist()
         prediction: PredictionDict = {
             "loss": None,
             "text": decode_regions(tok, state.ids, canvas.output_start, canvas.region_len,
                                    self.skip_special_tokens),
             "ids": state.ids,
-            "time_taken": [elapsed[s] for s in steps],
+            "time_taken": [elapsed[s] for s in finished],
             "output_start_idx": canvas.output_start,
             "steps_taken": steps,
         }

@@ -10,7 +10,8 @@ is measured, not assumed (``docs/predictor.md``).
 
 A refresh (a full forward whose prefix keys are kept) happens at the first step, whenever the
 earliest current block among the running rows moves on (with ``block_size``; without it the
-prefix is the prompt and never moves), whenever rows finish (the cache holds the running rows
+prefix is the prompt and never moves), whenever the running rows change (rows finish, or with
+MDLM's ReMDM sampler a row needs no forward pass at a step; the cache holds the running rows
 only) and, with ``refresh_every = N``, at the latest N steps after the last refresh (staler keys
 cost more accuracy: the trade is measured in ``docs/predictor.md``). The prefix is the columns
 before the earliest current block of the running rows, so every column a step may write lies
@@ -89,6 +90,8 @@ class PrefixCache:
         self._steps_since_refresh = 0
         self._cache: KVCache | None = None
         self._rows = -1
+        self._running: Tensor | None = None
+        self._rows_moved = True
         self._span = (-1, -1)
         self._window_hidden: Tensor | None = None
 
@@ -114,7 +117,11 @@ class PrefixCache:
             stop = torch.cat([torch.where(unfinished, block_end, 0), offsets.new_zeros(1)]).amax()
         else:
             stop = offsets.new_tensor(width)
-        running, start, stop = torch.stack([unfinished.sum(), start, stop]).tolist()
+        # the cache holds the rows that ran last: another set of rows (not only fewer) needs a refresh
+        previous = ~unfinished if self._running is None else self._running
+        running, start, stop, moved = torch.stack([unfinished.sum(), start, stop,
+                                                   (unfinished != previous).any()]).tolist()
+        self._running, self._rows_moved = unfinished, bool(moved)
         # the running rows in order, found on the device: a host list copied over would sync again
         active = torch.argsort((~unfinished).to(torch.uint8), stable=True)[:running]
         return active, (self.window_start + start, self.window_start + stop)
@@ -135,7 +142,7 @@ class PrefixCache:
         first = max(start - 1, 0) if shifted else start
         options = {"mask_rule": StalePrefixMask(), **({"unshifted": True} if shifted else {})}
         due = self.refresh_every is not None and self._steps_since_refresh >= self.refresh_every
-        if self._cache is None or rows != self._rows or span != self._span or due:
+        if self._cache is None or self._rows_moved or span != self._span or due:
             if self._cache is not None and rows == self._rows:
                 cache = self._cache  # the same rows: its buffers are overwritten
                 cache.reset()
