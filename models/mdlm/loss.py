@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xdllm.collate.attention_annealing import annealed_attention
+from xdllm.collate.attention_annealing import annealed_mask_rule
 from xdllm.interfaces import LossContext
 from xdllm.losses import MDLMCrossEntropyLoss
 from xdllm.losses.chunked import DEFAULT_CHUNK_SIZE, projects_in_chunks, supervised_token_nll
@@ -49,7 +49,7 @@ class MDLMLoss:
             loss = self._chunked_loss(model, batch, global_count)
         else:
             logits = model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                           positions=batch.get("positions"), **_annealed(batch))
+                           positions=batch.get("positions"), **annealed_mask_rule(batch))
             loss = self.cross_entropy(logits, batch["target_ids"], batch["noise_mask"], batch["p_mask"],
                                       batch["loss_mask"], num_diffusion_tokens=global_count).total_loss
         return MDLMLossDict(loss=loss, masked_tokens=batch["noise_mask"].sum().float())
@@ -57,15 +57,9 @@ class MDLMLoss:
     def _chunked_loss(self, model: torch.nn.Module, batch: Mapping[str, Any], global_count: Count | None) -> Tensor:
         supervised = batch["loss_mask"] != 0
         hidden = model.final_hidden(batch["input_ids"], attention_mask=batch["attention_mask"],
-                                    positions=batch.get("positions"), **_annealed(batch))
+                                    positions=batch.get("positions"), **annealed_mask_rule(batch))
         weighted_nll = supervised_token_nll(hidden, model.lm_head_weight, batch["target_ids"],
                                             (batch["noise_mask"] != 0) & supervised, self.chunk_size,
                                             scale=batch["p_mask"].clamp_min(P_MASK_FLOOR).reciprocal())
         denominator = clamped_denominator(supervised.sum(), global_count)
         return weighted_nll.sum() / denominator
-
-
-def _annealed(batch: Mapping[str, Any]) -> dict[str, Any]:
-    """``mask_rule=`` while the batch anneals attention (:mod:`xdllm.collate.attention_annealing`)."""
-    rule = annealed_attention(batch)
-    return {} if rule is None else {"mask_rule": rule}

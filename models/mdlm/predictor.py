@@ -131,6 +131,7 @@ class MDLMPredictor(UnmaskingPredictor):
             return None
         mask_id = self._tokenizer().mask_token_id
         window = read_window(state.ids, state.window_index, None)
+        # the tokens (and their probabilities) are placeholders: the rows this step changes here reveal none
         plan = remdm_step(self.remasking, self._unmasked_shares, step, window, window,
                           state.written_scores, state.written_scores, state.generated & state.window_valid,
                           state.keys, mask_id)

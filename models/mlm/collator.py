@@ -30,6 +30,7 @@ from xdllm.collate import (
     supervised_tail,
     warn_unfilled_answers,
 )
+from xdllm.collate.attention_annealing import annealing_entries, check_annealing_steps
 from xdllm.collate.prompt_dropout import check_prompt_dropout, dropped_prompts, null_prompts
 from xdllm.diffusion import corrupt_per_sample, corrupt_uniform
 from xdllm.interfaces import Example, Tokenizer
@@ -62,18 +63,22 @@ class _CorruptingCollator:
     probability; ``seed`` the run seed the per-sample noise derives from; ``target_length``
     turns on EOS fill (:func:`supervised_tail`) for variable-length answers; ``prompt_dropout``
     (prompt/answer collators only) shows that share of the rows a null prompt, for classifier-free
-    guidance (:mod:`xdllm.collate.prompt_dropout`).
+    guidance (:mod:`xdllm.collate.prompt_dropout`); ``attention_annealing_steps``: over this many
+    first optimizer steps training attention opens from causal to bidirectional
+    (:mod:`xdllm.collate.attention_annealing`; 0: none).
     """
 
     supervise_prompt: ClassVar[bool]
     align_prompts: ClassVar[bool]
 
     def __init__(self, tokenizer: Tokenizer, seed: int = 0, max_length: int | None = None,
-                 eps: float = 1e-3, target_length: int | None = None, prompt_dropout: float = 0.0) -> None:
+                 eps: float = 1e-3, target_length: int | None = None, prompt_dropout: float = 0.0,
+                 attention_annealing_steps: int = 0) -> None:
         where = type(self).__name__
         if seed < 0:
             raise ValueError(f"{where}: seed must be >= 0, got {seed}")
         check_prompt_dropout(prompt_dropout, where)
+        check_annealing_steps(attention_annealing_steps, where)
         if prompt_dropout and self.supervise_prompt:
             raise ValueError(f"{where} supervises every token after bos and has no prompt to drop; "
                              "prompt_dropout is for the prompt/answer collators")
@@ -83,6 +88,7 @@ class _CorruptingCollator:
         self.eps = eps
         self.target_length = target_length
         self.prompt_dropout = prompt_dropout
+        self.attention_annealing_steps = attention_annealing_steps
 
     def __call__(self, examples: Sequence[Example]) -> MLMBatch:
         where = type(self).__name__
@@ -119,6 +125,7 @@ class _CorruptingCollator:
             attention_mask=attention_mask,
             positions=(torch.arange(width)[None, :] - starts[:, None]).clamp(min=0),
             sample_index=torch.tensor([int(sample["sample_index"]) for sample in examples], dtype=torch.long),
+            **annealing_entries(examples, self.attention_annealing_steps),
         )
 
 

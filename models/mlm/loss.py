@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from xdllm.collate.attention_annealing import annealed_mask_rule
 from xdllm.interfaces import LossContext
 from xdllm.losses.chunked import DEFAULT_CHUNK_SIZE, projects_in_chunks, supervised_token_nll
 from xdllm.losses.token_nll import clamped_denominator, masked_normalised_sum, per_token_nll, prepare_logits
@@ -31,7 +32,8 @@ class MLMLoss:
     A model with ``final_hidden`` and ``lm_head_weight`` (:class:`RotaryTransformerMLMModel`)
     is scored on its masked positions only, ``chunk_size`` at a time, without float32 logits
     of every position (:mod:`xdllm.losses.chunked`; same value and gradients).
-    ``chunk_size=None`` takes the plain path.
+    ``chunk_size=None`` takes the plain path. While a training batch anneals attention (its
+    collator's ``attention_annealing_steps``) the model runs under the batch's annealed rule.
     """
 
     def __init__(self, mask_token_id: int, chunk_size: int | None = DEFAULT_CHUNK_SIZE) -> None:
@@ -50,7 +52,7 @@ class MLMLoss:
                 f"MLMLoss: target_ids must have the shape of input_ids {tuple(input_ids.shape)}, "
                 f"got {None if target_ids is None else tuple(target_ids.shape)}")
         inputs = dict(attention_mask=batch.get("attention_mask"), positions=batch.get("positions"),
-                      segment_ids=batch.get("segment_ids"))
+                      segment_ids=batch.get("segment_ids"), **annealed_mask_rule(batch))
         masked = input_ids == self.mask_token_id
         num_masked = masked.sum()
         global_count = None if context is None or context.counts is None else context.counts[COUNT_KEY]

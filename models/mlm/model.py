@@ -52,6 +52,8 @@ class RotaryTransformerMLMModel(nn.Module):
         positions: Optional[Integer[Tensor, "batch seq_len"]] = None,
         block_mask: Optional[BlockMask] = None,
         segment_ids: Optional[Integer[Tensor, "batch seq_len"]] = None,
+        *,
+        mask_rule: Optional[MaskRule] = None,
     ) -> Float[Tensor, "batch seq_len vocab"]:
         """Logits for every canvas position.
 
@@ -61,10 +63,12 @@ class RotaryTransformerMLMModel(nn.Module):
         ``segment_ids`` are given. ``segment_ids``: packed documents, attention stays inside a
         segment; padding must carry an id of its own (``PackedMLMCollator`` uses -1).
         ``block_mask``: a prebuilt FlexAttention mask (normally left None: the model builds
-        one from ``segment_ids`` on its own device).
+        one from ``segment_ids`` on its own device). ``mask_rule``: who attends to whom inside a
+        document (default bidirectional; the loss passes the annealed rule while training
+        anneals attention, :mod:`xdllm.collate.attention_annealing`).
         """
         return self.transformer(x_t, attention_mask=attention_mask, positions=positions,
-                                segment_ids=segment_ids, block_mask=block_mask)
+                                segment_ids=segment_ids, block_mask=block_mask, mask_rule=mask_rule)
 
     def final_hidden(
         self,

@@ -22,6 +22,7 @@ from itertools import chain
 import torch
 
 from xdllm.collate import check_examples, supervised_tail, warn_unfilled_answers
+from xdllm.collate.attention_annealing import annealing_entries, check_annealing_steps
 from xdllm.collate.prompt_dropout import check_prompt_dropout, dropped_prompts
 from xdllm.data.packing import plan_packing
 from xdllm.interfaces import Example, Tokenizer
@@ -39,13 +40,17 @@ class PackedMLMCollator:
     pads every batch with all-padding rows to exactly that many rows, so a compiled model sees
     one shape (a batch that needs more rows is an error naming both numbers). ``prompt_dropout``
     shows that share of the documents a null prompt, for classifier-free guidance
-    (:mod:`xdllm.collate.prompt_dropout`).
+    (:mod:`xdllm.collate.prompt_dropout`). ``attention_annealing_steps``: over this many first
+    optimizer steps training attention opens from causal to bidirectional inside each document
+    (:mod:`xdllm.collate.attention_annealing`; 0: none).
     """
 
     def __init__(self, tokenizer: Tokenizer, row_length: int, seed: int = 0, eps: float = 1e-3,
                  add_bos_eos: bool = True, target_length: int | None = None,
-                 num_rows: int | None = None, prompt_dropout: float = 0.0) -> None:
+                 num_rows: int | None = None, prompt_dropout: float = 0.0,
+                 attention_annealing_steps: int = 0) -> None:
         check_prompt_dropout(prompt_dropout, "PackedMLMCollator")
+        check_annealing_steps(attention_annealing_steps, "PackedMLMCollator")
         if num_rows is not None and num_rows < 1:
             raise ValueError(f"PackedMLMCollator: num_rows must be >= 1, got {num_rows}")
         if target_length is not None and not add_bos_eos:
@@ -62,6 +67,7 @@ class PackedMLMCollator:
         self.target_length = target_length
         self.num_rows = num_rows
         self.prompt_dropout = prompt_dropout
+        self.attention_annealing_steps = attention_annealing_steps
 
     def _documents(self, examples: Sequence[Example]) -> tuple[list[list[int]], list[list[int]]]:
         """Each example's whole document and its supervised tail (target, plus eos)."""
@@ -108,4 +114,5 @@ class PackedMLMCollator:
             target_ids=plan.gather(clean, pad_id),
             positions=plan.positions,
             segment_ids=plan.segment_ids,
+            **annealing_entries(examples, self.attention_annealing_steps),
         )

@@ -16,6 +16,8 @@ class MLMBatch(TypedDict):
     the clean tokens. The loss is taken where ``input_ids == mask_token_id``.
     ``attention_mask`` is True on real tokens; it is omitted for packed FlexAttention batches.
     ``positions`` are RoPE positions (restarting per document in packed rows).
+    ``attention_visible`` and ``attention_salt``: only while attention is annealed
+    (``attention_annealing_steps``; :class:`~xdllm.nn.AnnealedCausalMask`).
     """
 
     input_ids: Integer[Tensor, "batch seq_len"]
@@ -24,19 +26,24 @@ class MLMBatch(TypedDict):
     positions: NotRequired[Integer[Tensor, "batch seq_len"]]
     segment_ids: NotRequired[Integer[Tensor, "batch seq_len"]]
     sample_index: NotRequired[Integer[Tensor, " batch"]]
+    attention_visible: NotRequired[Float[Tensor, ""]]
+    attention_salt: NotRequired[Integer[Tensor, ""]]
 
 
 class PackedFlexMLMBatch(TypedDict):
     """Packed rows from ``PackedMLMCollator``: tensors only, safe to pickle across workers.
 
     The FlexAttention ``BlockMask`` is built from ``segment_ids`` on the training device by the
-    model, never in the collator.
+    model, never in the collator. ``attention_visible`` and ``attention_salt`` as in
+    :class:`MLMBatch`.
     """
 
     input_ids: Integer[Tensor, "batch seq_len"]
     target_ids: Integer[Tensor, "batch seq_len"]
     positions: Integer[Tensor, "batch seq_len"]
     segment_ids: Integer[Tensor, "batch seq_len"]
+    attention_visible: NotRequired[Float[Tensor, ""]]
+    attention_salt: NotRequired[Integer[Tensor, ""]]
 
 
 class MLMLossDict(TypedDict):

@@ -4,13 +4,14 @@ causal rule; validation batches and later steps attend bidirectionally."""
 
 import pytest
 import torch
+from causal_rule import UnderCausalRule
 from tiny_run import TINY_MLM, TINY_RUN
 
 from xdllm.cli.main import main
 from xdllm.collate.attention_annealing import annealed_attention
 from xdllm.data import builtin_tokenizer
 from xdllm.interfaces import Example
-from xdllm.nn import AnnealedCausalMask, CausalMask
+from xdllm.nn import AnnealedCausalMask
 from xdllm.nn.factory import denoiser_transformer
 from xdllm_models.mdlm.collator import MDLMCollator
 from xdllm_models.mdlm.loss import MDLMLoss
@@ -52,19 +53,7 @@ def test_the_loss_trains_under_the_annealed_rule(chunk_size):
     annealed = loss(model, causal_start)["loss"]
     bidirectional = loss(model, plain)["loss"]
 
-    class Causal(torch.nn.Module):  # the same network, always under the causal rule
-        def __init__(self):
-            super().__init__()
-            self.network = model
-            self.lm_head_weight = model.lm_head_weight
-
-        def forward(self, *args, **kwargs):
-            return self.network(*args, **kwargs, mask_rule=CausalMask())
-
-        def final_hidden(self, *args, **kwargs):
-            return self.network.final_hidden(*args, **kwargs, mask_rule=CausalMask())
-
-    torch.testing.assert_close(annealed, loss(Causal(), plain)["loss"])  # step 0 of 8: causal
+    torch.testing.assert_close(annealed, loss(UnderCausalRule(model), plain)["loss"])  # step 0 of 8: causal
     assert not torch.allclose(annealed, bidirectional)
 
 

@@ -6,7 +6,8 @@ optimizer step ``s`` of the first ``steps``, each query sees the earlier tokens 
 and each later one with probability ``s / steps`` (:class:`~xdllm.nn.AnnealedCausalMask`, drawn
 afresh every step); from step ``steps`` on, training attends as validation and generation
 always do, bidirectionally. The training collator puts the step's share and salt in the batch
-(:func:`annealing_entries`); the loss reads them back as a mask rule (:func:`annealed_attention`).
+(:func:`annealing_entries`); the loss reads them back as a mask rule (:func:`annealed_attention`,
+:func:`annealed_mask_rule`). The MDLM and MLM training collators take the option.
 """
 
 from __future__ import annotations
@@ -45,3 +46,9 @@ def annealed_attention(batch: Mapping[str, Any]) -> AnnealedCausalMask | None:
     if VISIBLE_KEY not in batch:
         return None
     return AnnealedCausalMask(batch[VISIBLE_KEY], batch[SALT_KEY])
+
+
+def annealed_mask_rule(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """A loss's model arguments for the batch: ``mask_rule=`` while it anneals attention, else none."""
+    rule = annealed_attention(batch)
+    return {} if rule is None else {"mask_rule": rule}
