@@ -179,3 +179,13 @@ def test_remdm_options_are_refused_with_another_sampler(sampler):
     with pytest.raises(ValueError, match=f"remdm_eta=0.1 is an option of sampler='remdm'; the sampler is '{sampler}'"):
         MDLMPredictor(max_steps=4, max_new_tokens=4, tokenizer=TOK, sampler=sampler, confidence=confidence,
                       remdm_eta=0.1)
+
+
+def test_a_rows_time_is_when_it_finished_not_its_forward_passes(monkeypatch):
+    """Every ReMDM row finishes at the last step, however few forward passes it ran: its
+    ``time_taken`` is the clock there (each clock reading here is one more second)."""
+    clock = iter(range(1000))
+    monkeypatch.setattr("xdllm.predict.engine.time.perf_counter", lambda: float(next(clock)))
+    out, _ = _run(40, rows=6)
+    assert max(out["steps_taken"]) < 40
+    assert out["time_taken"] == [41.0] * 6  # read before each of the 41 loop steps, after the start
