@@ -56,7 +56,7 @@ class MDLMPredictor(UnmaskingPredictor):
                  **kwargs: Any) -> None:
         remdm_options = {"remdm_schedule": remdm_schedule, "remdm_eta": remdm_eta, "remdm_t_on": remdm_t_on,
                          "remdm_t_off": remdm_t_off, "remdm_alpha_on": remdm_alpha_on}
-        remasking = checked_sampler(sampler, remdm_options, kwargs)
+        remasking = checked_sampler(sampler, remdm_options, kwargs, type(self).__name__)
         super().__init__(*args, **kwargs)
         self.sampler = sampler
         self.remasking = remasking
@@ -161,11 +161,12 @@ class MDLMPredictor(UnmaskingPredictor):
             probs=probs, committed=update.revealed, scores=token_probs, written_scores=update.written_probs)
 
 
-def checked_sampler(sampler: str, remdm_options: dict[str, Any], kwargs: dict[str, Any]) -> RemaskingSchedule | None:
+def checked_sampler(sampler: str, remdm_options: dict[str, Any], kwargs: dict[str, Any],
+                    where: str) -> RemaskingSchedule | None:
     """Refuse the engine and ReMDM options that do not apply to ``sampler``, fill in its defaults
     (in ``kwargs``: ``temperature`` 1 and a log-linear ``noise_schedule``, unless ReMDM's loop
-    sets the time profile) and return ReMDM's schedule (None for the other samplers)."""
-    where = "MDLMPredictor"
+    sets the time profile) and return ReMDM's schedule (None for the other samplers). ``where``:
+    the predictor's class name, for the messages."""
     if sampler not in ("confidence", "ancestral", "remdm"):
         raise ValueError(f"{where}: sampler must be 'confidence', 'ancestral' or 'remdm', got {sampler!r}")
     if sampler != "remdm":

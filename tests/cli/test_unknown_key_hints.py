@@ -35,6 +35,21 @@ def test_a_component_that_takes_no_such_argument_is_named_instead_of_a_new_key(c
                     "xdllm_models.arlm.model.causal_rotary_transformer takes no argument 'shift_outputs'")
 
 
+def test_a_predictor_that_passes_its_keywords_to_its_base_takes_only_the_bases_arguments(tmp_path, capsys):
+    """``MDLMPredictor(*args, sampler=..., **kwargs)`` passes the rest to the engine: its
+    arguments are its own and the engine's, so a typo is named as one (not offered as a new key,
+    which would only fail later) and an unknown ``+`` key is listed against all of them."""
+    assert main(["train", "--cfg", "experiment=sort_mdlm", "predictor.treshold=0.9"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("; xdllm_models.mdlm.predictor.MDLMPredictor takes no argument 'treshold'"), line
+    assert main(["train", "experiment=sort_mdlm", "+predictor.no_such=1", f"run_dir={tmp_path / 'run'}"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("xdllm: error: predictor.no_such: xdllm_models.mdlm.predictor.MDLMPredictor takes no "
+                           "argument 'no_such'; it takes: sampler, remdm_schedule, remdm_eta, remdm_t_on, "
+                           "remdm_t_off, remdm_alpha_on, max_steps, max_new_tokens, model, "), line
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_suggested_new_key_is_accepted(capsys):
     assert main(["train", "--cfg", "+trainer.detect_anomaly=true"]) == 0
     assert "detect_anomaly: true" in capsys.readouterr().out

@@ -274,14 +274,42 @@ def _value_matches(value: Any, allowed: tuple[tuple[type, ...], tuple[Any, ...] 
     return isinstance(value, kinds)
 
 
+_SPREAD = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def _arguments(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+    """The named arguments ``target`` takes, their type hints, and whether it takes any keyword
+    besides. A class whose ``__init__`` passes ``**kwargs`` on to its base's
+    (``MLMPredictor(MDLMPredictor(UnmaskingPredictor))``) takes the base's arguments too, and
+    any keyword only if the last ``__init__`` in that chain does."""
+    if not inspect.isclass(target):
+        parameters = inspect.signature(target).parameters
+        return ({name: p for name, p in parameters.items() if p.kind not in _SPREAD}, typing.get_type_hints(target),
+                any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()))
+    named: dict[str, inspect.Parameter] = {}
+    hints: dict[str, Any] = {}
+    for cls in target.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        if cls is object:
+            return named, hints, False
+        parameters = inspect.signature(init).parameters
+        hints = {**typing.get_type_hints(init), **hints}
+        named.update({name: p for name, p in parameters.items()
+                      if name != "self" and p.kind not in _SPREAD and name not in named})
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return named, hints, False
+    return named, hints, True
+
+
 def refuses_argument(target_name: str, argument: str) -> bool:
     """Whether the component ``target_name`` certainly takes no argument ``argument`` (False when it
     takes it, takes any keyword, or cannot be imported or inspected)."""
     try:
-        parameters = inspect.signature(_locate(target_name)).parameters
+        parameters, _, takes_any = _arguments(_locate(target_name))
     except Exception:  # an unimportable target is reported where the component is checked
         return False
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     return not takes_any and argument not in parameters
 
 
@@ -297,12 +325,9 @@ def check_component(node: Mapping[str, Any], where: str, sources: Mapping[str, s
     except Exception as error:
         raise XdllmError(f"{where}._target_={target_name!r} cannot be imported: {error}") from error
     try:
-        signature = inspect.signature(target)
-        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+        parameters, hints, takes_any = _arguments(target)
     except (TypeError, ValueError, NameError):
         return
-    parameters = signature.parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     for key, value in node.items():
         if key.startswith("_"):
             continue
