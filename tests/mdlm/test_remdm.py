@@ -9,7 +9,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "predict"))
-from predict_fakes import MASK, LetterTokenizer, PositionTableModel, letter, position_table, prompt_batch  # noqa: E402
+from host_sync_counter import count_host_syncs  # noqa: E402
+from predict_fakes import BOS, MASK, LetterTokenizer, PositionTableModel, letter, position_table, prompt_batch  # noqa: E402
 
 from xdllm.diffusion.schedules import make_noise_schedule  # noqa: E402
 from xdllm.predict import streams  # noqa: E402
@@ -113,6 +114,7 @@ def test_the_predictor_is_remdm_by_its_definition_and_runs_the_model_only_to_rev
     out, model = _run(steps, rows=300, **options)
     windows, revealing = _reference(steps, 300, **options)
     assert torch.equal(out["ids"][:, 2:], windows[-1]) and (out["ids"] != MASK).all()
+    assert (out["ids"][:, :2] == torch.tensor([BOS, letter("d")])).all()  # the prompt is never masked
     assert out["steps_taken"] == revealing.tolist()
     assert sum(len(call) for call in model.calls) == int(revealing.sum()) < 300 * steps
 
@@ -189,3 +191,13 @@ def test_a_rows_time_is_when_it_finished_not_its_forward_passes(monkeypatch):
     out, _ = _run(40, rows=6)
     assert max(out["steps_taken"]) < 40
     assert out["time_taken"] == [41.0] * 6  # read before each of the 41 loop steps, after the start
+
+
+def test_one_host_sync_per_step_whether_or_not_a_row_runs_the_model():
+    def syncs(steps: int) -> int:
+        with count_host_syncs() as counts:
+            out, _ = _run(steps, rows=8)
+        assert max(out["steps_taken"]) < steps  # steps without a forward pass happened
+        return sum(counts.values())
+
+    assert syncs(40) - syncs(20) == 20
