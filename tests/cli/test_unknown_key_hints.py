@@ -48,6 +48,8 @@ def test_a_predictor_that_passes_its_keywords_to_its_base_takes_only_the_bases_a
                            "argument 'no_such'; it takes: sampler, remdm_schedule, remdm_eta, remdm_t_on, "
                            "remdm_t_off, remdm_alpha_on, max_steps, max_new_tokens, model, "), line
     assert not (tmp_path / "run").exists()
+    assert main(["train", "--cfg", "experiment=sort_mdlm", "+predictor.no_such=1"]) == 2  # before printing
+    assert "MDLMPredictor takes no argument 'no_such'" in capsys.readouterr().err
 
 
 def test_the_suggested_new_key_is_accepted(capsys):

@@ -17,6 +17,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from xdllm.config.override_text import check_override_syntax
 from xdllm.config.schema import (
     COMPONENT_NODES,
+    check_component_keys,
     check_new_keys,
     check_values,
     override_key,
@@ -121,6 +122,7 @@ def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     except yaml.MarkedYAMLError as error:
         raise XdllmError(yaml_error_line(error)) from error
     check_values(config, config_name)
+    check_component_keys(config)
     return config
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from hydra._internal.utils import _locate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import InterpolationKeyError
+from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from xdllm.errors import XdllmError
 from xdllm.train.optim import SCHEDULES
@@ -313,10 +313,12 @@ def refuses_argument(target_name: str, argument: str) -> bool:
     return not takes_any and argument not in parameters
 
 
-def check_component(node: Mapping[str, Any], where: str, sources: Mapping[str, str] | None = None) -> None:
+def check_component(node: Mapping[str, Any], where: str, sources: Mapping[str, str] | None = None,
+                    values: bool = True) -> None:
     """Keys and simple value types of one ``_target_`` node against the target's signature.
     ``sources``: the key a value was interpolated from, by argument name (``mdlm.eps`` for
-    ``collator.train.eps: ${mdlm.eps}``), so that a bad value is named as it was typed."""
+    ``collator.train.eps: ${mdlm.eps}``), so that a bad value is named as it was typed.
+    ``values=False``: the keys only (the values may still hold interpolations to resolve)."""
     target_name = node.get("_target_")
     if target_name is None:
         return
@@ -337,6 +339,8 @@ def check_component(node: Mapping[str, Any], where: str, sources: Mapping[str, s
             names = [name for name in parameters if name not in ("self", "tokenizer")]
             raise XdllmError(f"{where}.{key}{did_you_mean(key, names, f'{where}.')}: {target_name} takes no "
                              f"argument {key!r}; it takes: {', '.join(names)}")
+        if not values:
+            continue
         allowed = _annotation_rule(hints.get(key, inspect.Parameter.empty))
         if allowed is not None and not _value_matches(value, allowed):
             kinds, choices, nullable = allowed
@@ -361,6 +365,25 @@ def _interpolation_sources(node: DictConfig) -> dict[str, str]:
 _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
 
 
+def check_component_keys(config: DictConfig) -> None:
+    """Every component node's keys against its target's arguments, before anything is built
+    (``xdllm train --cfg`` included): values are checked once they resolve (:func:`check_components`).
+    An interpolation of a key the config lacks is named first (it says the groups chosen mix
+    families), except ``${derived.*}``, filled in once the task is built."""
+    for where in COMPONENT_NODES:
+        node = OmegaConf.select(config, where, throw_on_missing=False)
+        if node is None:
+            continue
+        try:
+            OmegaConf.to_container(node, resolve=True)
+        except InterpolationKeyError as error:
+            if not _DERIVED_KEY.search(str(error)):
+                raise _mixed_families(config, error) from error
+        except OmegaConfBaseException:  # anything else unresolved yet is resolved, and checked, when the run builds
+            pass
+        check_component(OmegaConf.to_container(node, resolve=False), where, values=False)
+
+
 def check_components(config: DictConfig) -> None:
     for where in COMPONENT_NODES:
         node = OmegaConf.select(config, where, throw_on_missing=False)
@@ -369,9 +392,16 @@ def check_components(config: DictConfig) -> None:
         try:
             resolved = OmegaConf.to_container(node, resolve=True)
         except InterpolationKeyError as error:
-            family = config.get("model_family", "<unknown>")
-            raise XdllmError(f"{error.full_key} refers to a key this config does not have "
-                             f"({str(error).splitlines()[0]}); the "
-                             f"model family is {family}: do the config groups chosen (collator=, model=, "
-                             f"experiment=) belong to the same family?") from error
+            raise _mixed_families(config, error) from error
         check_component(resolved, where, _interpolation_sources(node))
+
+
+_DERIVED_KEY = re.compile(r"Interpolation key 'derived\.")
+
+
+def _mixed_families(config: DictConfig, error: InterpolationKeyError) -> XdllmError:
+    """The line for an interpolation of a key the config lacks: the groups chosen mix families."""
+    family = config.get("model_family", "<unknown>")
+    return XdllmError(f"{error.full_key} refers to a key this config does not have "
+                      f"({str(error).splitlines()[0]}); the model family is {family}: do the config groups "
+                      f"chosen (collator=, model=, experiment=) belong to the same family?")
