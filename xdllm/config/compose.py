@@ -14,14 +14,13 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from xdllm.config.components import check_component_keys, refuses_argument
 from xdllm.config.override_text import check_override_syntax
 from xdllm.config.schema import (
     COMPONENT_NODES,
-    check_component_keys,
     check_new_keys,
     check_values,
     override_key,
-    refuses_argument,
     unknown_key_message,
 )
 from xdllm.errors import XdllmError

@@ -18,7 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
-from xdllm.config.schema import check_components
+from xdllm.config.components import check_components
 from xdllm.data import DiffusionDataModule, example, get_task, load_tokenizer
 from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError

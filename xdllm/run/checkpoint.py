@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from xdllm.config.schema import check_component
+from xdllm.config.components import check_component
 from xdllm.data import DiffusionDataModule
 from xdllm.errors import XdllmError
 from xdllm.evaluate.evaluation_loss import EvaluationLoss
