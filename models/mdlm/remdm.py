@@ -151,7 +151,7 @@ def remdm_step(schedule: RemaskingSchedule, shares: Sequence[float], step: int,
         weights = torch.where(shown, -written_probs, float("-inf")).softmax(dim=1).nan_to_num(0.0)
         remask_prob, sigma_masked = sigma * weights, 0.0
     else:
-        remask_prob, sigma_masked = torch.full_like(token_probs, sigma), sigma
+        remask_prob, sigma_masked = sigma, sigma
     reveal_prob = 1.0 if alpha_s >= 1.0 else (alpha_s - (1.0 - sigma_masked) * alpha_t) / (1.0 - alpha_t)
     width = window_ids.shape[1]
     revealed = masked & (streams.uniforms(keys, step, streams.Purpose.REVEAL, width) < reveal_prob)

@@ -14,7 +14,7 @@ import inspect
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hydra._internal.utils import _locate
@@ -60,7 +60,7 @@ _SPREAD = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 def _arguments(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
     """The named arguments ``target`` takes, their type hints, and whether it takes any keyword
     besides. A class whose ``__init__`` passes ``**kwargs`` on to its base's
-    (``MLMPredictor(MDLMPredictor(UnmaskingPredictor))``) takes the base's arguments too, and
+    (``MDLMPredictor(UnmaskingPredictor)``) takes the base's arguments too, and
     any keyword only if the last ``__init__`` in that chain does."""
     if not inspect.isclass(target):
         parameters = inspect.signature(target).parameters
@@ -147,33 +147,38 @@ _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
 
 def check_component_keys(config: DictConfig) -> None:
     """Every component node's keys against its target's arguments, before anything is built
-    (``xdllm train --cfg`` included): values are checked once they resolve (:func:`check_components`).
-    An interpolation of a key the config lacks is named first (it says the groups chosen mix
-    families), except ``${derived.*}``, filled in once the task is built."""
-    for where in COMPONENT_NODES:
-        node = OmegaConf.select(config, where, throw_on_missing=False)
-        if node is None:
-            continue
-        try:
-            OmegaConf.to_container(node, resolve=True)
-        except InterpolationKeyError as error:
-            if not _DERIVED_KEY.search(str(error)):
-                raise _mixed_families(config, error) from error
-        except OmegaConfBaseException:  # anything else unresolved yet is resolved, and checked, when the run builds
-            pass
+    (``xdllm train --cfg`` included): values are checked once they resolve (:func:`check_components`)."""
+    for where, node in _component_nodes(config):
+        _resolved(config, node, pending=True)
         check_component(OmegaConf.to_container(node, resolve=False), where, values=False)
 
 
 def check_components(config: DictConfig) -> None:
+    """Every component node's keys and values, once ``${derived.*}`` is filled in."""
+    for where, node in _component_nodes(config):
+        check_component(_resolved(config, node), where, _interpolation_sources(node))
+
+
+def _component_nodes(config: DictConfig) -> Iterator[tuple[str, DictConfig]]:
     for where in COMPONENT_NODES:
         node = OmegaConf.select(config, where, throw_on_missing=False)
-        if node is None:
-            continue
-        try:
-            resolved = OmegaConf.to_container(node, resolve=True)
-        except InterpolationKeyError as error:
+        if node is not None:
+            yield where, node
+
+
+def _resolved(config: DictConfig, node: DictConfig, pending: bool = False) -> dict[str, Any] | None:
+    """``node`` with its interpolations resolved. An interpolation of a key the config lacks says
+    the groups chosen mix families, and is refused; with ``pending`` (before the task is built)
+    one of ``${derived.*}``, or any value resolved later, gives None instead."""
+    try:
+        return OmegaConf.to_container(node, resolve=True)
+    except InterpolationKeyError as error:
+        if not (pending and _DERIVED_KEY.search(str(error))):
             raise _mixed_families(config, error) from error
-        check_component(resolved, where, _interpolation_sources(node))
+    except OmegaConfBaseException:
+        if not pending:
+            raise
+    return None
 
 
 _DERIVED_KEY = re.compile(r"Interpolation key 'derived\.")
