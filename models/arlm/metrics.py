@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from jaxtyping import Float, Integer
+from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
-from xdllm.evaluate.bounds import with_perplexities
+from xdllm.evaluate.bounds import through_first_eos, with_perplexities
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 from xdllm_models.arlm.loss import ARLMLoss
 
@@ -35,6 +37,14 @@ class ARLMEvaluator(AnswerEvaluator):
         total = torch.where(supervised, nll, 0.0).sum().double()
         count = supervised.sum().double()
         return {"loss": (total, count), "nll": (total, count)}
+
+    def sample_nll(self, model: torch.nn.Module, batch: Mapping[str, Any]
+                   ) -> tuple[Float[Tensor, " batch"], Integer[Tensor, " batch"]]:
+        """Each sample's exact ``-log p(response | prompt)`` (nats, every supervised token) and its
+        text tokens (through the first EOS): what ``xdllm eval`` ranks answer choices by."""
+        nll, supervised = self.loss.token_nll(model, batch)
+        text = through_first_eos(batch["input_ids"][:, 1:], supervised, self.tokenizer.eos_token_id)
+        return torch.where(supervised, nll, 0.0).sum(1).double(), text.sum(1)
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
         return with_perplexities(means, [("nll", "ppl")])

@@ -61,8 +61,8 @@ class BD3LMEvaluator(BoundEvaluator):
         self.num_levels = num_levels
         self.seed = seed
 
-    def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
-        """``Σ_rows Σ_blocks`` of the NELBO estimate, averaged over the ``K`` levels."""
+    def sample_bounds(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, " batch"]:
+        """Each row's ``Σ_blocks`` of the NELBO estimate, averaged over the ``K`` levels."""
         if "segment_ids" in batch or "sample_index" not in batch:
             raise ValueError("BD3LMEvaluator: the bound needs right-padded rows with sample indices "
                              "(BD3LMCollator), not packed rows; use it as the val collator")
@@ -75,7 +75,7 @@ class BD3LMEvaluator(BoundEvaluator):
         n = supervised_blocks.sum(-1)
         keys = row_keys(self.seed, batch["sample_index"].to(clean.device))
         base = uniforms(keys, 0, Purpose.NOISE_LEVEL, blocks[1])
-        total = torch.zeros((), dtype=torch.float64, device=clean.device)
+        total = torch.zeros(rows, dtype=torch.float64, device=clean.device)
         for level in range(self.num_levels):
             u = stratified_levels(base, level, self.num_levels)
             k = torch.minimum(torch.floor(u * n).long() + 1, n)
@@ -86,5 +86,5 @@ class BD3LMEvaluator(BoundEvaluator):
             logits = denoising_logits(model, noisy, clean, self.block_size, attention_mask=batch.get("attention_mask"),
                                       positions=batch.get("positions"))
             nll = torch.where(masked, per_token_nll(logits.float(), clean).view(blocks), 0.0).sum(-1)
-            total += (nll * n / k.clamp_min(1)).sum().double()
+            total += (nll * n / k.clamp_min(1)).sum(1).double()
         return total / self.num_levels

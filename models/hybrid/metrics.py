@@ -7,7 +7,7 @@ same samples.
 
 The diffusion bound is the block-diffusion NELBO: each block is a masked-diffusion model of its
 tokens given the clean blocks before it, so ``-log p(x) <= Σ_blocks E_t[Σ_{masked} -log p / t]``.
-It is estimated as MDLM's is (:func:`xdllm.evaluate.bounds.masked_diffusion_bound_sum`): ``K``
+It is estimated as MDLM's is (:func:`xdllm.evaluate.bounds.masked_diffusion_bounds`): ``K``
 stratified levels per sample, ``t = (1 - eps) u + eps``, every supervised token masked with
 probability ``t``, all from counter-based streams keyed by ``(seed, sample_index)``; one
 level per sample serves all its blocks (each block's term is still an unbiased estimate). The
@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Integer
 from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
-from xdllm.evaluate.bounds import masked_diffusion_bound_sum, through_first_eos, with_perplexities
+from xdllm.evaluate.bounds import masked_diffusion_bounds, through_first_eos, with_perplexities
 from xdllm.evaluate.totals import count_weighted, with_total_loss
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 from xdllm.losses.token_nll import next_token_nll
@@ -66,8 +66,7 @@ class HybridEvaluator(AnswerEvaluator):
                      loss_fn: LossFunction) -> MetricSums:
         logits = self.loss.branch_logits(model, batch)
         terms = self.loss.objective_terms(logits, batch)
-        counted = through_first_eos(batch["target_ids"], batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
-        nll = torch.where(counted[:, 1:], next_token_nll(logits.causal.float(), batch["target_ids"]), 0.0)
+        nll, counted = self._causal_nll(logits.causal, batch)
         tokens = counted.sum().double()
         counts = self.loss.token_counts(batch)
         sums = {"diffusion_loss": count_weighted(terms.dllm_loss, counts[DIFFUSION_COUNT]),
@@ -77,15 +76,29 @@ class HybridEvaluator(AnswerEvaluator):
             sums["diffusion_nll_bound"] = (self.bound_sum(model, batch), tokens)
         return sums
 
+    def _causal_nll(self, causal_logits: Tensor, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+        """The causal branch's NLL of each counted token (``[batch, seq_len - 1]``, zero
+        elsewhere) and the counted tokens (``[batch, seq_len]``: through the first EOS)."""
+        counted = through_first_eos(batch["target_ids"], batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
+        nll = torch.where(counted[:, 1:], next_token_nll(causal_logits.float(), batch["target_ids"]), 0.0)
+        return nll, counted
+
+    def sample_nll(self, model: torch.nn.Module, batch: Mapping[str, Any]
+                   ) -> tuple[Float[Tensor, " batch"], Integer[Tensor, " batch"]]:
+        """Each sample's exact ``-log p(response | prompt)`` under the causal branch (nats,
+        through the first EOS) and its tokens: what ``xdllm eval`` ranks answer choices by."""
+        nll, counted = self._causal_nll(self.loss.branch_logits(model, batch).causal, batch)
+        return nll.sum(1).double(), counted.sum(1)
+
     def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
         """``Σ_samples`` of the block-diffusion NELBO numerator, averaged over the ``K`` levels."""
         def denoise(noisy: Tensor) -> Tensor:
             return model.branches(noisy, batch["target_ids"], batch["attention_mask"], batch["positions"],
                                   self.loss.block_size).diffusion
 
-        return masked_diffusion_bound_sum(denoise, batch["target_ids"], batch["loss_mask"] != 0,
-                                          batch["sample_index"], mask_token_id=self.tokenizer.mask_token_id,
-                                          num_levels=self.num_levels, eps=self.eps, seed=self.seed)
+        return masked_diffusion_bounds(denoise, batch["target_ids"], batch["loss_mask"] != 0,
+                                       batch["sample_index"], mask_token_id=self.tokenizer.mask_token_id,
+                                       num_levels=self.num_levels, eps=self.eps, seed=self.seed).sum()
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
         return with_perplexities(with_total_loss(means, TERMS),

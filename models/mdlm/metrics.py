@@ -29,7 +29,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from xdllm.evaluate.bound_evaluator import BoundEvaluator
-from xdllm.evaluate.bounds import masked_diffusion_bound_sum
+from xdllm.evaluate.bounds import masked_diffusion_bounds
 from xdllm.interfaces import Tokenizer
 
 
@@ -55,11 +55,11 @@ class MDLMEvaluator(BoundEvaluator):
         self.eps = eps
         self.seed = seed
 
-    def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
-        """``Σ_samples`` of the per-sample bound numerator, averaged over the ``K`` levels."""
+    def sample_bounds(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, " batch"]:
+        """Each sample's bound numerator, averaged over the ``K`` levels."""
         def denoise(noisy: Tensor) -> Tensor:
             return model(noisy, attention_mask=batch["attention_mask"], positions=batch.get("positions"))
 
-        return masked_diffusion_bound_sum(denoise, batch["target_ids"], batch["loss_mask"] != 0,
+        return masked_diffusion_bounds(denoise, batch["target_ids"], batch["loss_mask"] != 0,
                                           batch["sample_index"], mask_token_id=self.tokenizer.mask_token_id,
                                           num_levels=self.num_levels, eps=self.eps, seed=self.seed)

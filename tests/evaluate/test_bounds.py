@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from xdllm.evaluate.bounds import masked_diffusion_bound_sum, perplexity, stratified_levels, with_perplexities
+from xdllm.evaluate.bounds import masked_diffusion_bounds, perplexity, stratified_levels, with_perplexities
 
 VOCAB, MASK = 13, 12
 
@@ -37,8 +37,8 @@ def test_the_bound_of_a_uniform_model_is_about_log_vocab_per_supervised_token():
     supervised = torch.zeros(64, 12, dtype=torch.bool)
     supervised[:, 4:] = True
     calls = []
-    total = masked_diffusion_bound_sum(_uniform_denoiser(calls), clean, supervised, torch.arange(64),
-                                       mask_token_id=MASK, num_levels=16, eps=1e-3, seed=0)
+    total = masked_diffusion_bounds(_uniform_denoiser(calls), clean, supervised, torch.arange(64),
+                                    mask_token_id=MASK, num_levels=16, eps=1e-3, seed=0).sum()
     assert len(calls) == 16
     assert all(bool((noisy[~supervised] == clean[~supervised]).all()) for noisy in calls)  # the prompt is never masked
     assert total.item() / supervised.sum().item() == pytest.approx(math.log(VOCAB), rel=0.05)
@@ -55,9 +55,9 @@ def test_the_bound_of_a_sample_does_not_depend_on_its_row_or_padding():
         def denoise(noisy):  # a model whose NLL depends on which tokens are masked
             return torch.nn.functional.one_hot(noisy.clamp(max=VOCAB - 1), VOCAB).float() * 3.0
 
-        return masked_diffusion_bound_sum(denoise, row_clean, row_supervised, torch.tensor(index),
-                                          mask_token_id=MASK, num_levels=3, eps=1e-3, seed=5)
+        return masked_diffusion_bounds(denoise, row_clean, row_supervised, torch.tensor(index),
+                                       mask_token_id=MASK, num_levels=3, eps=1e-3, seed=5)
 
     together = one([0, 1, 2], [0, 1, 2], 0)
-    apart = sum(one([i], [i], pad) for i, pad in zip(range(3), (0, 4, 9)))
+    apart = torch.cat([one([i], [i], pad) for i, pad in zip(range(3), (0, 4, 9))])
     torch.testing.assert_close(together, apart)

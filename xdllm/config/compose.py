@@ -93,17 +93,18 @@ def check_group_choices(overrides: Sequence[str], options: dict[str, list[str]])
             raise XdllmError(f"unknown {group} '{value}'; available: {', '.join(options[group])}")
 
 
-def _open_predictor_overrides(overrides: Sequence[str]) -> list[str]:
-    """``generate`` merges ``predictor.*`` over the run's predictor config, so any key may be
-    given there: ``predictor.threshold=0.9`` means ``+predictor.threshold=0.9``."""
-    return [f"+{o}" if o.startswith("predictor.") else o for o in overrides]
+def _open_merged_overrides(overrides: Sequence[str]) -> list[str]:
+    """``generate`` merges ``predictor.*`` (and ``eval`` ``evaluator.*``) over the run's own
+    config, so any key may be given there: ``predictor.threshold=0.9`` means
+    ``+predictor.threshold=0.9``."""
+    return [f"+{o}" if o.startswith(("predictor.", "evaluator.")) else o for o in overrides]
 
 
 def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     """Compose ``configs/<config_name>.yaml`` with ``overrides``; errors become XdllmError."""
     check_override_syntax(overrides)
     if config_name == "generate":
-        overrides = _open_predictor_overrides(overrides)
+        overrides = _open_merged_overrides(overrides)
     families = discover_families(search_path_override(overrides))
     if config_name == "train":
         check_group_choices(overrides, group_options(families))

@@ -142,7 +142,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
 }
 
 OPEN_NODES = {"train": ("trainer", "frozen", "model", "collator", "loss", "predictor", "evaluator"),
-              "generate": ("predictor", "frozen")}
+              "generate": ("predictor", "evaluator", "frozen")}
 """Where ``+key=value`` may add a key: the nodes whose consumer takes arbitrary arguments."""
 
 COMPONENT_NODES = ("model", "loss", "predictor", "evaluator", "collator.train", "collator.val",

@@ -55,7 +55,7 @@ def stratified_levels(base: Float[Tensor, "*shape"], level: int, num_levels: int
     return torch.remainder(base + level / num_levels, 1.0)
 
 
-def masked_diffusion_bound_sum(
+def masked_diffusion_bounds(
     denoise: Callable[[Integer[Tensor, "batch seq_len"]], Float[Tensor, "batch seq_len vocab"]],
     clean: Integer[Tensor, "batch seq_len"],
     supervised: Bool[Tensor, "batch seq_len"],
@@ -65,18 +65,18 @@ def masked_diffusion_bound_sum(
     num_levels: int,
     eps: float,
     seed: int,
-) -> Float[Tensor, ""]:
-    """``Σ_samples`` of the NELBO numerator (see the module docstring), averaged over the
+) -> Float[Tensor, " batch"]:
+    """Each sample's NELBO numerator (see the module docstring), averaged over the
     ``num_levels`` levels: one ``denoise(noisy)`` call per level, ``noisy`` being ``clean``
     with the masked supervised tokens replaced by ``mask_token_id``."""
     keys = row_keys(seed, sample_index.to(clean.device))
     offsets = (supervised.long().cumsum(1) - 1).clamp(min=0)  # i-th supervised token -> i
     base = uniforms(keys, 0, Purpose.NOISE_LEVEL, 1)[:, 0]
-    total = torch.zeros((), dtype=torch.float64, device=clean.device)
+    total = torch.zeros(clean.shape[0], dtype=torch.float64, device=clean.device)
     for level in range(num_levels):
         t = (1.0 - eps) * stratified_levels(base, level, num_levels) + eps
         draws = uniforms(keys, level, Purpose.NOISE_MASK, clean.shape[1]).gather(1, offsets)
         masked = supervised & (draws < t[:, None])
         nll = per_token_nll(denoise(torch.where(masked, mask_token_id, clean)).float(), clean)
-        total += torch.where(masked, nll / t[:, None], 0.0).sum().double()
+        total += torch.where(masked, nll / t[:, None], 0.0).sum(1).double()
     return total / num_levels

@@ -164,12 +164,12 @@ def build_components(config: DictConfig, tokenizer: Tokenizer | None = None) -> 
         model=model,
         loss=instantiate_component(config.loss, "loss"),
         predictor=instantiate_component(config.predictor, "predictor", tokenizer=tokenizer),
-        evaluator=_build_evaluator(config, tokenizer, task),
+        evaluator=build_evaluator(config, tokenizer, task),
         collators=collators,
     )
 
 
-def _build_evaluator(config: DictConfig, tokenizer: Tokenizer, task: object) -> Evaluator:
+def build_evaluator(config: DictConfig, tokenizer: Tokenizer, task: object) -> Evaluator:
     """The family's evaluator (AnswerEvaluator by default), with the task's own answer scores
     added when the task has them."""
     node = config.get("evaluator")

@@ -17,7 +17,7 @@ from xdllm.errors import XdllmError
 from xdllm.evaluate.evaluation_loss import EvaluationLoss
 from xdllm.interfaces import Tokenizer
 from xdllm.registry import SEARCH_PATH_ENV
-from xdllm.run.build import RunComponents, build_components, build_datamodule, instantiate_component
+from xdllm.run.build import RunComponents, build_components, build_datamodule, build_evaluator, instantiate_component
 from xdllm.run.frozen_models import frozen_missing, load_frozen_models, relocate_frozen, warn_of_other_steps
 from xdllm.run.generation_record import predictor_config
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, read_run_checkpoint, run_dir_of
@@ -111,6 +111,18 @@ class TrainedRun:
         merged = predictor_config(self.config, overrides)
         check_component(merged, "predictor")
         return instantiate_component(OmegaConf.create(merged), "predictor", tokenizer=self.tokenizer)
+
+    def evaluator(self, **overrides: Any) -> Any:
+        """The run's evaluator (``config.evaluator``) with ``overrides`` merged over it, each key
+        checked against the evaluator's signature: ``run.evaluator(num_levels=64)``."""
+        if not overrides:
+            return self.components.evaluator
+        if self.config.get("evaluator") is None:
+            raise XdllmError(f"evaluator.{next(iter(overrides))}: the {self.config.get('model_family')} family's "
+                             "evaluator takes no options (it has no evaluator node in its config)")
+        config = OmegaConf.merge(self.config, {"evaluator": overrides})
+        check_component(OmegaConf.to_container(config.evaluator, resolve=True), "evaluator")
+        return build_evaluator(config, self.tokenizer, self.components.task)
 
     def loss_function(self) -> EvaluationLoss:
         """The family loss as ``(model, batch) -> LossDict``, handed the frozen models (and no

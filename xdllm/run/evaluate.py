@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from xdllm.data.named_collate import NamedCollate
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.run.checkpoint import TrainedRun
+from xdllm.run.choice_file import is_choice_file
+from xdllm.run.choice_scores import choice_metrics
 from xdllm.run.device import autocast, batch_to
 from xdllm.run.free_text import is_free_text
 from xdllm.run.generate import checkpoint_fields, load_run, place_run, run_generation
@@ -41,17 +44,21 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
 
 def evaluate_run(run: TrainedRun | str | Path, *, split: str = "test", num_samples: int | None = None,
                  predictor: Mapping[str, Any] | None = None, device: str = "auto",
-                 batch_size: int = 64, judge: str | Path | None = None) -> dict[str, Any]:
+                 batch_size: int = 64, judge: str | Path | None = None, prompts_file: str | Path | None = None,
+                 evaluator: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``xdllm eval`` from Python (a notebook, a script): the loss and generation metrics of
     ``run`` (a :class:`TrainedRun`, or a checkpoint file or run directory to load) on the first
-    ``num_samples`` of a held-out ``split``, with ``predictor`` merged over the run's predictor
-    (``{"threshold": 0.9}`` as ``predictor.threshold=0.9``) and, with ``judge`` (an arlm run),
-    the judge's scores of the generations (``judge=``); writes nothing."""
+    ``num_samples`` of a held-out ``split`` (or of a ``prompts_file``: a ``.jsonl`` of prompts and
+    responses, or a multiple-choice one), with ``predictor`` merged over the run's predictor
+    (``{"threshold": 0.9}`` as ``predictor.threshold=0.9``), ``evaluator`` over its evaluator
+    (``{"num_levels": 64}``) and, with ``judge`` (an arlm run), the judge's scores of the
+    generations (``judge=``); writes nothing."""
     options = OmegaConf.load(ROOT_CONFIG_DIR / "generate.yaml")
     checkpoint = run.checkpoint if isinstance(run, TrainedRun) else run
     options.merge_with({"ckpt": str(checkpoint), "split": split, "num_samples": num_samples, "device": device,
                         "batch_size": batch_size, "predictor": dict(predictor or {}),
-                        "judge": None if judge is None else str(judge)})
+                        "evaluator": dict(evaluator or {}), "judge": None if judge is None else str(judge),
+                        "prompts_file": None if prompts_file is None else str(Path(prompts_file).resolve())})
     check_values(options, "generate")
     options = generation_options(options)
     return _metrics(run if isinstance(run, TrainedRun) else load_run(options), options)
@@ -60,7 +67,10 @@ def evaluate_run(run: TrainedRun | str | Path, *, split: str = "test", num_sampl
 def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     """Loss (deterministic corruption) and generation metrics on a split; writes nothing. On
     free text, the loss metrics only: a generation there has nothing to be scored against."""
+    run, options = _with_evaluator_options(run, options)
     if options.prompts_file:
+        if is_choice_file(Path(options.prompts_file)):
+            return choice_metrics(run, options)
         return _prompts_file_metrics(run, options)
     if is_free_text(run.components.task) and options.judge is None:
         return _evaluate_free_text(run, options)  # with a judge, generated texts are scored as answers are
@@ -68,6 +78,17 @@ def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     generation = check_generation(run, OmegaConf.merge(options, {"history": None}), data)
     losses = held_out_loss(run, options, data)
     return {"split": options.split, **losses, **run_generation(run, generation, write_outputs=False)}
+
+
+def _with_evaluator_options(run: TrainedRun, options: DictConfig) -> tuple[TrainedRun, DictConfig]:
+    """The run with ``options.evaluator`` merged over its evaluator, and the options without them
+    (the generation the options go on to, which refuses them, uses the run's evaluator)."""
+    if not options.evaluator:
+        return run, options
+    evaluator = run.evaluator(**options.evaluator)
+    options = options.copy()
+    options.evaluator = {}
+    return replace(run, components=replace(run.components, evaluator=evaluator)), options
 
 
 def _evaluate_free_text(run: TrainedRun, options: DictConfig) -> dict[str, Any]:

@@ -16,12 +16,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from xdllm.config.override_text import command, override
 from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.device import resolve_device
 from xdllm.run.free_text import is_free_text, without_targets
+from xdllm.run.generation_record import show_value
 from xdllm.run.judge_model import judge_for_generation
 from xdllm.run.prompt_sources import (
     PromptsFile,
@@ -81,6 +83,11 @@ def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionDataMod
     the batches are iterated, from ``data`` when given (``eval`` shares its loss's). ``judges``:
     judges loaded already, by path (a sweep's generations share one)."""
     options = generation_options(config)
+    if options.get("evaluator"):
+        key = next(iter(options.evaluator))
+        raise XdllmError(f"evaluator.{key}={show_value(options.evaluator[key])}: evaluator options change the "
+                         "likelihood figures of xdllm eval; generate computes none: "
+                         f"{command('xdllm', 'eval', override('ckpt', options.ckpt))} evaluator.{key}=...")
     predictor = _build_predictor(run, options)
     warn_of_untrained_canvas(run, predictor)
     if options.prompts_file:

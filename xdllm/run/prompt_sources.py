@@ -68,7 +68,7 @@ def _unknown_words(tokenizer: Any, text: str, unknown: int) -> str:
             f"{tokenizer.vocab_size} tokens{lower}: the model would see its unknown token {unknown_text} instead")
 
 
-PROMPT_FIELD, RESPONSE_FIELD = "prompt", "response"
+PROMPT_FIELD, RESPONSE_FIELD, CHOICES_FIELD = "prompt", "response", "choices"
 
 
 def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
@@ -121,6 +121,10 @@ def _prompt_and_response(line: str, where: str) -> tuple[str, str | None]:
         raise XdllmError(f"{where}: a .jsonl prompts_file holds one JSON object per line with a string "
                          f"{PROMPT_FIELD!r} (and a string {RESPONSE_FIELD!r} to score against), got "
                          f"{line.strip()[:80]}")
+    if CHOICES_FIELD in record:
+        raise XdllmError(f"{where}: a multiple-choice line ({CHOICES_FIELD!r}); xdllm eval scores such a file's "
+                         "choices by the model's likelihood (its first line must have them too), generate completes "
+                         "prompts")
     response = record.get(RESPONSE_FIELD)
     if response is not None and not isinstance(response, str):
         raise XdllmError(f"{where}: {RESPONSE_FIELD!r} must be a string, got {json.dumps(response)[:40]}")

@@ -1,0 +1,161 @@
+"""Multiple-choice scoring by likelihood: ``xdllm eval prompts_file=<choices .jsonl>``."""
+
+import json
+
+import pytest
+import torch
+from tiny_run import TINY_MLM, TINY_RUN
+
+import xdllm
+from xdllm.cli.main import main
+from xdllm.data.tasks import SudokuTask
+from xdllm.data.tokenizer import builtin_tokenizer
+from xdllm.evaluate import AnswerEvaluator
+from xdllm.evaluate.task_scores import TaskScoredEvaluator
+from xdllm.run.choice_file import ChoiceFile
+from xdllm.run.choice_scores import choice_accuracy, sample_nll_of
+from xdllm_models.arlm.metrics import ARLMEvaluator
+
+RIGHT, WRONG = "1 2 3 4", "4 3 2 1"
+
+
+def _train(tmp_path_factory, experiment: str):
+    run_dir = tmp_path_factory.mktemp(experiment) / "run"
+    assert main(["train", f"experiment={experiment}", *TINY_RUN[1:], *TINY_MLM, "trainer.max_steps=4",
+                 "trainer.val_check_interval=2", f"run_dir={run_dir}"]) == 0
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def mdlm_run(tmp_path_factory):
+    return _train(tmp_path_factory, "sort_mdlm")
+
+
+@pytest.fixture(scope="module")
+def arlm_run(tmp_path_factory):
+    return _train(tmp_path_factory, "sort_arlm")
+
+
+def _write(path, questions):
+    path.write_text("".join(json.dumps(question) + "\n" for question in questions))
+    return path
+
+
+def _summary(capsys, *args):
+    capsys.readouterr()
+    assert main(["eval", *args]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out[out.index("{"):])
+
+
+def _questions(n=6):
+    prompts = ["4 3 2 1", "2 1 4 3", "3 3 1 2", "9 8 7 6", "5 0 5 0", "7 1 7 1"]
+    answers = [" ".join(sorted(prompt.split())) for prompt in prompts]
+    return [{"prompt": prompt, "choices": [prompt, answer, "0 0 0 0"], "answer": 1}
+            for prompt, answer in zip(prompts[:n], answers)]
+
+
+def test_the_right_choice_must_score_strictly_lowest_and_per_token_scores_do_not_favour_short_choices():
+    # question 0: right by total and per token; 1: a tie counts as wrong; 2: the long right choice
+    # loses on its total, wins per token
+    choices = ChoiceFile(examples=[], questions=[0, 0, 1, 1, 2, 2, 2], answers=[1, 0, 2], places=[])
+    nll = torch.tensor([5.0, 1.0, 2.0, 2.0, 3.0, 3.5, 4.0], dtype=torch.float64)
+    tokens = torch.tensor([2, 2, 2, 2, 1, 1, 8])
+    scores = choice_accuracy(nll, tokens, choices)
+    assert scores["questions"] == 3
+    assert scores["choice_accuracy"] == pytest.approx(1 / 3)
+    assert scores["choice_accuracy_per_token"] == pytest.approx(2 / 3)
+    assert scores["chance"] == pytest.approx((1 / 2 + 1 / 2 + 1 / 3) / 3)
+    assert scores["answer_nll"] == pytest.approx((0.5 + 1.0 + 0.5) / 3)
+
+
+def test_a_choice_s_bound_does_not_depend_on_the_batch_the_order_or_the_other_choices(mdlm_run, tmp_path, capsys):
+    questions = _questions()
+    together = _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={_write(tmp_path / 'a.jsonl', questions)}")
+    assert together["questions"] == 6 and together["chance"] == pytest.approx(1 / 3)
+    alone = [{**question, "choices": question["choices"][1:2] + ["0 0 0 0"], "answer": 0} for question in questions]
+    reordered = [{**question, "choices": question["choices"][::-1], "answer": 1} for question in questions]
+    for variant, name in ((alone, "b"), (reordered, "c")):
+        summary = _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={_write(tmp_path / f'{name}.jsonl', variant)}",
+                           "batch_size=2")
+        assert summary["answer_nll"] == pytest.approx(together["answer_nll"], rel=1e-6)
+    assert _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={tmp_path / 'c.jsonl'}", "batch_size=2",
+                    )["choice_accuracy"] == together["choice_accuracy"]
+
+
+def test_choices_of_a_question_share_their_noise_so_twins_tie_and_count_as_wrong(mdlm_run, tmp_path, capsys):
+    twins = [{"prompt": "4 3 2 1", "choices": [RIGHT, RIGHT], "answer": 0}]
+    summary = _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={_write(tmp_path / 'twins.jsonl', twins)}")
+    assert summary["choice_accuracy"] == 0.0 and summary["choice_accuracy_per_token"] == 0.0
+
+
+def test_more_noise_levels_change_the_bound_and_generate_refuses_them(mdlm_run, tmp_path, capsys):
+    path = _write(tmp_path / "q.jsonl", _questions())
+    default = _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={path}")
+    more = _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={path}", "evaluator.num_levels=9")
+    assert more["answer_nll"] != pytest.approx(default["answer_nll"], rel=1e-6)
+    assert main(["generate", f"ckpt={mdlm_run}", "evaluator.num_levels=9", "num_samples=2"]) == 2
+    assert "evaluator options change the likelihood figures of xdllm eval" in capsys.readouterr().err
+    assert main(["eval", f"ckpt={mdlm_run}", f"prompts_file={path}", "evaluator.num_level=9"]) == 2
+    assert "did you mean evaluator.num_levels?" in capsys.readouterr().err
+
+
+def test_the_split_s_bound_follows_the_evaluator_options(mdlm_run, capsys):
+    default = _summary(capsys, f"ckpt={mdlm_run}", "num_samples=8")
+    more = _summary(capsys, f"ckpt={mdlm_run}", "num_samples=8", "evaluator.num_levels=9")
+    assert more["nll_bound"] != pytest.approx(default["nll_bound"], rel=1e-6)
+    assert more["loss"] == default["loss"]
+
+
+def test_an_arlm_choice_scores_its_exact_nll_as_eval_of_the_pair_does(arlm_run, tmp_path, capsys):
+    question = {"prompt": "4 3 2 1", "choices": [WRONG, RIGHT], "answer": 1}
+    choices = _summary(capsys, f"ckpt={arlm_run}", f"prompts_file={_write(tmp_path / 'q.jsonl', [question])}")
+    pair = _write(tmp_path / "pair.jsonl", [{"prompt": "4 3 2 1", "response": RIGHT}])
+    assert choices["answer_nll"] == pytest.approx(_summary(capsys, f"ckpt={arlm_run}", f"prompts_file={pair}")["nll"])
+
+
+def test_choice_scores_from_python(arlm_run, tmp_path):
+    path = _write(tmp_path / "q.jsonl", _questions(2))
+    scores = xdllm.evaluate_run(arlm_run, prompts_file=path)
+    assert scores["questions"] == 2 and 0.0 <= scores["choice_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("line, said", [
+    ('{"prompt": "1 2", "choices": ["1 2"], "answer": 0}', "'choices' must be a list of two or more strings"),
+    ('{"prompt": "1 2", "choices": ["1 2", 3], "answer": 0}', "'choices' must be a list of two or more strings"),
+    ('{"prompt": "1 2", "choices": ["1 2", "2 1"], "answer": 2}', "an integer in [0, 2), got 2"),
+    ('{"prompt": "1 2", "choices": ["1 2", "2 1"], "answer": true}', "an integer in [0, 2), got true"),
+    ('{"prompt": "1 2", "choices": ["1 2", "2 1"]}', "'answer' must be the index of the right choice"),
+    ('{"choices": ["1 2", "2 1"], "answer": 0}', "no string 'prompt'"),
+    ('{"prompt": "1 2", "choices": ["1 2", "@"], "answer": 0}', "choice 1: the response: SymbolTokenizer.encode"),
+    ("not json", "not valid JSON"),
+])
+def test_a_bad_question_is_refused_naming_its_line(mdlm_run, tmp_path, capsys, line, said):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(_questions(1)[0]) + "\n\n" + line + "\n")
+    assert main(["eval", f"ckpt={mdlm_run}", f"prompts_file={path}"]) == 2
+    error = capsys.readouterr().err
+    assert f"{path}:3" in error and said in error
+
+
+def test_choices_refuse_generation_options_and_families_without_a_likelihood(mdlm_run, trained_mlm_run, tmp_path,
+                                                                             capsys):
+    path = _write(tmp_path / "q.jsonl", _questions(1))
+    assert main(["eval", f"ckpt={mdlm_run}", f"prompts_file={path}", "predictor.max_steps=2"]) == 2
+    assert "generates nothing, so predictor.max_steps does not apply" in capsys.readouterr().err
+    assert main(["eval", f"ckpt={trained_mlm_run}", f"prompts_file={path}"]) == 2
+    assert "the mlm family's evaluator has no likelihood of a response" in capsys.readouterr().err
+    assert main(["generate", f"ckpt={mdlm_run}", f"prompts_file={path}"]) == 2
+    assert f"{path}:1: a multiple-choice line" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def trained_mlm_run(tmp_path_factory):
+    return _train(tmp_path_factory, "sort_mlm")
+
+
+def test_a_task_scored_evaluator_scores_choices_with_its_family_evaluator():
+    tokenizer = builtin_tokenizer()
+    family = ARLMEvaluator(tokenizer)
+    assert sample_nll_of(TaskScoredEvaluator(family, SudokuTask(), tokenizer)) == family.sample_nll
+    assert sample_nll_of(TaskScoredEvaluator(AnswerEvaluator(tokenizer), SudokuTask(), tokenizer)) is None

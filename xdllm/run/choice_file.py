@@ -1,0 +1,99 @@
+"""A multiple-choice ``.jsonl`` prompts_file: one question per line,
+``{"prompt": ..., "choices": [...], "answer": <index of the right choice>}``, each choice
+tokenized as the prompt's response (on its own, as a response is: with a BPE tokenizer a
+leading space belongs in the choice's text)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from xdllm.errors import XdllmError
+from xdllm.interfaces import Example
+from xdllm.run.checkpoint import TrainedRun
+from xdllm.run.prompt_sources import CHOICES_FIELD, PROMPT_FIELD, prompt_example, response_ids
+
+ANSWER_FIELD = "answer"
+
+
+@dataclass(frozen=True)
+class ChoiceFile:
+    """The (prompt, choice) pairs of the questions, question by question."""
+
+    examples: list[Example]
+    """One per choice, the choice as its ``target_ids``; ``sample_index`` is the question's, so
+    that the choices of a question are scored with the same noise draws."""
+    questions: list[int]
+    """The question (0, 1, ...) each example belongs to."""
+    answers: list[int]
+    """Each question's right choice."""
+    places: list[str]
+    """Where each example's question is: ``<file>:<line>``."""
+
+
+def is_choice_file(path: Path) -> bool:
+    """Whether ``path`` is a ``.jsonl`` file whose first non-blank line holds ``choices``."""
+    if path.suffix != ".jsonl" or not path.is_file():
+        return False
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                return isinstance(record, dict) and CHOICES_FIELD in record
+    return False
+
+
+def read_choice_file(run: TrainedRun, path: Path, num_questions: int | None = None) -> ChoiceFile:
+    """The first ``num_questions`` questions of ``path`` (None: all), tokenized with the run's
+    tokenizer; a malformed line is refused naming it."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise XdllmError(f"prompts_file {path} is not UTF-8 text: {error}") from error
+    examples: list[Example] = []
+    questions: list[int] = []
+    answers: list[int] = []
+    places: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if num_questions is not None and len(answers) == num_questions:
+            break
+        where = f"{path}:{number}"
+        prompt, choices, answer = _question(line, where)
+        question = len(answers)
+        prompt_ids = prompt_example(run, prompt, question, where)["prompt_ids"]
+        for index, choice in enumerate(choices):
+            target = response_ids(run, choice, f"{where}: choice {index}")
+            examples.append(Example(prompt_ids=prompt_ids, target_ids=target, sample_index=question, step=0))
+            questions.append(question)
+            places.append(where)
+        answers.append(answer)
+    if not answers:
+        raise XdllmError(f"prompts_file {path} holds no questions")
+    return ChoiceFile(examples, questions, answers, places)
+
+
+def _question(line: str, where: str) -> tuple[str, list[str], int]:
+    """A line's prompt, choices and right answer."""
+    shape = (f'a multiple-choice .jsonl holds one JSON object per line: {{"{PROMPT_FIELD}": "...", '
+             f'"{CHOICES_FIELD}": ["...", "...", ...], "{ANSWER_FIELD}": <index of the right choice>}}')
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise XdllmError(f"{where}: not valid JSON ({error.msg} at column {error.colno}); {shape}") from error
+    if not isinstance(record, dict) or not isinstance(record.get(PROMPT_FIELD), str):
+        raise XdllmError(f"{where}: no string {PROMPT_FIELD!r}; {shape}")
+    choices = record.get(CHOICES_FIELD)
+    if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+        raise XdllmError(f"{where}: {CHOICES_FIELD!r} must be a list of two or more strings, got "
+                         f"{json.dumps(choices)[:80]}; {shape}")
+    answer = record.get(ANSWER_FIELD)
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
+        raise XdllmError(f"{where}: {ANSWER_FIELD!r} must be the index of the right choice, an integer in "
+                         f"[0, {len(choices)}), got {json.dumps(answer)}")
+    return record[PROMPT_FIELD], choices, answer

@@ -1,0 +1,108 @@
+"""``xdllm eval`` on a multiple-choice prompts_file (:mod:`xdllm.run.choice_file`): every choice
+is scored by the model's negative log-likelihood of it as the prompt's response, from the family
+evaluator's ``sample_nll`` (exact for ``arlm`` and the hybrid's causal branch, the ELBO bound for
+``mdlm`` and ``bd3lm``, its choices sharing their noise draws), and a question counts as right
+when its right choice scores strictly lowest. Nothing is generated and nothing is written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float, Integer
+from omegaconf import DictConfig
+from torch import Tensor
+
+from xdllm.data.named_collate import NamedCollate
+from xdllm.errors import XdllmError
+from xdllm.evaluate.task_scores import TaskScoredEvaluator
+from xdllm.run.build import position_overflow
+from xdllm.run.checkpoint import TrainedRun
+from xdllm.run.choice_file import ChoiceFile, read_choice_file
+from xdllm.run.device import autocast, batch_to
+from xdllm.run.generate import checkpoint_fields, place_run
+
+LIKELIHOOD_FAMILIES = "arlm (exact), hybrid (exact, its causal branch), mdlm and bd3lm (the ELBO bound)"
+
+
+def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
+    """Accuracy of the run's likelihood at picking each question's right choice."""
+    path = Path(options.prompts_file)
+    _refuse_generation_options(options, path)
+    sample_nll = sample_nll_of(run.components.evaluator)
+    if sample_nll is None:
+        raise XdllmError(f"{path} is a multiple-choice file, scored by the model's likelihood of each choice, and "
+                         f"the {run.config.get('model_family')} family's evaluator has no likelihood of a response; "
+                         f"families that have one: {LIKELIHOOD_FAMILIES}")
+    choices = read_choice_file(run, path, options.num_samples)
+    collate = NamedCollate(run.components.collators["val"], "collator.val")
+    size = options.batch_size
+    batches = [collate(choices.examples[start:start + size]) for start in range(0, len(choices.examples), size)]
+    _check_positions(run, batches, choices.places, size)
+    device, dtype = place_run(run, options.device)
+    nll, tokens = [], []
+    with torch.inference_mode(), autocast(device, dtype):
+        for batch in batches:
+            values, counts = sample_nll(run.model, batch_to(batch, device))
+            nll.append(values.double().cpu())
+            tokens.append(counts.cpu())
+    return {**checkpoint_fields(run), "prompts_file": str(path),
+            **choice_accuracy(torch.cat(nll), torch.cat(tokens), choices)}
+
+
+def sample_nll_of(evaluator: Any) -> Callable[..., tuple[Tensor, Tensor]] | None:
+    """The evaluator's ``sample_nll`` (a task-scored evaluator's: its family evaluator's), or None."""
+    family_evaluator = evaluator.inner if isinstance(evaluator, TaskScoredEvaluator) else evaluator
+    found = getattr(family_evaluator, "sample_nll", None)
+    return found if callable(found) else None
+
+
+def choice_accuracy(nll: Float[Tensor, " examples"], tokens: Integer[Tensor, " examples"],
+                    choices: ChoiceFile) -> dict[str, float | int]:
+    """``choice_accuracy``: the share of questions whose right choice has the strictly lowest
+    NLL; ``choice_accuracy_per_token``: the same by NLL per token (through the first EOS), which
+    does not favour short choices; ``chance``: what picking at random scores; ``answer_nll``:
+    the right choices' mean NLL per token."""
+    question = torch.tensor(choices.questions)
+    n_questions = len(choices.answers)
+    first = torch.zeros(n_questions, dtype=torch.long).scatter_reduce(
+        0, question, torch.arange(len(question)), "amin", include_self=False)
+    right = first + torch.tensor(choices.answers)
+    per_token = nll / tokens.clamp_min(1)
+    accuracy = {}
+    for name, score in (("choice_accuracy", nll), ("choice_accuracy_per_token", per_token)):
+        best_other = torch.full((n_questions,), float("inf"), dtype=score.dtype).scatter_reduce(
+            0, question, torch.where(_is_right(right, question), float("inf"), score), "amin")
+        accuracy[name] = float((score[right] < best_other).double().mean())
+    n_choices = torch.bincount(question, minlength=n_questions)
+    return {"questions": n_questions, **accuracy, "chance": float((1.0 / n_choices).mean()),
+            "answer_nll": float(per_token[right].mean())}
+
+
+def _is_right(right: Tensor, question: Tensor) -> Tensor:
+    """Which examples are their question's right choice."""
+    return torch.arange(len(question)) == right[question]
+
+
+def _check_positions(run: TrainedRun, batches: list[Mapping[str, Any]], places: list[str], size: int) -> None:
+    """Refuse, before the model runs, a prompt and choice longer than the model's positions."""
+    for number, batch in enumerate(batches):
+        real = batch["attention_mask"].bool()
+        used = (torch.where(real, batch["positions"], -1).amax(1) + 1 if "positions" in batch
+                else real.sum(1))
+        row = int(used.argmax())
+        overflow = position_overflow(run.model, None, int(used[row]), 0)
+        if overflow is not None:
+            raise XdllmError(f"{places[number * size + row]}: the prompt with a choice takes {overflow.needed} "
+                             f"positions as the val collator lays it out; the model has max_positions="
+                             f"{overflow.limit}: shorten the prompt or the choices")
+
+
+def _refuse_generation_options(options: DictConfig, path: Path) -> None:
+    """A multiple-choice file generates nothing: predictor options and a judge do not apply."""
+    given = [f"predictor.{key}" for key in options.predictor] + (["judge"] if options.get("judge") else [])
+    if given:
+        raise XdllmError(f"{path} is a multiple-choice file: eval scores its choices by the model's likelihood and "
+                         f"generates nothing, so {', '.join(given)} does not apply")
