@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from tiny_run import TINY_MLM, TINY_RUN
+from tiny_run import TINY_MLM, TINY_RUN, TINY_TEXT
 
 import xdllm
 from xdllm.cli.main import main
@@ -13,7 +13,7 @@ from xdllm.data.tokenizer import builtin_tokenizer
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.evaluate.task_scores import TaskScoredEvaluator
 from xdllm.run.choice_file import ChoiceFile
-from xdllm.run.choice_scores import choice_accuracy, sample_nll_of
+from xdllm.run.choice_scores import choice_accuracy, sample_nll_of, without_scores_on_context
 from xdllm_models.arlm.metrics import ARLMEvaluator
 
 RIGHT, WRONG = "1 2 3 4", "4 3 2 1"
@@ -58,7 +58,7 @@ def _questions(n=6):
 def test_the_right_choice_must_score_strictly_lowest_and_per_token_scores_do_not_favour_short_choices():
     # question 0: right by total and per token; 1: a tie counts as wrong; 2: the long right choice
     # loses on its total, wins per token
-    choices = ChoiceFile(examples=[], questions=[0, 0, 1, 1, 2, 2, 2], answers=[1, 0, 2], places=[])
+    choices = ChoiceFile(examples=[], questions=[0, 0, 1, 1, 2, 2, 2], answers=[1, 0, 2], places=[], context=[0] * 7)
     nll = torch.tensor([5.0, 1.0, 2.0, 2.0, 3.0, 3.5, 4.0], dtype=torch.float64)
     tokens = torch.tensor([2, 2, 2, 2, 1, 1, 8])
     scores = choice_accuracy(nll, tokens, choices)
@@ -159,3 +159,36 @@ def test_a_task_scored_evaluator_scores_choices_with_its_family_evaluator():
     family = ARLMEvaluator(tokenizer)
     assert sample_nll_of(TaskScoredEvaluator(family, SudokuTask(), tokenizer)) == family.sample_nll
     assert sample_nll_of(TaskScoredEvaluator(AnswerEvaluator(tokenizer), SudokuTask(), tokenizer)) is None
+
+
+@pytest.fixture(scope="module")
+def text_arlm_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("text_arlm") / "run"
+    assert main(["train", "experiment=text_arlm", *TINY_TEXT, "task.params.max_tokens=40", "arlm.target_length=48",
+                 "model.max_positions=64", f"run_dir={run_dir}"]) == 0
+    return run_dir
+
+
+def test_a_free_text_run_scores_a_choice_as_the_end_of_a_document_that_starts_with_the_prompt(text_arlm_run, tmp_path,
+                                                                                           capsys):
+    prompt, choice = "sam went to the park with his bird .", " then sam left the park ."
+    question = {"prompt": prompt, "choices": [choice, " then mia left the hill ."], "answer": 0}
+    summary = _summary(capsys, f"ckpt={text_arlm_run}", f"prompts_file={_write(tmp_path / 'q.jsonl', [question])}")
+    run = xdllm.load_trained(text_arlm_run)
+    tokenizer = run.tokenizer
+    given, scored = tokenizer.encode(prompt), [*tokenizer.encode(choice), tokenizer.eos_token_id]
+    fill = [tokenizer.eos_token_id] * (48 - len(given) - len(scored))  # the document's EOS fill to 48 slots
+    document = torch.tensor([[tokenizer.bos_token_id, *given, *scored, *fill]])
+    with torch.no_grad():
+        log_probs = run.model(document).log_softmax(-1)[0, :-1].gather(1, document[0, 1:, None])[:, 0]
+    # -log p(choice, eos, fill | bos, prompt), per token of the choice and its eos
+    expected = -log_probs[len(given):].sum().item() / len(scored)
+    assert summary["answer_nll"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_context_tokens_leave_the_loss_mask_and_nothing_else():
+    batch = {"loss_mask": torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]]),
+             "target_ids": torch.arange(12).view(2, 6)}
+    out = without_scores_on_context(batch, [2, 0])
+    assert out["loss_mask"].tolist() == [[0, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0]]
+    assert out["target_ids"] is batch["target_ids"] and batch["loss_mask"][0, 1] == 1  # the input is not changed

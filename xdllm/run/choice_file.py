@@ -1,7 +1,12 @@
 """A multiple-choice ``.jsonl`` prompts_file: one question per line,
 ``{"prompt": ..., "choices": [...], "answer": <index of the right choice>}``, each choice
 tokenized as the prompt's response (on its own, as a response is: with a BPE tokenizer a
-leading space belongs in the choice's text)."""
+leading space belongs in the choice's text).
+
+A run trained on free text saw documents, not prompts and responses: there a question becomes
+one document per choice, the prompt's tokens then the choice's, of which the prompt's are
+``context`` (given, never scored), so that the choice is scored where the model learned such
+text, on the canvas it learned (an EOS fill counted from the document's start)."""
 
 from __future__ import annotations
 
@@ -30,6 +35,9 @@ class ChoiceFile:
     """Each question's right choice."""
     places: list[str]
     """Where each example's question is: ``<file>:<line>``."""
+    context: list[int]
+    """How many leading response tokens of each example are the prompt's (free text), given
+    and not scored; 0 where the prompt is the example's prompt."""
 
 
 def is_choice_file(path: Path) -> bool:
@@ -47,9 +55,11 @@ def is_choice_file(path: Path) -> bool:
     return False
 
 
-def read_choice_file(run: TrainedRun, path: Path, num_questions: int | None = None) -> ChoiceFile:
+def read_choice_file(run: TrainedRun, path: Path, num_questions: int | None = None,
+                     as_documents: bool = False) -> ChoiceFile:
     """The first ``num_questions`` questions of ``path`` (None: all), tokenized with the run's
-    tokenizer; a malformed line is refused naming it."""
+    tokenizer, each choice after its prompt as one document where ``as_documents`` (a run
+    trained on free text); a malformed line is refused naming it."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as error:
@@ -58,6 +68,7 @@ def read_choice_file(run: TrainedRun, path: Path, num_questions: int | None = No
     questions: list[int] = []
     answers: list[int] = []
     places: list[str] = []
+    context: list[int] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -69,13 +80,17 @@ def read_choice_file(run: TrainedRun, path: Path, num_questions: int | None = No
         prompt_ids = prompt_example(run, prompt, question, where)["prompt_ids"]
         for index, choice in enumerate(choices):
             target = response_ids(run, choice, f"{where}: choice {index}")
-            examples.append(Example(prompt_ids=prompt_ids, target_ids=target, sample_index=question, step=0))
+            if as_documents:
+                examples.append(Example(prompt_ids=[], target_ids=prompt_ids + target, sample_index=question, step=0))
+            else:
+                examples.append(Example(prompt_ids=prompt_ids, target_ids=target, sample_index=question, step=0))
             questions.append(question)
             places.append(where)
+            context.append(len(prompt_ids) if as_documents else 0)
         answers.append(answer)
     if not answers:
         raise XdllmError(f"prompts_file {path} holds no questions")
-    return ChoiceFile(examples, questions, answers, places)
+    return ChoiceFile(examples, questions, answers, places, context)
 
 
 def _question(line: str, where: str) -> tuple[str, list[str], int]:

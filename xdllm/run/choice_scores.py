@@ -2,7 +2,9 @@
 is scored by the model's negative log-likelihood of it as the prompt's response, from the family
 evaluator's ``sample_nll`` (exact for ``arlm`` and the hybrid's causal branch, the ELBO bound for
 ``mdlm`` and ``bd3lm``, its choices sharing their noise draws), and a question counts as right
-when its right choice scores strictly lowest. Nothing is generated and nothing is written."""
+when its right choice scores strictly lowest. A run trained on free text scores each choice as
+the end of a document that starts with the prompt (:mod:`xdllm.run.choice_file`). Nothing is
+generated and nothing is written."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from xdllm.run.build import position_overflow
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.choice_file import ChoiceFile, read_choice_file
 from xdllm.run.device import autocast, batch_to
+from xdllm.run.free_text import is_free_text
 from xdllm.run.generate import checkpoint_fields, place_run
 
 LIKELIHOOD_FAMILIES = "arlm (exact), hybrid (exact, its causal branch), mdlm and bd3lm (the ELBO bound)"
@@ -36,10 +39,12 @@ def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
         raise XdllmError(f"{path} is a multiple-choice file, scored by the model's likelihood of each choice, and "
                          f"the {run.config.get('model_family')} family's evaluator has no likelihood of a response; "
                          f"families that have one: {LIKELIHOOD_FAMILIES}")
-    choices = read_choice_file(run, path, options.num_samples)
+    choices = read_choice_file(run, path, options.num_samples, as_documents=is_free_text(run.components.task))
     collate = NamedCollate(run.components.collators["val"], "collator.val")
     size = options.batch_size
-    batches = [collate(choices.examples[start:start + size]) for start in range(0, len(choices.examples), size)]
+    batches = [without_scores_on_context(collate(choices.examples[start:start + size]),
+                                         choices.context[start:start + size])
+               for start in range(0, len(choices.examples), size)]
     _check_positions(run, batches, choices.places, size)
     device, dtype = place_run(run, options.device)
     nll, tokens = [], []
@@ -50,6 +55,18 @@ def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
             tokens.append(counts.cpu())
     return {**checkpoint_fields(run), "prompts_file": str(path),
             **choice_accuracy(torch.cat(nll), torch.cat(tokens), choices)}
+
+
+def without_scores_on_context(batch: Mapping[str, Any], context: list[int]) -> dict[str, Any]:
+    """``batch`` with each row's first ``context`` supervised tokens (a prompt laid out as the
+    start of a free-text document) taken out of its ``loss_mask``: given, never masked, not
+    scored."""
+    batch = dict(batch)
+    if any(context):
+        supervised = batch["loss_mask"] != 0
+        scored = supervised & (supervised.long().cumsum(1) > torch.tensor(context)[:, None])
+        batch["loss_mask"] = scored.to(batch["loss_mask"].dtype)
+    return batch
 
 
 def sample_nll_of(evaluator: Any) -> Callable[..., tuple[Tensor, Tensor]] | None:
