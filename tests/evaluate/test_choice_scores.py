@@ -192,3 +192,11 @@ def test_context_tokens_leave_the_loss_mask_and_nothing_else():
     out = without_scores_on_context(batch, [2, 0])
     assert out["loss_mask"].tolist() == [[0, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0]]
     assert out["target_ids"] is batch["target_ids"] and batch["loss_mask"][0, 1] == 1  # the input is not changed
+
+
+def test_a_prompt_and_choice_past_the_model_s_positions_are_refused_naming_the_line(mdlm_run, tmp_path, capsys):
+    long = {"prompt": " ".join(["1"] * 600), "choices": [RIGHT, WRONG], "answer": 0}
+    path = _write(tmp_path / "long.jsonl", [*_questions(1), long])
+    assert main(["eval", f"ckpt={mdlm_run}", f"prompts_file={path}"]) == 2
+    error = capsys.readouterr().err
+    assert f"{path}:2: the prompt with a choice takes" in error and "the model has max_positions=" in error

@@ -42,8 +42,7 @@ def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     choices = read_choice_file(run, path, options.num_samples, as_documents=is_free_text(run.components.task))
     collate = NamedCollate(run.components.collators["val"], "collator.val")
     size = options.batch_size
-    batches = [without_scores_on_context(collate(choices.examples[start:start + size]),
-                                         choices.context[start:start + size])
+    batches = [without_scores_on_context(_collated(collate, choices, start, size), choices.context[start:start + size])
                for start in range(0, len(choices.examples), size)]
     _check_positions(run, batches, choices.places, size)
     device, dtype = place_run(run, options.device)
@@ -55,6 +54,17 @@ def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
             tokens.append(counts.cpu())
     return {**checkpoint_fields(run), "prompts_file": str(path),
             **choice_accuracy(torch.cat(nll), torch.cat(tokens), choices)}
+
+
+def _collated(collate: NamedCollate, choices: ChoiceFile, start: int, size: int) -> Mapping[str, Any]:
+    """The val collator's batch of the examples from ``start``; its refusal names their lines."""
+    try:
+        return collate(choices.examples[start:start + size])
+    except XdllmError as error:
+        end = min(start + size, len(choices.examples)) - 1
+        lines = choices.places[start] if choices.places[start] == choices.places[end] else (
+            f"{choices.places[start]} to {choices.places[end].rpartition(':')[2]}")
+        raise XdllmError(f"{lines} (one batch of choices, batch_size={size}): {error}") from error
 
 
 def without_scores_on_context(batch: Mapping[str, Any], context: list[int]) -> dict[str, Any]:
