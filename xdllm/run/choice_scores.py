@@ -42,18 +42,20 @@ def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     choices = read_choice_file(run, path, options.num_samples, as_documents=is_free_text(run.components.task))
     collate = NamedCollate(run.components.collators["val"], "collator.val")
     size = options.batch_size
-    batches = [without_scores_on_context(_collated(collate, choices, start, size), choices.context[start:start + size])
-               for start in range(0, len(choices.examples), size)]
-    _check_positions(run, batches, choices.places, size)
+    starts = range(0, len(choices.examples), size)
+    for start in starts:  # every batch checked before the model runs; collated again below, not kept
+        _check_positions(run, _collated(collate, choices, start, size), choices.places[start:start + size])
     device, dtype = place_run(run, options.device)
     nll, tokens = [], []
     with torch.inference_mode(), autocast(device, dtype):
-        for batch in batches:
+        for start in starts:
+            batch = without_scores_on_context(_collated(collate, choices, start, size),
+                                              choices.context[start:start + size])
             values, counts = sample_nll(run.model, batch_to(batch, device))
-            nll.append(values.double().cpu())
-            tokens.append(counts.cpu())
+            nll.append(values.double())
+            tokens.append(counts)
     return {**checkpoint_fields(run), "prompts_file": str(path),
-            **choice_accuracy(torch.cat(nll), torch.cat(tokens), choices)}
+            **choice_accuracy(torch.cat(nll).cpu(), torch.cat(tokens).cpu(), choices)}
 
 
 def _collated(collate: NamedCollate, choices: ChoiceFile, start: int, size: int) -> Mapping[str, Any]:
@@ -113,18 +115,16 @@ def _is_right(right: Tensor, question: Tensor) -> Tensor:
     return torch.arange(len(question)) == right[question]
 
 
-def _check_positions(run: TrainedRun, batches: list[Mapping[str, Any]], places: list[str], size: int) -> None:
-    """Refuse, before the model runs, a prompt and choice longer than the model's positions."""
-    for number, batch in enumerate(batches):
-        real = batch["attention_mask"].bool()
-        used = (torch.where(real, batch["positions"], -1).amax(1) + 1 if "positions" in batch
-                else real.sum(1))
-        row = int(used.argmax())
-        overflow = position_overflow(run.model, None, int(used[row]), 0)
-        if overflow is not None:
-            raise XdllmError(f"{places[number * size + row]}: the prompt with a choice takes {overflow.needed} "
-                             f"positions as the val collator lays it out; the model has max_positions="
-                             f"{overflow.limit}: shorten the prompt or the choices")
+def _check_positions(run: TrainedRun, batch: Mapping[str, Any], places: list[str]) -> None:
+    """Refuse a prompt and choice longer than the model's positions, naming its line."""
+    real = batch["attention_mask"].bool()
+    used = torch.where(real, batch["positions"], -1).amax(1) + 1 if "positions" in batch else real.sum(1)
+    row = int(used.argmax())
+    overflow = position_overflow(run.model, None, int(used[row]), 0)
+    if overflow is not None:
+        raise XdllmError(f"{places[row]}: the prompt with a choice takes {overflow.needed} positions as the val "
+                         f"collator lays it out; the model has max_positions={overflow.limit}: shorten the prompt "
+                         "or the choices")
 
 
 def _refuse_generation_options(options: DictConfig, path: Path) -> None:
