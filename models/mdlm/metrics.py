@@ -29,7 +29,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from xdllm.evaluate.bound_evaluator import BoundEvaluator
-from xdllm.evaluate.bounds import masked_diffusion_bounds
+from xdllm.evaluate.bounds import check_bound_options, denoiser_bounds
 from xdllm.interfaces import Tokenizer
 
 
@@ -47,19 +47,12 @@ class MDLMEvaluator(BoundEvaluator):
 
     def __init__(self, tokenizer: Tokenizer, num_levels: int = 4, eps: float = 1e-3, seed: int = 0) -> None:
         super().__init__(tokenizer)
-        if num_levels < 1:
-            raise ValueError(f"MDLMEvaluator: num_levels must be >= 1, got {num_levels}")
-        if not 0.0 <= eps < 1.0:
-            raise ValueError(f"MDLMEvaluator: eps must be in [0, 1), got {eps}")
+        check_bound_options(type(self).__name__, num_levels, eps)
         self.num_levels = num_levels
         self.eps = eps
         self.seed = seed
 
     def sample_bounds(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, " batch"]:
         """Each sample's bound numerator, averaged over the ``K`` levels."""
-        def denoise(noisy: Tensor) -> Tensor:
-            return model(noisy, attention_mask=batch["attention_mask"], positions=batch.get("positions"))
-
-        return masked_diffusion_bounds(denoise, batch["target_ids"], batch["loss_mask"] != 0,
-                                          batch["sample_index"], mask_token_id=self.tokenizer.mask_token_id,
-                                          num_levels=self.num_levels, eps=self.eps, seed=self.seed)
+        return denoiser_bounds(model, batch, batch["loss_mask"] != 0, mask_token_id=self.tokenizer.mask_token_id,
+                               num_levels=self.num_levels, eps=self.eps, seed=self.seed)

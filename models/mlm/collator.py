@@ -122,6 +122,7 @@ class _CorruptingCollator:
         return MLMBatch(
             input_ids=input_ids,
             target_ids=target_ids,
+            supervised_mask=supervised_placed,
             attention_mask=attention_mask,
             positions=(torch.arange(width)[None, :] - starts[:, None]).clamp(min=0),
             sample_index=torch.tensor([int(sample["sample_index"]) for sample in examples], dtype=torch.long),

@@ -18,10 +18,15 @@ class MLMBatch(TypedDict):
     ``positions`` are RoPE positions (restarting per document in packed rows).
     ``attention_visible`` and ``attention_salt``: only while attention is annealed
     (``attention_annealing_steps``; :class:`~xdllm.nn.AnnealedCausalMask`).
+    ``supervised_mask``: the supervised tokens (those the corruption may mask), which the
+    likelihood bound of :class:`~xdllm_models.mlm.metrics.MLMEvaluator` scores (not named
+    ``loss_mask``: the MLM loss is taken on the masked tokens, and a family loss that reads a
+    ``loss_mask`` must not take an MLM batch for its own).
     """
 
     input_ids: Integer[Tensor, "batch seq_len"]
     target_ids: Optional[Integer[Tensor, "batch seq_len"]]
+    supervised_mask: NotRequired[Bool[Tensor, "batch seq_len"]]
     attention_mask: NotRequired[Bool[Tensor, "batch seq_len"]]
     positions: NotRequired[Integer[Tensor, "batch seq_len"]]
     segment_ids: NotRequired[Integer[Tensor, "batch seq_len"]]

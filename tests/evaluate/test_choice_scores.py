@@ -15,14 +15,15 @@ from xdllm.evaluate.task_scores import TaskScoredEvaluator
 from xdllm.run.choice_file import ChoiceFile
 from xdllm.run.choice_scores import choice_accuracy, sample_nll_of, without_scores_on_context
 from xdllm_models.arlm.metrics import ARLMEvaluator
+from xdllm_models.mlm.metrics import MLMEvaluator
 
 RIGHT, WRONG = "1 2 3 4", "4 3 2 1"
 
 
-def _train(tmp_path_factory, experiment: str):
+def _train(tmp_path_factory, experiment: str, *overrides: str):
     run_dir = tmp_path_factory.mktemp(experiment) / "run"
     assert main(["train", f"experiment={experiment}", *TINY_RUN[1:], *TINY_MLM, "trainer.max_steps=4",
-                 "trainer.val_check_interval=2", f"run_dir={run_dir}"]) == 0
+                 "trainer.val_check_interval=2", f"run_dir={run_dir}", *overrides]) == 0
     return run_dir
 
 
@@ -138,13 +139,28 @@ def test_a_bad_question_is_refused_naming_its_line(mdlm_run, tmp_path, capsys, l
     assert f"{path}:3" in error and said in error
 
 
-def test_choices_refuse_generation_options_and_families_without_a_likelihood(mdlm_run, trained_mlm_run, tmp_path,
-                                                                             capsys):
+def test_an_mlm_run_scores_choices_by_the_bound_of_its_denoiser(trained_mlm_run, tmp_path, capsys):
+    path = _write(tmp_path / "q.jsonl", _questions())
+    summary = _summary(capsys, f"ckpt={trained_mlm_run}", f"prompts_file={path}")
+    assert summary["questions"] == 6 and summary["answer_nll"] > 0
+    more = _summary(capsys, f"ckpt={trained_mlm_run}", f"prompts_file={path}", "evaluator.num_levels=9")
+    assert more["answer_nll"] != pytest.approx(summary["answer_nll"], rel=1e-6)
+
+
+def test_the_mlm_bound_refuses_packed_rows():
+    packed = {"input_ids": torch.zeros(1, 4, dtype=torch.long), "target_ids": torch.zeros(1, 4, dtype=torch.long),
+              "segment_ids": torch.zeros(1, 4, dtype=torch.long), "positions": torch.arange(4)[None]}
+    with pytest.raises(ValueError, match="this val collator gives packed rows"):
+        MLMEvaluator(builtin_tokenizer()).sample_nll(torch.nn.Identity(), packed)
+
+
+def test_choices_refuse_generation_options_and_families_without_a_likelihood(mdlm_run, old_mlm_run, tmp_path, capsys):
     path = _write(tmp_path / "q.jsonl", _questions(1))
     assert main(["eval", f"ckpt={mdlm_run}", f"prompts_file={path}", "predictor.max_steps=2"]) == 2
     assert "generates nothing, so predictor.max_steps does not apply" in capsys.readouterr().err
-    assert main(["eval", f"ckpt={trained_mlm_run}", f"prompts_file={path}"]) == 2
-    assert "the mlm family's evaluator has no likelihood of a response" in capsys.readouterr().err
+    assert main(["eval", f"ckpt={old_mlm_run}", f"prompts_file={path}"]) == 2
+    assert ("the mlm family's evaluator has no likelihood of a response (an mlm run trained before its evaluator had "
+            "one: give evaluator._target_=xdllm_models.mlm.metrics.MLMEvaluator)") in capsys.readouterr().err
     assert main(["generate", f"ckpt={mdlm_run}", f"prompts_file={path}"]) == 2
     assert f"{path}:1: a multiple-choice line" in capsys.readouterr().err
 
@@ -152,6 +168,13 @@ def test_choices_refuse_generation_options_and_families_without_a_likelihood(mdl
 @pytest.fixture(scope="module")
 def trained_mlm_run(tmp_path_factory):
     return _train(tmp_path_factory, "sort_mlm")
+
+
+@pytest.fixture(scope="module")
+def old_mlm_run(tmp_path_factory):
+    """An mlm run as trained before its evaluator had a likelihood."""
+    return _train(tmp_path_factory, "sort_mlm", "evaluator._target_=xdllm.evaluate.AnswerEvaluator",
+                  "~evaluator.num_levels", "~evaluator.eps", "~evaluator.seed")
 
 
 def test_a_task_scored_evaluator_scores_choices_with_its_family_evaluator():

@@ -83,6 +83,18 @@ def test_only_the_supervised_region_is_ever_masked(collator_class):
             assert not real[1:1 + len(sample["prompt_ids"])].any()  # prompt
 
 
+@pytest.mark.parametrize("collator_class", TRAINING)
+def test_the_supervised_mask_is_the_supervised_region(collator_class):
+    examples = _varied_examples()
+    batch = collator_class(builtin_tokenizer(), seed=5)(examples)
+    masked = batch["input_ids"] == builtin_tokenizer().mask_token_id
+    assert not (masked & ~batch["supervised_mask"]).any()
+    for row, sample in enumerate(examples):
+        supervised = batch["supervised_mask"][row][batch["attention_mask"][row]].tolist()
+        given = 1 if collator_class is DefaultMLMCollator else 1 + len(sample["prompt_ids"])  # bos (and prompt)
+        assert supervised == [False] * given + [True] * (len(supervised) - given)
+
+
 def _row_tokens(batch, row):
     return batch["input_ids"][row][batch["attention_mask"][row]].tolist()
 

@@ -19,8 +19,8 @@ def test_a_loss_without_the_evaluators_weight_entry_is_refused_before_training(t
     assert main(["train", *TINY, "trainer.max_steps=2", "loss._target_=test_evaluator_preflight.LossWithoutCount",
                  "+evaluator.loss_weight=masked_tokens", f"run_dir={run_dir}"]) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("xdllm: error: the evaluator AnswerEvaluator cannot score the loss on the batches of "
-                            "collator.val: AnswerEvaluator: loss_weight='masked_tokens' is not an entry of the loss's "
+    assert error.startswith("xdllm: error: the evaluator MLMEvaluator cannot score the loss on the batches of "
+                            "collator.val: MLMEvaluator: loss_weight='masked_tokens' is not an entry of the loss's "
                             "output, which has: loss (evaluator.loss_weight=null weighs each batch by the loss's "
                             "token count, or by its samples)")
     assert not (run_dir / "checkpoints").exists()

@@ -46,9 +46,9 @@ class AnswerEvaluator:
     def _loss_weight(self, out: Mapping[str, Tensor], batch: Mapping[str, Any], loss_fn: LossFunction) -> Tensor:
         if self.loss_weight is not None:
             if self.loss_weight not in out:
-                raise ValueError(f"AnswerEvaluator: loss_weight={self.loss_weight!r} is not an entry of the loss's "
-                                 f"output, which has: {', '.join(sorted(out))} (evaluator.loss_weight=null weighs "
-                                 "each batch by the loss's token count, or by its samples)")
+                raise ValueError(f"{type(self).__name__}: loss_weight={self.loss_weight!r} is not an entry of the "
+                                 f"loss's output, which has: {', '.join(sorted(out))} (evaluator.loss_weight=null "
+                                 "weighs each batch by the loss's token count, or by its samples)")
             return out[self.loss_weight]
         counts = batch_token_counts(loss_fn, batch)
         if counts is not None and len(counts) == 1:

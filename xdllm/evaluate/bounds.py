@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from jaxtyping import Bool, Float, Integer
@@ -55,6 +56,14 @@ def stratified_levels(base: Float[Tensor, "*shape"], level: int, num_levels: int
     return torch.remainder(base + level / num_levels, 1.0)
 
 
+def check_bound_options(where: str, num_levels: int, eps: float) -> None:
+    """Refuse a bound estimate's settings that mean nothing, naming the evaluator."""
+    if num_levels < 1:
+        raise ValueError(f"{where}: num_levels must be >= 1, got {num_levels}")
+    if not 0.0 <= eps < 1.0:
+        raise ValueError(f"{where}: eps must be in [0, 1), got {eps}")
+
+
 def masked_diffusion_bounds(
     denoise: Callable[[Integer[Tensor, "batch seq_len"]], Float[Tensor, "batch seq_len vocab"]],
     clean: Integer[Tensor, "batch seq_len"],
@@ -80,3 +89,15 @@ def masked_diffusion_bounds(
         nll = per_token_nll(denoise(torch.where(masked, mask_token_id, clean)).float(), clean)
         total += torch.where(masked, nll / t[:, None], 0.0).sum(1).double()
     return total / num_levels
+
+
+def denoiser_bounds(model: torch.nn.Module, batch: Mapping[str, Any], supervised: Bool[Tensor, "batch seq_len"], *,
+                    mask_token_id: int, num_levels: int, eps: float, seed: int) -> Float[Tensor, " batch"]:
+    """:func:`masked_diffusion_bounds` of a whole-canvas denoiser called as ``model(noisy,
+    attention_mask=, positions=)`` (MDLM, MLM) on a batch with ``target_ids`` and
+    ``sample_index``, over its ``supervised`` tokens."""
+    def denoise(noisy: Tensor) -> Tensor:
+        return model(noisy, attention_mask=batch.get("attention_mask"), positions=batch.get("positions"))
+
+    return masked_diffusion_bounds(denoise, batch["target_ids"], supervised, batch["sample_index"],
+                                   mask_token_id=mask_token_id, num_levels=num_levels, eps=eps, seed=seed)

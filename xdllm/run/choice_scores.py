@@ -27,7 +27,9 @@ from xdllm.run.device import autocast, batch_to
 from xdllm.run.free_text import is_free_text
 from xdllm.run.generate import checkpoint_fields, place_run
 
-LIKELIHOOD_FAMILIES = "arlm (exact), hybrid (exact, its causal branch), mdlm and bd3lm (the ELBO bound)"
+FAMILY_EVALUATORS = {"mlm": "xdllm_models.mlm.metrics.MLMEvaluator"}
+"""The evaluators that gave a family a likelihood after runs were trained with one without."""
+LIKELIHOOD_FAMILIES = "arlm (exact), hybrid (exact, its causal branch), mdlm, bd3lm and mlm (the ELBO bound)"
 
 
 def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
@@ -36,9 +38,12 @@ def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     _refuse_generation_options(options, path)
     sample_nll = sample_nll_of(run.components.evaluator)
     if sample_nll is None:
+        family = run.config.get("model_family")
+        older = (f" (an {family} run trained before its evaluator had one: give "
+                 f"evaluator._target_={FAMILY_EVALUATORS[family]})" if family in FAMILY_EVALUATORS else "")
         raise XdllmError(f"{path} is a multiple-choice file, scored by the model's likelihood of each choice, and "
-                         f"the {run.config.get('model_family')} family's evaluator has no likelihood of a response; "
-                         f"families that have one: {LIKELIHOOD_FAMILIES}")
+                         f"the {family} family's evaluator has no likelihood of a response{older}; families that "
+                         f"have one: {LIKELIHOOD_FAMILIES}")
     choices = read_choice_file(run, path, options.num_samples, as_documents=is_free_text(run.components.task))
     collate = NamedCollate(run.components.collators["val"], "collator.val")
     size = options.batch_size
@@ -51,7 +56,10 @@ def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
         for start in starts:
             batch = without_scores_on_context(_collated(collate, choices, start, size),
                                               choices.context[start:start + size])
-            values, counts = sample_nll(run.model, batch_to(batch, device))
+            try:
+                values, counts = sample_nll(run.model, batch_to(batch, device))
+            except ValueError as error:
+                raise XdllmError(f"{path}: {error}") from error
             nll.append(values.double())
             tokens.append(counts)
     return {**checkpoint_fields(run), "prompts_file": str(path),
@@ -69,15 +77,21 @@ def _collated(collate: NamedCollate, choices: ChoiceFile, start: int, size: int)
         raise XdllmError(f"{lines} (one batch of choices, batch_size={size}): {error}") from error
 
 
+SUPERVISED_KEYS = ("loss_mask", "supervised_mask")
+"""The batch entries that mark a row's supervised tokens: the families' ``loss_mask``, the MLM
+family's ``supervised_mask``."""
+
+
 def without_scores_on_context(batch: Mapping[str, Any], context: list[int]) -> dict[str, Any]:
     """``batch`` with each row's first ``context`` supervised tokens (a prompt laid out as the
-    start of a free-text document) taken out of its ``loss_mask``: given, never masked, not
+    start of a free-text document) taken out of its supervised tokens: given, never masked, not
     scored."""
     batch = dict(batch)
     if any(context):
-        supervised = batch["loss_mask"] != 0
-        scored = supervised & (supervised.long().cumsum(1) > torch.tensor(context)[:, None])
-        batch["loss_mask"] = scored.to(batch["loss_mask"].dtype)
+        for key in (key for key in SUPERVISED_KEYS if key in batch):
+            supervised = batch[key] != 0
+            scored = supervised & (supervised.long().cumsum(1) > torch.tensor(context)[:, None])
+            batch[key] = scored.to(batch[key].dtype)
     return batch
 
 
