@@ -43,11 +43,16 @@ class MDLMEvaluator(BoundEvaluator):
         num_levels: noise levels ``K`` per sample (forward passes per batch).
         eps: smallest masking level (as in training).
         seed: seed of the noise streams.
+        estimator: ``"time"`` (each token masked with probability ``t``, weighed by ``1/t``) or
+            ``"count"`` (exactly ``l`` tokens masked, weighed by ``n/l``): the same expectation,
+            a smaller spread for ``count`` (:mod:`xdllm.evaluate.bounds`).
     """
 
-    def __init__(self, tokenizer: Tokenizer, num_levels: int = 4, eps: float = 1e-3, seed: int = 0) -> None:
+    def __init__(self, tokenizer: Tokenizer, num_levels: int = 4, eps: float = 1e-3, seed: int = 0,
+                 estimator: str = "time") -> None:
         super().__init__(tokenizer)
-        check_bound_options(type(self).__name__, num_levels, eps)
+        check_bound_options(type(self).__name__, num_levels, eps, estimator)
+        self.estimator = estimator
         self.num_levels = num_levels
         self.eps = eps
         self.seed = seed
@@ -55,4 +60,4 @@ class MDLMEvaluator(BoundEvaluator):
     def sample_bounds(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, " batch"]:
         """Each sample's bound numerator, averaged over the ``K`` levels."""
         return denoiser_bounds(model, batch, batch["loss_mask"] != 0, mask_token_id=self.tokenizer.mask_token_id,
-                               num_levels=self.num_levels, eps=self.eps, seed=self.seed)
+                               num_levels=self.num_levels, eps=self.eps, seed=self.seed, estimator=self.estimator)

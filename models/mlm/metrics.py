@@ -31,13 +31,16 @@ class MLMEvaluator(AnswerEvaluator):
         num_levels: noise levels ``K`` per sample of the bound (forward passes per batch).
         eps: smallest masking level.
         seed: seed of the noise streams.
+        estimator: ``"time"`` or ``"count"``, as :class:`~xdllm_models.mdlm.metrics.MDLMEvaluator`
+            takes it.
         loss_weight: as :class:`AnswerEvaluator` takes it.
     """
 
     def __init__(self, tokenizer: Tokenizer, num_levels: int = 4, eps: float = 1e-3, seed: int = 0,
-                 loss_weight: str | None = None) -> None:
+                 estimator: str = "time", loss_weight: str | None = None) -> None:
         super().__init__(tokenizer, loss_weight)
-        check_bound_options(type(self).__name__, num_levels, eps)
+        check_bound_options(type(self).__name__, num_levels, eps, estimator)
+        self.estimator = estimator
         self.num_levels = num_levels
         self.eps = eps
         self.seed = seed
@@ -53,5 +56,5 @@ class MLMEvaluator(AnswerEvaluator):
                              "collator gives packed rows")
         supervised = batch["supervised_mask"]
         bounds = denoiser_bounds(model, batch, supervised, mask_token_id=self.tokenizer.mask_token_id,
-                                 num_levels=self.num_levels, eps=self.eps, seed=self.seed)
+                                 num_levels=self.num_levels, eps=self.eps, seed=self.seed, estimator=self.estimator)
         return bounds, through_first_eos(batch["target_ids"], supervised, self.tokenizer.eos_token_id).sum(1)

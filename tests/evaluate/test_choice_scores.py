@@ -99,6 +99,10 @@ def test_more_noise_levels_change_the_bound_and_generate_refuses_them(mdlm_run, 
     assert "evaluator options change the likelihood figures of xdllm eval" in capsys.readouterr().err
     assert main(["eval", f"ckpt={mdlm_run}", f"prompts_file={path}", "evaluator.num_level=9"]) == 2
     assert "did you mean evaluator.num_levels?" in capsys.readouterr().err
+    counted = _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={path}", "evaluator.estimator=count")
+    assert counted["answer_nll"] != pytest.approx(default["answer_nll"], rel=1e-6)
+    assert main(["eval", f"ckpt={mdlm_run}", f"prompts_file={path}", "evaluator.estimator=counts"]) == 2
+    assert "estimator must be one of time, count, got 'counts'" in capsys.readouterr().err
 
 
 def test_the_split_s_bound_follows_the_evaluator_options(mdlm_run, capsys):
@@ -174,7 +178,7 @@ def trained_mlm_run(tmp_path_factory):
 def old_mlm_run(tmp_path_factory):
     """An mlm run as trained before its evaluator had a likelihood."""
     return _train(tmp_path_factory, "sort_mlm", "evaluator._target_=xdllm.evaluate.AnswerEvaluator",
-                  "~evaluator.num_levels", "~evaluator.eps", "~evaluator.seed")
+                  "~evaluator.num_levels", "~evaluator.eps", "~evaluator.seed", "~evaluator.estimator")
 
 
 def test_a_task_scored_evaluator_scores_choices_with_its_family_evaluator():
