@@ -1,14 +1,16 @@
 """xdllm: diffusion language models in the masked (MLM) style.
 
 From Python, a trained run: ``xdllm.load_trained(path)`` (a checkpoint file or run directory),
-``xdllm.complete(run, prompts)`` and ``xdllm.evaluate_run(run, split="test")``. They are imported
+``xdllm.complete(run, prompts)``, ``xdllm.evaluate_run(run, split="test")`` and
+``xdllm.score_choices(run, "questions.jsonl")`` (multiple choice, per question). They are imported
 on first use, so that ``import xdllm.<part>`` stays light.
 """
 
 import importlib as _importlib
 
 _LAZY = {"load_trained": "xdllm.run.checkpoint", "TrainedRun": "xdllm.run.checkpoint",
-         "complete": "xdllm.run.complete", "evaluate_run": "xdllm.run.evaluate"}
+         "complete": "xdllm.run.complete", "evaluate_run": "xdllm.run.evaluate",
+         "score_choices": "xdllm.run.evaluate"}
 
 __all__ = sorted(_LAZY)
 

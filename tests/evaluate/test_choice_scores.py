@@ -10,6 +10,7 @@ import xdllm
 from xdllm.cli.main import main
 from xdllm.data.tasks import SudokuTask
 from xdllm.data.tokenizer import builtin_tokenizer
+from xdllm.errors import XdllmError
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.evaluate.task_scores import TaskScoredEvaluator
 from xdllm.run.choice_file import ChoiceFile
@@ -59,7 +60,8 @@ def _questions(n=6):
 def test_the_right_choice_must_score_strictly_lowest_and_per_token_scores_do_not_favour_short_choices():
     # question 0: right by total and per token; 1: a tie counts as wrong; 2: the long right choice
     # loses on its total, wins per token
-    choices = ChoiceFile(examples=[], questions=[0, 0, 1, 1, 2, 2, 2], answers=[1, 0, 2], places=[], context=[0] * 7)
+    choices = ChoiceFile(examples=[], questions=[0, 0, 1, 1, 2, 2, 2], answers=[1, 0, 2], places=[], context=[0] * 7,
+                         texts=[])
     nll = torch.tensor([5.0, 1.0, 2.0, 2.0, 3.0, 3.5, 4.0], dtype=torch.float64)
     tokens = torch.tensor([2, 2, 2, 2, 1, 1, 8])
     scores = choice_accuracy(nll, tokens, choices)
@@ -119,10 +121,20 @@ def test_an_arlm_choice_scores_its_exact_nll_as_eval_of_the_pair_does(arlm_run, 
     assert choices["answer_nll"] == pytest.approx(_summary(capsys, f"ckpt={arlm_run}", f"prompts_file={pair}")["nll"])
 
 
-def test_choice_scores_from_python(arlm_run, tmp_path):
-    path = _write(tmp_path / "q.jsonl", _questions(2))
-    scores = xdllm.evaluate_run(arlm_run, prompts_file=path)
-    assert scores["questions"] == 2 and 0.0 <= scores["choice_accuracy"] <= 1.0
+def test_choice_scores_from_python_and_their_records_per_question(mdlm_run, tmp_path, capsys):
+    path = _write(tmp_path / "q.jsonl", _questions())
+    scores = xdllm.evaluate_run(mdlm_run, prompts_file=path, evaluator={"num_levels": 3})
+    assert scores == _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={path}", "evaluator.num_levels=3")
+    records = xdllm.score_choices(mdlm_run, path, evaluator={"num_levels": 3})
+    assert [record["line"] for record in records] == [f"{path.resolve()}:{n}" for n in range(1, 7)]
+    assert records[0]["choices"] == _questions()[0]["choices"] and records[0]["answer"] == 1
+    assert sum(record["right"] for record in records) / 6 == scores["choice_accuracy"]
+    right_nll = [record["nll"][1] / record["tokens"][1] for record in records]
+    assert sum(right_nll) / 6 == pytest.approx(scores["answer_nll"])
+    assert all(record["nll"][record["picked"]] == min(record["nll"]) for record in records)
+    assert len(xdllm.score_choices(mdlm_run, path, num_questions=2)) == 2
+    with pytest.raises(XdllmError, match="is not a multiple-choice .jsonl file"):
+        xdllm.score_choices(mdlm_run, _write(tmp_path / "pairs.jsonl", [{"prompt": "1 2", "response": "1 2"}]))
 
 
 @pytest.mark.parametrize("line, said", [

@@ -38,6 +38,8 @@ class ChoiceFile:
     context: list[int]
     """How many leading response tokens of each example are the prompt's (free text), given
     and not scored; 0 where the prompt is the example's prompt."""
+    texts: list[tuple[str, list[str]]]
+    """Each question's prompt and choices as the file gives them."""
 
 
 def is_choice_file(path: Path) -> bool:
@@ -69,6 +71,7 @@ def read_choice_file(run: TrainedRun, path: Path, num_questions: int | None = No
     answers: list[int] = []
     places: list[str] = []
     context: list[int] = []
+    texts: list[tuple[str, list[str]]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -88,9 +91,10 @@ def read_choice_file(run: TrainedRun, path: Path, num_questions: int | None = No
             places.append(where)
             context.append(len(prompt_ids) if as_documents else 0)
         answers.append(answer)
+        texts.append((prompt, choices))
     if not answers:
         raise XdllmError(f"prompts_file {path} holds no questions")
-    return ChoiceFile(examples, questions, answers, places, context)
+    return ChoiceFile(examples, questions, answers, places, context, texts)
 
 
 def _question(line: str, where: str) -> tuple[str, list[str], int]:

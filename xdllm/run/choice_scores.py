@@ -9,6 +9,7 @@ generated and nothing is written."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,24 @@ FAMILY_EVALUATORS = {"mlm": "xdllm_models.mlm.metrics.MLMEvaluator"}
 LIKELIHOOD_FAMILIES = "arlm (exact), hybrid (exact, its causal branch), mdlm, bd3lm and mlm (the ELBO bound)"
 
 
+@dataclass(frozen=True)
+class ScoredChoices:
+    """The questions of a multiple-choice file and each choice's NLL (nats) and tokens."""
+
+    choices: ChoiceFile
+    nll: Float[Tensor, " examples"]
+    tokens: Integer[Tensor, " examples"]
+
+
 def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     """Accuracy of the run's likelihood at picking each question's right choice."""
+    scored = scored_choices(run, options)
+    return {**checkpoint_fields(run), "prompts_file": options.prompts_file,
+            **choice_accuracy(scored.nll, scored.tokens, scored.choices)}
+
+
+def scored_choices(run: TrainedRun, options: DictConfig) -> ScoredChoices:
+    """Every choice of ``options.prompts_file`` (its first ``num_samples`` questions) scored."""
     path = Path(options.prompts_file)
     _refuse_generation_options(options, path)
     sample_nll = sample_nll_of(run.components.evaluator)
@@ -62,8 +79,23 @@ def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
                 raise XdllmError(f"{path}: {error}") from error
             nll.append(values.double())
             tokens.append(counts)
-    return {**checkpoint_fields(run), "prompts_file": str(path),
-            **choice_accuracy(torch.cat(nll).cpu(), torch.cat(tokens).cpu(), choices)}
+    return ScoredChoices(choices, torch.cat(nll).cpu(), torch.cat(tokens).cpu())
+
+
+def choice_records(scored: ScoredChoices) -> list[dict[str, Any]]:
+    """One record per question: where it is (``line``), its ``prompt``, ``choices`` and
+    ``answer``, each choice's ``nll`` (nats) and ``tokens``, the choice with the lowest NLL
+    (``picked``: the first of equals) and whether the right one is strictly lowest (``right``)."""
+    choices, nll, tokens = scored.choices, scored.nll.tolist(), scored.tokens.tolist()
+    records, start = [], 0
+    for question, (prompt, texts) in enumerate(choices.texts):
+        scores, counts = nll[start:start + len(texts)], tokens[start:start + len(texts)]
+        answer = choices.answers[question]
+        records.append({"line": choices.places[start], "prompt": prompt, "choices": texts, "answer": answer,
+                        "nll": scores, "tokens": counts, "picked": scores.index(min(scores)),
+                        "right": all(scores[answer] < score for i, score in enumerate(scores) if i != answer)})
+        start += len(texts)
+    return records
 
 
 def _collated(collate: NamedCollate, choices: ChoiceFile, start: int, size: int) -> Mapping[str, Any]:

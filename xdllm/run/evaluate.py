@@ -24,7 +24,7 @@ from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.choice_file import is_choice_file
-from xdllm.run.choice_scores import choice_metrics
+from xdllm.run.choice_scores import choice_metrics, choice_records, scored_choices
 from xdllm.run.device import autocast, batch_to
 from xdllm.run.free_text import is_free_text
 from xdllm.run.generate import checkpoint_fields, load_run, place_run, run_generation
@@ -62,6 +62,27 @@ def evaluate_run(run: TrainedRun | str | Path, *, split: str = "test", num_sampl
     check_values(options, "generate")
     options = generation_options(options)
     return _metrics(run if isinstance(run, TrainedRun) else load_run(options), options)
+
+
+def score_choices(run: TrainedRun | str | Path, prompts_file: str | Path, *, num_questions: int | None = None,
+                  evaluator: Mapping[str, Any] | None = None, device: str = "auto",
+                  batch_size: int = 64) -> list[dict[str, Any]]:
+    """The per-question records behind ``xdllm eval``'s multiple-choice figures (which write
+    nothing): for each of the first ``num_questions`` questions of ``prompts_file``, its
+    choices' NLL and tokens, the choice picked and whether it is right
+    (:func:`~xdllm.run.choice_scores.choice_records`); ``evaluator``: overrides, as
+    ``evaluator.*`` (``{"num_levels": 64, "estimator": "count"}``)."""
+    path = Path(prompts_file).resolve()
+    if not is_choice_file(path):
+        raise XdllmError(f"{path} is not a multiple-choice .jsonl file (its first line has no 'choices')")
+    options = OmegaConf.load(ROOT_CONFIG_DIR / "generate.yaml")
+    checkpoint = run.checkpoint if isinstance(run, TrainedRun) else run
+    options.merge_with({"ckpt": str(checkpoint), "prompts_file": str(path), "num_samples": num_questions,
+                        "device": device, "batch_size": batch_size, "evaluator": dict(evaluator or {})})
+    check_values(options, "generate")
+    options = generation_options(options)
+    run, options = _with_evaluator_options(run if isinstance(run, TrainedRun) else load_run(options), options)
+    return choice_records(scored_choices(run, options))
 
 
 def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
