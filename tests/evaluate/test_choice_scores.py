@@ -97,6 +97,7 @@ def test_more_noise_levels_change_the_bound_and_generate_refuses_them(mdlm_run, 
     default = _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={path}")
     more = _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={path}", "evaluator.num_levels=9")
     assert more["answer_nll"] != pytest.approx(default["answer_nll"], rel=1e-6)
+    assert more["evaluator"] == {"num_levels": 9} and "evaluator" not in default  # the summary says what it used
     assert main(["generate", f"ckpt={mdlm_run}", "evaluator.num_levels=9", "num_samples=2"]) == 2
     assert "evaluator options change the likelihood figures of xdllm eval" in capsys.readouterr().err
     assert main(["eval", f"ckpt={mdlm_run}", f"prompts_file={path}", "evaluator.num_level=9"]) == 2

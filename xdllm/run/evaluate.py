@@ -86,9 +86,15 @@ def score_choices(run: TrainedRun | str | Path, prompts_file: str | Path, *, num
 
 
 def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
+    """:func:`_figures`, and the evaluator options given (which change them) where there are."""
+    given = OmegaConf.to_container(options.evaluator, resolve=True)
+    figures = _figures(*_with_evaluator_options(run, options))
+    return {**figures, "evaluator": given} if given else figures
+
+
+def _figures(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
     """Loss (deterministic corruption) and generation metrics on a split; writes nothing. On
     free text, the loss metrics only: a generation there has nothing to be scored against."""
-    run, options = _with_evaluator_options(run, options)
     if options.prompts_file:
         if is_choice_file(Path(options.prompts_file)):
             return choice_metrics(run, options)
