@@ -3,6 +3,7 @@
 A relative path means the directory of the ``xdllm train`` call. The run records the absolute
 form (``config.yaml``, the checkpoint's config, ``overrides.yaml``), so ``generate``, ``eval`` and
 ``resume=`` work from any directory. The path-valued keys: ``tokenizer`` (unless ``builtin``), ``init_from``, ``judge``,
+``validation_choices``,
 the task's ``params`` named ``path`` or ``*_path``, ``*_file``, ``*_dir``, every ``frozen.*`` model,
 the keys of the family's components (``model``, ``collator.*``, ``loss``, ``predictor``,
 ``evaluator``, nested nodes included) with those names or the name of a frozen model of the run
@@ -56,7 +57,7 @@ def _set_strings(config: DictConfig, node: str, is_path_key: Callable[[str], boo
 def _path_values(config: DictConfig) -> dict[str, str]:
     """The set path-valued keys (dotted) of a composed train config and their values."""
     values = {"tokenizer": config.tokenizer} if config.tokenizer != BUILTIN_TOKENIZER else {}
-    for key in ("init_from", "judge"):
+    for key in ("init_from", "judge", "validation_choices"):
         if isinstance(config.get(key), str) and config[key]:
             values[key] = config[key]
     values.update(_set_strings(config, "task.params", PATH_NAMES.fullmatch))

@@ -122,6 +122,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "history.num_samples": COUNT,
         "history.k": POSITIVE,
         "judge": Rule((str,), nullable=True),
+        "validation_choices": Rule((str,), nullable=True),
     },
     "generate": {
         "ckpt": Rule((str,), nullable=True),  # null: not given (required, checked when it runs)

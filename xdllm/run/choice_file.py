@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xdllm.errors import XdllmError
-from xdllm.interfaces import Example
-from xdllm.run.checkpoint import TrainedRun
+from xdllm.interfaces import Example, Tokenizer
 from xdllm.run.prompt_sources import CHOICES_FIELD, PROMPT_FIELD, prompt_example, response_ids
 
 ANSWER_FIELD = "answer"
@@ -57,11 +56,13 @@ def is_choice_file(path: Path) -> bool:
     return False
 
 
-def read_choice_file(run: TrainedRun, path: Path, num_questions: int | None = None,
+def read_choice_file(tokenizer: Tokenizer, path: Path, num_questions: int | None = None,
                      as_documents: bool = False) -> ChoiceFile:
     """The first ``num_questions`` questions of ``path`` (None: all), tokenized with the run's
     tokenizer, each choice after its prompt as one document where ``as_documents`` (a run
     trained on free text); a malformed line is refused naming it."""
+    if not path.is_file():
+        raise XdllmError(f"multiple-choice file not found: {path}")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as error:
@@ -80,9 +81,9 @@ def read_choice_file(run: TrainedRun, path: Path, num_questions: int | None = No
         where = f"{path}:{number}"
         prompt, choices, answer = _question(line, where)
         question = len(answers)
-        prompt_ids = prompt_example(run, prompt, question, where)["prompt_ids"]
+        prompt_ids = prompt_example(tokenizer, prompt, question, where)["prompt_ids"]
         for index, choice in enumerate(choices):
-            target = response_ids(run, choice, f"{where}: choice {index}")
+            target = response_ids(tokenizer, choice, f"{where}: choice {index}")
             if as_documents:
                 examples.append(Example(prompt_ids=[], target_ids=prompt_ids + target, sample_index=question, step=0))
             else:

@@ -21,7 +21,7 @@ from torch import Tensor
 from xdllm.data.named_collate import NamedCollate
 from xdllm.errors import XdllmError
 from xdllm.evaluate.task_scores import TaskScoredEvaluator
-from xdllm.run.build import position_overflow
+from xdllm.run.build import RunComponents, position_overflow
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.choice_file import ChoiceFile, read_choice_file
 from xdllm.run.device import autocast, batch_to
@@ -53,33 +53,69 @@ def scored_choices(run: TrainedRun, options: DictConfig) -> ScoredChoices:
     """Every choice of ``options.prompts_file`` (its first ``num_samples`` questions) scored."""
     path = Path(options.prompts_file)
     _refuse_generation_options(options, path)
-    sample_nll = sample_nll_of(run.components.evaluator)
+    sample_nll = _family_sample_nll(run.components, path)
+    choices = read_choice_file(run.tokenizer, path, options.num_samples, as_documents=is_free_text(run.components.task))
+    collate = NamedCollate(run.components.collators["val"], "collator.val")
+    _check_all_positions(run.model, collate, choices, options.batch_size)
+    device, dtype = place_run(run, options.device)
+    with torch.inference_mode(), autocast(device, dtype):
+        nll, tokens = _choice_nll(run.model, collate, sample_nll, choices, options.batch_size, device, path)
+    return ScoredChoices(choices, nll, tokens)
+
+
+class ChoiceProbe:
+    """A multiple-choice file scored at every validation of a training run
+    (``validation_choices=``): ``val/choice_accuracy``, ``val/choice_accuracy_per_token`` and
+    ``val/answer_nll``, each process scoring every question (the figures need no reduction)."""
+
+    def __init__(self, path: Path, components: RunComponents, batch_size: int) -> None:
+        self.path = path
+        self.sample_nll = _family_sample_nll(components, path)
+        self.choices = read_choice_file(components.tokenizer, path, as_documents=is_free_text(components.task))
+        self.collate = NamedCollate(components.collators["val"], "collator.val")
+        self.batch_size = batch_size
+        _check_all_positions(components.model, self.collate, self.choices, batch_size)
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+        device = next(model.parameters()).device
+        nll, tokens = _choice_nll(model, self.collate, self.sample_nll, self.choices, self.batch_size, device,
+                                  self.path)
+        scores = choice_accuracy(nll, tokens, self.choices)
+        return {name: float(scores[name]) for name in ("choice_accuracy", "choice_accuracy_per_token", "answer_nll")}
+
+
+def _family_sample_nll(components: RunComponents, path: Path) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The family evaluator's ``sample_nll``, or a refusal naming the families that have one."""
+    sample_nll = sample_nll_of(components.evaluator)
     if sample_nll is None:
-        family = run.config.get("model_family")
+        family = components.config.get("model_family")
         older = (f" (an {family} run trained before its evaluator had one: give "
                  f"evaluator._target_={FAMILY_EVALUATORS[family]})" if family in FAMILY_EVALUATORS else "")
         raise XdllmError(f"{path} is a multiple-choice file, scored by the model's likelihood of each choice, and "
                          f"the {family} family's evaluator has no likelihood of a response{older}; families that "
                          f"have one: {LIKELIHOOD_FAMILIES}")
-    choices = read_choice_file(run, path, options.num_samples, as_documents=is_free_text(run.components.task))
-    collate = NamedCollate(run.components.collators["val"], "collator.val")
-    size = options.batch_size
-    starts = range(0, len(choices.examples), size)
-    for start in starts:  # every batch checked before the model runs; collated again below, not kept
-        _check_positions(run, _collated(collate, choices, start, size), choices.places[start:start + size])
-    device, dtype = place_run(run, options.device)
+    return sample_nll
+
+
+def _choice_nll(model: torch.nn.Module, collate: NamedCollate, sample_nll: Callable[..., tuple[Tensor, Tensor]],
+                choices: ChoiceFile, size: int, device: torch.device, path: Path) -> tuple[Tensor, Tensor]:
+    """Every choice's NLL and tokens (on the CPU), batch by batch of ``size`` examples."""
     nll, tokens = [], []
-    with torch.inference_mode(), autocast(device, dtype):
-        for start in starts:
-            batch = without_scores_on_context(_collated(collate, choices, start, size),
-                                              choices.context[start:start + size])
-            try:
-                values, counts = sample_nll(run.model, batch_to(batch, device))
-            except ValueError as error:
-                raise XdllmError(f"{path}: {error}") from error
-            nll.append(values.double())
-            tokens.append(counts)
-    return ScoredChoices(choices, torch.cat(nll).cpu(), torch.cat(tokens).cpu())
+    for start in range(0, len(choices.examples), size):
+        batch = without_scores_on_context(_collated(collate, choices, start, size), choices.context[start:start + size])
+        try:
+            values, counts = sample_nll(model, batch_to(batch, device))
+        except ValueError as error:
+            raise XdllmError(f"{path}: {error}") from error
+        nll.append(values.double())
+        tokens.append(counts)
+    return torch.cat(nll).cpu(), torch.cat(tokens).cpu()
+
+
+def _check_all_positions(model: torch.nn.Module, collate: NamedCollate, choices: ChoiceFile, size: int) -> None:
+    """Every batch checked before the model runs (collated again to be scored, not kept)."""
+    for start in range(0, len(choices.examples), size):
+        _check_positions(model, _collated(collate, choices, start, size), choices.places[start:start + size])
 
 
 def choice_records(scored: ScoredChoices) -> list[dict[str, Any]]:
@@ -161,12 +197,12 @@ def _is_right(right: Tensor, question: Tensor) -> Tensor:
     return torch.arange(len(question)) == right[question]
 
 
-def _check_positions(run: TrainedRun, batch: Mapping[str, Any], places: list[str]) -> None:
+def _check_positions(model: torch.nn.Module, batch: Mapping[str, Any], places: list[str]) -> None:
     """Refuse a prompt and choice longer than the model's positions, naming its line."""
     real = batch["attention_mask"].bool()
     used = torch.where(real, batch["positions"], -1).amax(1) + 1 if "positions" in batch else real.sum(1)
     row = int(used.argmax())
-    overflow = position_overflow(run.model, None, int(used[row]), 0)
+    overflow = position_overflow(model, None, int(used[row]), 0)
     if overflow is not None:
         raise XdllmError(f"{places[row]}: the prompt with a choice takes {overflow.needed} positions as the val "
                          f"collator lays it out; the model has max_positions={overflow.limit}: shorten the prompt "

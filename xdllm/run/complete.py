@@ -59,7 +59,8 @@ def complete(run: TrainedRun | str | Path, prompts: Iterable[str], *, predictor:
         run = load_trained(run)
     chosen = run.predictor(**(predictor or {}))
     places = [f"prompts[{index}]" for index in range(len(prompts))]
-    examples = [prompt_example(run, text, index, place) for index, (text, place) in enumerate(zip(prompts, places))]
+    examples = [prompt_example(run.tokenizer, text, index, place)
+                for index, (text, place) in enumerate(zip(prompts, places))]
     if responses is not None:
         examples = _with_responses(run, examples, responses, chosen)
     refuse_masks_to_continue(run, chosen, examples, places, "predictor={'max_new_tokens': 0}")
@@ -85,7 +86,7 @@ def _with_responses(run: TrainedRun, examples: list[Example], responses: Iterabl
     if len(responses) != len(examples):
         raise XdllmError(f"{len(responses)} responses for {len(examples)} prompts: give one response per prompt")
     places = [f"responses[{index}]" for index in range(len(responses))]
-    scored = [{**example, "target_ids": response_ids(run, text, place)}
+    scored = [{**example, "target_ids": response_ids(run.tokenizer, text, place)}
               for example, text, place in zip(examples, responses, places)]
     check_responses_fit(scored, places, predictor)
     return scored

@@ -19,7 +19,7 @@ from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.data.named_collate import NamedCollate
 from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError
-from xdllm.interfaces import Example
+from xdllm.interfaces import Example, Tokenizer
 from xdllm.run.build import build_datamodule, position_overflow
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.free_text import is_free_text
@@ -41,11 +41,10 @@ class PromptsFile:
     """Whether the prompts come with responses to score against (``target_ids``)."""
 
 
-def prompt_example(run: TrainedRun, text: str, sample_index: int, where: str) -> Example:
+def prompt_example(tokenizer: Tokenizer, text: str, sample_index: int, where: str) -> Example:
     """``text`` tokenized with the run's tokenizer as a prompt to complete; a text the tokenizer
     cannot encode, or encodes in part as its unknown token (a word-level vocabulary), is refused
     naming ``where`` it came from."""
-    tokenizer = run.tokenizer
     try:
         prompt_ids = tokenizer.encode(text)
     except ValueError as error:
@@ -92,9 +91,9 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
             continue
         places.append(f"{path}:{number}")
         prompt, response = _prompt_and_response(line, places[-1]) if path.suffix == ".jsonl" else (line.strip(), None)
-        example = prompt_example(run, prompt, len(examples), places[-1])
+        example = prompt_example(run.tokenizer, prompt, len(examples), places[-1])
         if response is not None:
-            example = {**example, "target_ids": response_ids(run, response, places[-1])}
+            example = {**example, "target_ids": response_ids(run.tokenizer, response, places[-1])}
         examples.append(example)
         responded.append(response is not None)
     if not examples:
@@ -131,9 +130,9 @@ def _prompt_and_response(line: str, where: str) -> tuple[str, str | None]:
     return record[PROMPT_FIELD], response
 
 
-def response_ids(run: TrainedRun, response: str, where: str) -> list[int]:
+def response_ids(tokenizer: Tokenizer, response: str, where: str) -> list[int]:
     try:
-        return run.tokenizer.encode(response)
+        return tokenizer.encode(response)
     except ValueError as error:
         raise XdllmError(f"{where}: the response: {error}") from error
 

@@ -32,6 +32,7 @@ from xdllm.config.run_paths import record_absolute_paths
 from xdllm.errors import CollateError, XdllmError, os_error_text
 from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import ResumePoint, resume_point
+from xdllm.run.choice_scores import ChoiceProbe
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
 from xdllm.run.initial_weights import initial_weights, shape_misfits
@@ -272,6 +273,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         checkpoint_extras={**tokenizer_record(components.tokenizer), **started_from},
         judge=judge,
         free_text=is_free_text(components.task),
+        validation_probe=(ChoiceProbe(Path(config.validation_choices), components, config.data.eval_batch_size)
+                          if config.get("validation_choices") else None),
     )
     check_loss_reads_collated_batches(module, components.collators, datamodule.held_out_examples("validation")[:2],
                                       config.get("model_family", "<unknown>"),

@@ -74,6 +74,9 @@ class DiffusionLMModule(L.LightningModule):
     ``val/gen_entropy``, ``val/gen_ended``; :mod:`xdllm.evaluate.generative_perplexity`); outside
     the state dict.
     ``free_text``: prediction batches lose their ``target_ids`` (a held-out document is no answer).
+    ``validation_probe``, when set, gives more figures at the end of every validation from the
+    model (``model -> {name: value}``, logged as ``val/<name>``: the multiple-choice scores of
+    ``validation_choices=``); every process computes all of them, so they need no reduction.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class DiffusionLMModule(L.LightningModule):
         checkpoint_extras: Mapping[str, Any] | None = None,
         judge: GenerativeJudge | None = None,
         free_text: bool = False,
+        validation_probe: Callable[[torch.nn.Module], Mapping[str, float]] | None = None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -111,6 +115,7 @@ class DiffusionLMModule(L.LightningModule):
         self.evaluation_loss = EvaluationLoss(loss_fn, self.frozen)
         self._predictor_extras = {"frozen": self.frozen} if takes_frozen(predictor) else {}
         self.judge = judge  # not a Module: never registered, saved or trained
+        self.validation_probe = validation_probe
         self.free_text = free_text
         self._val_totals = MetricTotals()
         self.weight_average: WeightAverage | None = None  # made at fit start, on the weights' device
@@ -262,6 +267,8 @@ class DiffusionLMModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         means = self._val_totals.means(reduce=self._sum_over_processes)
         values = finalize_with_judge(self.evaluator, means)
+        if self.validation_probe is not None:
+            values.update(self.validation_probe(self.model))
         for name, value in values.items():
             self.log(f"val/{name}", value, prog_bar=True)
         self._write_curves(values)

@@ -1,0 +1,53 @@
+"""``validation_choices=``: a multiple-choice file scored at every validation of a training run."""
+
+import json
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tiny_run import TINY_MLM, TINY_RUN
+
+from xdllm.cli.main import main
+
+QUESTIONS = [{"prompt": prompt, "choices": [prompt, " ".join(sorted(prompt.split())), "0 0 0 0"], "answer": 1}
+             for prompt in ("4 3 2 1", "2 1 4 3", "3 3 1 2", "9 8 7 6")]
+
+
+def _questions(tmp_path):
+    path = tmp_path / "questions.jsonl"
+    path.write_text("".join(json.dumps(question) + "\n" for question in QUESTIONS))
+    return path
+
+
+def _train(run_dir, *overrides):
+    return main(["train", "experiment=sort_mdlm", *TINY_RUN[1:], *TINY_MLM, "trainer.max_steps=4",
+                 "trainer.val_check_interval=2", f"run_dir={run_dir}", *overrides])
+
+
+def test_every_validation_logs_the_choice_scores_that_eval_gives_for_its_weights(tmp_path, capsys):
+    path, run_dir = _questions(tmp_path), tmp_path / "run"
+    assert _train(run_dir, f"validation_choices={path}", "checkpoint.monitor=val/choice_accuracy") == 0
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert [s.step for s in events.Scalars("val/choice_accuracy")] == [2, 4]
+    logged = {tag: events.Scalars(f"val/{tag}")[-1].value for tag in ("answer_nll", "choice_accuracy")}
+    capsys.readouterr()
+    assert main(["eval", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", f"prompts_file={path}"]) == 0
+    out = capsys.readouterr().out
+    scores = json.loads(out[out.index("{"):])
+    assert logged["answer_nll"] == pytest.approx(scores["answer_nll"], rel=1e-5)
+    assert logged["choice_accuracy"] == pytest.approx(scores["choice_accuracy"])
+    assert "mode: max" in (run_dir / "config.yaml").read_text()  # a higher accuracy is the better checkpoint
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (["validation_choices={missing}"], "multiple-choice file not found: {missing}"),
+    (["model=mlm", "evaluator._target_=xdllm.evaluate.AnswerEvaluator", "~evaluator.num_levels", "~evaluator.eps",
+      "~evaluator.seed", "~evaluator.estimator", "validation_choices={questions}"],
+     "the mlm family's evaluator has no likelihood of a response"),
+])
+def test_a_file_that_cannot_be_scored_is_refused_before_the_run_starts(tmp_path, capsys, overrides, said):
+    questions, missing, run_dir = _questions(tmp_path), tmp_path / "missing.jsonl", tmp_path / "run"
+    filled = [override.format(questions=questions, missing=missing) for override in overrides]
+    assert _train(run_dir, *filled) == 2
+    assert said.format(missing=missing) in capsys.readouterr().err
+    assert not run_dir.exists()
