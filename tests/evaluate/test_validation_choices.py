@@ -25,7 +25,11 @@ def _train(run_dir, *overrides):
 
 def test_every_validation_logs_the_choice_scores_that_eval_gives_for_its_weights(tmp_path, capsys):
     path, run_dir = _questions(tmp_path), tmp_path / "run"
-    assert _train(run_dir, f"validation_choices={path}", "checkpoint.monitor=val/choice_accuracy") == 0
+    capsys.readouterr()
+    assert _train(run_dir, f"validation_choices={path}", "checkpoint.monitor=val/choice_accuracy",
+                  "generate_after_train=true") == 0
+    out = capsys.readouterr().out
+    after_training = json.loads(out[out.index("{"):])["validation_choices"]  # the best checkpoint's
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     assert [s.step for s in events.Scalars("val/choice_accuracy")] == [2, 4]
@@ -37,6 +41,10 @@ def test_every_validation_logs_the_choice_scores_that_eval_gives_for_its_weights
     assert logged["answer_nll"] == pytest.approx(scores["answer_nll"], rel=1e-5)
     assert logged["choice_accuracy"] == pytest.approx(scores["choice_accuracy"])
     assert "mode: max" in (run_dir / "config.yaml").read_text()  # a higher accuracy is the better checkpoint
+    assert main(["eval", f"ckpt={run_dir}", f"prompts_file={path}"]) == 0  # best.ckpt
+    out = capsys.readouterr().out
+    best = json.loads(out[out.index("{"):])
+    assert after_training == {key: best[key] for key in after_training} and after_training["questions"] == 4
 
 
 @pytest.mark.parametrize("overrides, said", [

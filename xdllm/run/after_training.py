@@ -6,6 +6,8 @@
   (also logged as ``test/<name>`` in the run's TensorBoard), and ``text_samples_after_train``
   generated samples to read (0: none), not a full split of long unconditional generations, drawn
   at ``text_samples_temperature`` (greedy decoding of empty prompts gives one text N times).
+- With ``validation_choices``: the same checkpoint's scores on that multiple-choice file too
+  (``"validation_choices": {"questions", "choice_accuracy", ...}``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import load_trained
-from xdllm.run.evaluate import held_out_loss
+from xdllm.run.evaluate import evaluate_run, held_out_loss
 from xdllm.run.generate import checkpoint_fields, generate, generate_from_config
 from xdllm.run.generation_record import write_scalars
 from xdllm.run.train import TrainResult
@@ -53,6 +55,9 @@ def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int
     return summary
 
 
+CHOICE_FIGURES = ("questions", "choice_accuracy", "choice_accuracy_per_token", "answer_nll")
+
+
 def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] | None:
     """The after-training step of a run that trained to its end, as ``config`` asks
     (``generate_after_train``); None where it asks none or no checkpoint was saved. A failure or
@@ -62,8 +67,12 @@ def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] |
         return None
     again = command("xdllm", "generate", override("ckpt", result.run_dir))
     try:
-        return generate_after_training(checkpoint, result.free_text, config.text_samples_after_train,
-                                       config.text_samples_temperature, config.get("judge"))
+        summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train,
+                                          config.text_samples_temperature, config.get("judge"))
+        if config.get("validation_choices"):
+            scores = evaluate_run(checkpoint, prompts_file=config.validation_choices)
+            summary["validation_choices"] = {key: scores[key] for key in CHOICE_FIGURES}
+        return summary
     except XdllmError as error:
         raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
                          f"training failed: {error}. Generate again with {again} once that is fixed") from error
