@@ -49,6 +49,7 @@ def test_every_validation_logs_the_choice_scores_that_eval_gives_for_its_weights
 
 @pytest.mark.parametrize("overrides, said", [
     (["validation_choices={missing}"], "multiple-choice file not found: {missing}"),
+    (["validation_choices="], "validation_choices= is empty: give a multiple-choice .jsonl file, or null for none"),
     (["model=mlm", "evaluator._target_=xdllm.evaluate.AnswerEvaluator", "~evaluator.num_levels", "~evaluator.eps",
       "~evaluator.seed", "~evaluator.estimator", "validation_choices={questions}"],
      "the mlm family's evaluator has no likelihood of a response"),

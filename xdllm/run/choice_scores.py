@@ -68,10 +68,12 @@ class ChoiceProbe:
     (``validation_choices=``): ``val/choice_accuracy``, ``val/choice_accuracy_per_token`` and
     ``val/answer_nll``, each process scoring every question (the figures need no reduction)."""
 
-    def __init__(self, path: Path, components: RunComponents, batch_size: int) -> None:
-        self.path = path
-        self.sample_nll = _family_sample_nll(components, path)
-        self.choices = read_choice_file(components.tokenizer, path, as_documents=is_free_text(components.task))
+    def __init__(self, path: str, components: RunComponents, batch_size: int) -> None:
+        if not path.strip():
+            raise XdllmError("validation_choices= is empty: give a multiple-choice .jsonl file, or null for none")
+        self.path = Path(path)
+        self.sample_nll = _family_sample_nll(components, self.path)
+        self.choices = read_choice_file(components.tokenizer, self.path, as_documents=is_free_text(components.task))
         self.collate = NamedCollate(components.collators["val"], "collator.val")
         self.batch_size = batch_size
         _check_all_positions(components.model, self.collate, self.choices, batch_size)

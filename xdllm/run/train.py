@@ -273,8 +273,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         checkpoint_extras={**tokenizer_record(components.tokenizer), **started_from},
         judge=judge,
         free_text=is_free_text(components.task),
-        validation_probe=(ChoiceProbe(Path(config.validation_choices), components, config.data.eval_batch_size)
-                          if config.get("validation_choices") else None),
+        validation_probe=(ChoiceProbe(config.validation_choices, components, config.data.eval_batch_size)
+                          if config.get("validation_choices") is not None else None),
     )
     check_loss_reads_collated_batches(module, components.collators, datamodule.held_out_examples("validation")[:2],
                                       config.get("model_family", "<unknown>"),
