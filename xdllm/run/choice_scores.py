@@ -176,16 +176,19 @@ def choice_accuracy(nll: Float[Tensor, " examples"], tokens: Integer[Tensor, " e
                     choices: ChoiceFile) -> dict[str, float | int]:
     """``choice_accuracy``: the share of questions whose right choice has the strictly lowest
     NLL; ``choice_accuracy_per_token``: the same by NLL per token (through the first EOS), which
-    does not favour short choices; ``chance``: what picking at random scores; ``answer_nll``:
-    the right choices' mean NLL per token."""
+    does not favour short choices; ``choice_accuracy_per_char``: by NLL per character of the
+    choice's text (lm-eval's ``acc_norm``, the same whatever the tokenizer); ``chance``: what
+    picking at random scores; ``answer_nll``: the right choices' mean NLL per token."""
     question = torch.tensor(choices.questions)
     n_questions = len(choices.answers)
     first = torch.zeros(n_questions, dtype=torch.long).scatter_reduce(
         0, question, torch.arange(len(question)), "amin", include_self=False)
     right = first + torch.tensor(choices.answers)
     per_token = nll / tokens.clamp_min(1)
+    chars = torch.tensor([len(text) for _, texts in choices.texts for text in texts], dtype=nll.dtype)
     accuracy = {}
-    for name, score in (("choice_accuracy", nll), ("choice_accuracy_per_token", per_token)):
+    for name, score in (("choice_accuracy", nll), ("choice_accuracy_per_token", per_token),
+                        ("choice_accuracy_per_char", nll / chars.clamp_min(1))):
         best_other = torch.full((n_questions,), float("inf"), dtype=score.dtype).scatter_reduce(
             0, question, torch.where(_is_right(right, question), float("inf"), score), "amin")
         accuracy[name] = float((score[right] < best_other).double().mean())
