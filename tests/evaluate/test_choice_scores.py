@@ -62,7 +62,7 @@ def test_the_right_choice_must_score_strictly_lowest_and_normalised_scores_do_no
     # loses on its total, wins per token and per character
     texts = [("q0", ["a b", "c d"]), ("q1", ["e f", "g h"]), ("q2", ["i", "j", "k l m n o p q"])]
     choices = ChoiceFile(examples=[], questions=[0, 0, 1, 1, 2, 2, 2], answers=[1, 0, 2], places=[], context=[0] * 7,
-                         texts=texts)
+                         texts=texts, sha256="")
     nll = torch.tensor([5.0, 1.0, 2.0, 2.0, 3.0, 3.5, 4.0], dtype=torch.float64)
     tokens = torch.tensor([2, 2, 2, 2, 1, 1, 8])
     scores = choice_accuracy(nll, tokens, choices)
@@ -73,7 +73,7 @@ def test_the_right_choice_must_score_strictly_lowest_and_normalised_scores_do_no
     assert scores["chance"] == pytest.approx((1 / 2 + 1 / 2 + 1 / 3) / 3)
     assert scores["answer_nll"] == pytest.approx((0.5 + 1.0 + 0.5) / 3)
     longer = ChoiceFile(examples=[], questions=[0, 0], answers=[1], places=[], context=[0] * 2,
-                        texts=[("q", ["ab", "cdefgh"])])  # the same tokens, three times the characters
+                        texts=[("q", ["ab", "cdefgh"])], sha256="")  # the same tokens, three times the characters
     two = choice_accuracy(torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([2, 2]), longer)
     assert (two["choice_accuracy_per_token"], two["choice_accuracy_per_char"]) == (0.0, 1.0)
 

@@ -1,6 +1,7 @@
 """``validation_choices=``: a multiple-choice file scored at every validation of a training run."""
 
 import json
+import logging
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -60,3 +61,16 @@ def test_a_file_that_cannot_be_scored_is_refused_before_the_run_starts(tmp_path,
     assert _train(run_dir, *filled) == 2
     assert said.format(missing=missing) in capsys.readouterr().err
     assert not run_dir.exists()
+
+
+def test_a_resumed_run_says_when_its_questions_changed(tmp_path, caplog):
+    path, run_dir = _questions(tmp_path), tmp_path / "run"
+    assert _train(run_dir, f"validation_choices={path}") == 0
+    with caplog.at_level(logging.WARNING, logger="xdllm.run.train"):
+        assert main(["train", f"resume={run_dir}", "trainer.max_steps=6"]) == 0  # the same file: nothing said
+    assert "has changed since" not in caplog.text
+    path.write_text(path.read_text().replace('"answer": 1', '"answer": 0'))
+    with caplog.at_level(logging.WARNING, logger="xdllm.run.train"):
+        assert main(["train", f"resume={run_dir}", "trainer.max_steps=8"]) == 0
+    assert f"validation_choices={path} has changed since" in caplog.text
+    assert "the val/choice_* figures from step 6 on score other questions" in caplog.text

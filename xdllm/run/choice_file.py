@@ -10,6 +10,7 @@ text, on the canvas it learned (an EOS fill counted from the document's start)."
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,8 @@ class ChoiceFile:
     and not scored; 0 where the prompt is the example's prompt."""
     texts: list[tuple[str, list[str]]]
     """Each question's prompt and choices as the file gives them."""
+    sha256: str
+    """The SHA-256 of the file's bytes (a training run's checkpoints record it)."""
 
 
 def is_choice_file(path: Path) -> bool:
@@ -63,8 +66,9 @@ def read_choice_file(tokenizer: Tokenizer, path: Path, num_questions: int | None
     trained on free text); a malformed line is refused naming it."""
     if not path.is_file():
         raise XdllmError(f"multiple-choice file not found: {path}")
+    content = path.read_bytes()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = content.decode("utf-8").splitlines()
     except UnicodeDecodeError as error:
         raise XdllmError(f"prompts_file {path} is not UTF-8 text: {error}") from error
     examples: list[Example] = []
@@ -95,7 +99,7 @@ def read_choice_file(tokenizer: Tokenizer, path: Path, num_questions: int | None
         texts.append((prompt, choices))
     if not answers:
         raise XdllmError(f"prompts_file {path} holds no questions")
-    return ChoiceFile(examples, questions, answers, places, context, texts)
+    return ChoiceFile(examples, questions, answers, places, context, texts, hashlib.sha256(content).hexdigest())
 
 
 def _question(line: str, where: str) -> tuple[str, list[str], int]:

@@ -142,9 +142,22 @@ def progress_as_lines(progress: str, bar_enabled: bool = True) -> bool:
     return progress == "lines" or (progress == "auto" and not (on_terminal and bar_enabled))
 
 
-def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig) -> None:
-    """The checkpoint must hold this model: same family, same parameter names and shapes."""
+CHOICES_SHA256_KEY = "xdllm_validation_choices_sha256"
+"""The checkpoint entry holding the SHA-256 of the run's ``validation_choices`` file."""
+
+
+def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig,
+                         choices_sha256: str | None = None) -> None:
+    """The checkpoint must hold this model: same family, same parameter names and shapes. A
+    ``validation_choices`` file that changed since the checkpoint (``choices_sha256``: its
+    digest now) is said: the figures from here on score other questions."""
     checkpoint = torch.load(point.checkpoint, map_location="cpu", weights_only=False, mmap=True)
+    recorded = checkpoint.get(CHOICES_SHA256_KEY)
+    if choices_sha256 is not None and recorded is not None and recorded != choices_sha256:
+        log.warning("validation_choices=%s has changed since %s was saved (sha256 %s..., now %s...): the "
+                    "val/choice_* figures from step %d on score other questions than those before",
+                    config.validation_choices, point.checkpoint, recorded[:12], choices_sha256[:12],
+                    point.global_step)
     family = checkpoint.get("xdllm_config", {}).get("model_family")
     if family != config.model_family:
         raise XdllmError(f"resume: {point.checkpoint} holds a {family} model, this run builds "
@@ -253,8 +266,10 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         run_dir=run_dir, tokenizer=components.tokenizer,
         num_samples=config.history.num_samples, k=config.history.k,
         grid=getattr(components.task, "grid_shape", None))
+    probe = (ChoiceProbe(config.validation_choices, components, config.data.eval_batch_size)
+             if config.get("validation_choices") is not None else None)
     if point is not None:
-        check_resume_matches(point, components.model, config)
+        check_resume_matches(point, components.model, config, probe.choices.sha256 if probe is not None else None)
         if launching:
             log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
     frozen, frozen_sources = load_frozen_models(config)
@@ -270,11 +285,11 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         config=resolved,
         frozen=frozen,
         frozen_sources=frozen_sources,
-        checkpoint_extras={**tokenizer_record(components.tokenizer), **started_from},
+        checkpoint_extras={**tokenizer_record(components.tokenizer), **started_from,
+                           **({CHOICES_SHA256_KEY: probe.choices.sha256} if probe is not None else {})},
         judge=judge,
         free_text=is_free_text(components.task),
-        validation_probe=(ChoiceProbe(config.validation_choices, components, config.data.eval_batch_size)
-                          if config.get("validation_choices") is not None else None),
+        validation_probe=probe,
     )
     check_loss_reads_collated_batches(module, components.collators, datamodule.held_out_examples("validation")[:2],
                                       config.get("model_family", "<unknown>"),
