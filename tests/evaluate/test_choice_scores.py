@@ -8,13 +8,14 @@ from tiny_run import TINY_MLM, TINY_RUN, TINY_TEXT
 
 import xdllm
 from xdllm.cli.main import main
+from xdllm.data.named_collate import NamedCollate
 from xdllm.data.tasks import SudokuTask
 from xdllm.data.tokenizer import builtin_tokenizer
 from xdllm.errors import XdllmError
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.evaluate.task_scores import TaskScoredEvaluator
 from xdllm.run.choice_file import ChoiceFile
-from xdllm.run.choice_scores import choice_accuracy, sample_nll_of, without_scores_on_context
+from xdllm.run.choice_scores import choice_accuracy, collated_choices, sample_nll_of, without_scores_on_context
 from xdllm_models.arlm.metrics import ARLMEvaluator
 from xdllm_models.mlm.metrics import MLMEvaluator
 
@@ -246,3 +247,18 @@ def test_a_prompt_and_choice_past_the_model_s_positions_are_refused_naming_the_l
     assert main(["eval", f"ckpt={mdlm_run}", f"prompts_file={path}"]) == 2
     error = capsys.readouterr().err
     assert f"{path}:2: the prompt with a choice takes" in error and "the model has max_positions=" in error
+
+
+def test_a_val_collator_s_refusal_names_the_lines_of_its_batch():
+    choices = ChoiceFile(examples=[{}] * 5, questions=[0, 0, 1, 1, 2], answers=[0, 0, 0],
+                         places=["q.jsonl:1", "q.jsonl:1", "q.jsonl:3", "q.jsonl:3", "q.jsonl:4"], context=[0] * 5,
+                         texts=[], sha256="")
+
+    def too_long(examples):
+        raise ValueError("sample 1 needs more positions")
+
+    refusing = NamedCollate(too_long, "collator.val")
+    with pytest.raises(XdllmError, match=r"^q\.jsonl:1 to 3 \(one batch of choices, batch_size=4\): collator\.val"):
+        collated_choices(refusing, choices, 0, 4)
+    with pytest.raises(XdllmError, match=r"^q\.jsonl:4 \(one batch of choices, batch_size=4\)"):
+        collated_choices(refusing, choices, 4, 4)

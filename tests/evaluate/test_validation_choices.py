@@ -34,13 +34,15 @@ def test_every_validation_logs_the_choice_scores_that_eval_gives_for_its_weights
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     assert [s.step for s in events.Scalars("val/choice_accuracy")] == [2, 4]
-    logged = {tag: events.Scalars(f"val/{tag}")[-1].value for tag in ("answer_nll", "choice_accuracy")}
+    logged = {tag: events.Scalars(f"val/{tag}")[-1].value
+              for tag in ("answer_nll", "choice_accuracy", "choice_accuracy_per_token", "choice_accuracy_per_char")}
     capsys.readouterr()
     assert main(["eval", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", f"prompts_file={path}"]) == 0
     out = capsys.readouterr().out
     scores = json.loads(out[out.index("{"):])
     assert logged["answer_nll"] == pytest.approx(scores["answer_nll"], rel=1e-5)
-    assert logged["choice_accuracy"] == pytest.approx(scores["choice_accuracy"])
+    for name in ("choice_accuracy", "choice_accuracy_per_token", "choice_accuracy_per_char"):
+        assert logged[name] == pytest.approx(scores[name])
     assert "mode: max" in (run_dir / "config.yaml").read_text()  # a higher accuracy is the better checkpoint
     assert main(["eval", f"ckpt={run_dir}", f"prompts_file={path}"]) == 0  # best.ckpt
     out = capsys.readouterr().out

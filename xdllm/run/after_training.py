@@ -22,6 +22,7 @@ from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import load_trained
+from xdllm.run.choice_scores import CHOICE_FIGURES
 from xdllm.run.evaluate import evaluate_run, held_out_loss
 from xdllm.run.generate import checkpoint_fields, generate, generate_from_config
 from xdllm.run.generation_record import write_scalars
@@ -55,9 +56,6 @@ def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int
     return summary
 
 
-CHOICE_FIGURES = ("questions", "choice_accuracy", "choice_accuracy_per_token", "answer_nll")
-
-
 def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] | None:
     """The after-training step of a run that trained to its end, as ``config`` asks
     (``generate_after_train``); None where it asks none or no checkpoint was saved. A failure or
@@ -71,7 +69,7 @@ def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] |
                                           config.text_samples_temperature, config.get("judge"))
         if config.get("validation_choices"):
             scores = evaluate_run(checkpoint, prompts_file=config.validation_choices)
-            summary["validation_choices"] = {key: scores[key] for key in CHOICE_FIGURES}
+            summary["validation_choices"] = {key: scores[key] for key in ("questions", *CHOICE_FIGURES)}
         return summary
     except XdllmError as error:
         raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "

@@ -10,14 +10,13 @@ text, on the canvas it learned (an EOS fill counted from the document's start)."
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from xdllm.errors import XdllmError
 from xdllm.interfaces import Example, Tokenizer
-from xdllm.run.prompt_sources import CHOICES_FIELD, PROMPT_FIELD, prompt_example, response_ids
+from xdllm.run.prompt_sources import CHOICES_FIELD, PROMPT_FIELD, prompt_example, response_ids, text_file_lines
 
 ANSWER_FIELD = "answer"
 
@@ -64,13 +63,7 @@ def read_choice_file(tokenizer: Tokenizer, path: Path, num_questions: int | None
     """The first ``num_questions`` questions of ``path`` (None: all), tokenized with the run's
     tokenizer, each choice after its prompt as one document where ``as_documents`` (a run
     trained on free text); a malformed line is refused naming it."""
-    if not path.is_file():
-        raise XdllmError(f"multiple-choice file not found: {path}")
-    content = path.read_bytes()
-    try:
-        lines = content.decode("utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise XdllmError(f"prompts_file {path} is not UTF-8 text: {error}") from error
+    lines, sha256 = text_file_lines(path, "multiple-choice file")
     examples: list[Example] = []
     questions: list[int] = []
     answers: list[int] = []
@@ -99,7 +92,7 @@ def read_choice_file(tokenizer: Tokenizer, path: Path, num_questions: int | None
         texts.append((prompt, choices))
     if not answers:
         raise XdllmError(f"prompts_file {path} holds no questions")
-    return ChoiceFile(examples, questions, answers, places, context, texts, hashlib.sha256(content).hexdigest())
+    return ChoiceFile(examples, questions, answers, places, context, texts, sha256)
 
 
 def _question(line: str, where: str) -> tuple[str, list[str], int]:

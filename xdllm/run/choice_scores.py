@@ -28,6 +28,8 @@ from xdllm.run.device import autocast, batch_to
 from xdllm.run.free_text import is_free_text
 from xdllm.run.generate import checkpoint_fields, place_run
 
+CHOICE_FIGURES = ("choice_accuracy", "choice_accuracy_per_token", "choice_accuracy_per_char", "answer_nll")
+"""The figures of a multiple-choice file that depend on the weights (:func:`choice_accuracy`)."""
 FAMILY_EVALUATORS = {"mlm": "xdllm_models.mlm.metrics.MLMEvaluator"}
 """The evaluators that gave a family a likelihood after runs were trained with one without."""
 LIKELIHOOD_FAMILIES = "arlm (exact), hybrid (exact, its causal branch), mdlm, bd3lm and mlm (the ELBO bound)"
@@ -65,8 +67,8 @@ def scored_choices(run: TrainedRun, options: DictConfig) -> ScoredChoices:
 
 class ChoiceProbe:
     """A multiple-choice file scored at every validation of a training run
-    (``validation_choices=``): ``val/choice_accuracy``, ``val/choice_accuracy_per_token`` and
-    ``val/answer_nll``, each process scoring every question (the figures need no reduction)."""
+    (``validation_choices=``): ``val/<name>`` for each of :data:`CHOICE_FIGURES`, each process
+    scoring every question (the figures need no reduction)."""
 
     def __init__(self, path: str, components: RunComponents, batch_size: int) -> None:
         if not path.strip():
@@ -83,7 +85,7 @@ class ChoiceProbe:
         nll, tokens = _choice_nll(model, self.collate, self.sample_nll, self.choices, self.batch_size, device,
                                   self.path)
         scores = choice_accuracy(nll, tokens, self.choices)
-        return {name: float(scores[name]) for name in ("choice_accuracy", "choice_accuracy_per_token", "answer_nll")}
+        return {name: float(scores[name]) for name in CHOICE_FIGURES}
 
 
 def _family_sample_nll(components: RunComponents, path: Path) -> Callable[..., tuple[Tensor, Tensor]]:
@@ -104,7 +106,8 @@ def _choice_nll(model: torch.nn.Module, collate: NamedCollate, sample_nll: Calla
     """Every choice's NLL and tokens (on the CPU), batch by batch of ``size`` examples."""
     nll, tokens = [], []
     for start in range(0, len(choices.examples), size):
-        batch = without_scores_on_context(_collated(collate, choices, start, size), choices.context[start:start + size])
+        batch = without_scores_on_context(collated_choices(collate, choices, start, size),
+                                          choices.context[start:start + size])
         try:
             values, counts = sample_nll(model, batch_to(batch, device))
         except ValueError as error:
@@ -117,7 +120,7 @@ def _choice_nll(model: torch.nn.Module, collate: NamedCollate, sample_nll: Calla
 def _check_all_positions(model: torch.nn.Module, collate: NamedCollate, choices: ChoiceFile, size: int) -> None:
     """Every batch checked before the model runs (collated again to be scored, not kept)."""
     for start in range(0, len(choices.examples), size):
-        _check_positions(model, _collated(collate, choices, start, size), choices.places[start:start + size])
+        _check_positions(model, collated_choices(collate, choices, start, size), choices.places[start:start + size])
 
 
 def choice_records(scored: ScoredChoices) -> list[dict[str, Any]]:
@@ -136,7 +139,7 @@ def choice_records(scored: ScoredChoices) -> list[dict[str, Any]]:
     return records
 
 
-def _collated(collate: NamedCollate, choices: ChoiceFile, start: int, size: int) -> Mapping[str, Any]:
+def collated_choices(collate: NamedCollate, choices: ChoiceFile, start: int, size: int) -> Mapping[str, Any]:
     """The val collator's batch of the examples from ``start``; its refusal names their lines."""
     try:
         return collate(choices.examples[start:start + size])

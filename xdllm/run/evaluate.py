@@ -53,15 +53,11 @@ def evaluate_run(run: TrainedRun | str | Path, *, split: str = "test", num_sampl
     (``{"threshold": 0.9}`` as ``predictor.threshold=0.9``), ``evaluator`` over its evaluator
     (``{"num_levels": 64}``) and, with ``judge`` (an arlm run), the judge's scores of the
     generations (``judge=``); writes nothing."""
-    options = OmegaConf.load(ROOT_CONFIG_DIR / "generate.yaml")
-    checkpoint = run.checkpoint if isinstance(run, TrainedRun) else run
-    options.merge_with({"ckpt": str(checkpoint), "split": split, "num_samples": num_samples, "device": device,
-                        "batch_size": batch_size, "predictor": dict(predictor or {}),
-                        "evaluator": dict(evaluator or {}), "judge": None if judge is None else str(judge),
-                        "prompts_file": None if prompts_file is None else str(Path(prompts_file).resolve())})
-    check_values(options, "generate")
-    options = generation_options(options)
-    return _metrics(run if isinstance(run, TrainedRun) else load_run(options), options)
+    return _metrics(*_python_options(
+        run, {"split": split, "num_samples": num_samples, "device": device, "batch_size": batch_size,
+              "predictor": dict(predictor or {}), "evaluator": dict(evaluator or {}),
+              "judge": None if judge is None else str(judge),
+              "prompts_file": None if prompts_file is None else str(Path(prompts_file).resolve())}))
 
 
 def score_choices(run: TrainedRun | str | Path, prompts_file: str | Path, *, num_questions: int | None = None,
@@ -75,14 +71,20 @@ def score_choices(run: TrainedRun | str | Path, prompts_file: str | Path, *, num
     path = Path(prompts_file).resolve()
     if not is_choice_file(path):
         raise XdllmError(f"{path} is not a multiple-choice .jsonl file (its first line has no 'choices')")
+    run, options = _python_options(run, {"prompts_file": str(path), "num_samples": num_questions, "device": device,
+                                         "batch_size": batch_size, "evaluator": dict(evaluator or {})})
+    return choice_records(scored_choices(*_with_evaluator_options(run, options)))
+
+
+def _python_options(run: TrainedRun | str | Path, values: Mapping[str, Any]) -> tuple[TrainedRun, DictConfig]:
+    """``configs/generate.yaml`` with ``values`` and ``ckpt`` (``run``'s checkpoint), checked as
+    the command line's are, and the run (loaded where ``run`` names a checkpoint or run dir)."""
     options = OmegaConf.load(ROOT_CONFIG_DIR / "generate.yaml")
     checkpoint = run.checkpoint if isinstance(run, TrainedRun) else run
-    options.merge_with({"ckpt": str(checkpoint), "prompts_file": str(path), "num_samples": num_questions,
-                        "device": device, "batch_size": batch_size, "evaluator": dict(evaluator or {})})
+    options.merge_with({"ckpt": str(checkpoint), **values})
     check_values(options, "generate")
     options = generation_options(options)
-    run, options = _with_evaluator_options(run if isinstance(run, TrainedRun) else load_run(options), options)
-    return choice_records(scored_choices(run, options))
+    return (run if isinstance(run, TrainedRun) else load_run(options)), options
 
 
 def _metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:

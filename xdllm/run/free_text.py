@@ -27,7 +27,8 @@ from xdllm.collate.prompts import without_target_ids
 
 ANSWER_ROLES = ["loss", "prediction"]
 FREE_TEXT_ROLES = ["loss"]
-HIGHER_IS_BETTER = ("val/exact_match", "val/token_accuracy", "val/choice_accuracy", "val/choice_accuracy_per_token")
+HIGHER_IS_BETTER = ("val/exact_match", "val/token_accuracy", "val/choice_accuracy", "val/choice_accuracy_per_token",
+                    "val/choice_accuracy_per_char")
 ONE_TEXT_WARNING = ("all %d samples are the same text: decoding without sampling (predictor.temperature=0, the "
                     "predictors' default) writes one text for an empty prompt; sample with predictor.temperature=1.0")
 

@@ -70,17 +70,23 @@ def _unknown_words(tokenizer: Any, text: str, unknown: int) -> str:
 PROMPT_FIELD, RESPONSE_FIELD, CHOICES_FIELD = "prompt", "response", "choices"
 
 
+def text_file_lines(path: Path, what: str) -> tuple[list[str], str]:
+    """The lines of a UTF-8 file and the SHA-256 of its bytes; a missing file or other bytes are
+    refused naming ``what`` it is."""
+    if not path.is_file():
+        raise XdllmError(f"{what} not found: {path}")
+    content = path.read_bytes()
+    try:
+        return content.decode("utf-8").splitlines(), hashlib.sha256(content).hexdigest()
+    except UnicodeDecodeError as error:
+        raise XdllmError(f"{what} {path} is not UTF-8 text: {error}") from error
+
+
 def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
     """One example per non-empty line of a UTF-8 file, tokenized with the run's tokenizer: the
     line itself, or in a ``.jsonl`` file a JSON object's ``prompt`` and, where every line has
     one, the ``response`` the generation is scored against (exact match, as a held-out split)."""
-    if not path.is_file():
-        raise XdllmError(f"prompts_file not found: {path}")
-    content = path.read_bytes()
-    try:
-        lines = content.decode("utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise XdllmError(f"prompts_file {path} is not UTF-8 text: {error}") from error
+    lines, sha256 = text_file_lines(path, "prompts_file")
     examples: list[Example] = []
     places: list[str] = []
     responded: list[bool] = []
@@ -105,7 +111,7 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
     if blank:  # sample_index counts prompts, not lines
         log.info("prompts_file %s: %d prompts; %d blank %s skipped", path, len(examples), blank,
                  "line" if blank == 1 else "lines")
-    return PromptsFile(examples, hashlib.sha256(content).hexdigest(), places, all(responded))
+    return PromptsFile(examples, sha256, places, all(responded))
 
 
 def _prompt_and_response(line: str, where: str) -> tuple[str, str | None]:
