@@ -1,0 +1,83 @@
+"""Validation history's TensorBoard views drawn in another process (ValidationHistory background)."""
+
+from __future__ import annotations
+
+import logging
+
+import lightning as L
+import pytest
+from history_fakes import fake_generate
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
+
+from xdllm.data.tokenizer import SymbolTokenizer
+from xdllm.history import figures, write_tensorboard
+from xdllm.train.history_hook import ValidationHistory
+
+TOKENIZER = SymbolTokenizer(list("abcdefgh"))
+
+
+TRAINER = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False)
+MODULE = L.LightningModule()
+
+
+def _validate(hook: ValidationHistory, step: int) -> None:
+    """What a validation does to the hook: record two batches, then end."""
+    recorder = hook.recorder_for_step(step)
+    fake_generate(recorder, prompt_lens=[2, 3], gen_len=4, commits_per_step=[1, 2], seed=step)
+    fake_generate(recorder, prompt_lens=[2, 2], gen_len=4, commits_per_step=[3, 3], seed=step + 1)
+    hook.on_validation_end(TRAINER, MODULE)
+
+
+def _views(logdir) -> dict:
+    events = EventAccumulator(str(logdir), size_guidance={"tensors": 0, "images": 0, "scalars": 0})
+    events.Reload()
+    tags = events.Tags()
+    images = {tag: [(e.step, e.encoded_image_string) for e in events.Images(tag)] for tag in tags["images"]}
+    texts = {tag: [(e.step, tensor_util.make_ndarray(e.tensor_proto).item()) for e in events.Tensors(tag)]
+             for tag in tags["tensors"]}
+    return {"images": images, "texts": texts}
+
+
+def _refuse_to_draw(*args, **kwargs):
+    raise AssertionError("drawn in the training process")
+
+
+def test_in_the_background_the_views_are_drawn_elsewhere_and_equal_the_inline_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures.DenoisingFigure, "picture", _refuse_to_draw)  # this process only
+    hook = ValidationHistory(tmp_path / "run", TOKENIZER, num_samples=3, k=2, background=True)
+    _validate(hook, 2)
+    _validate(hook, 4)
+    hook.teardown(TRAINER, MODULE, "fit")  # waits for both
+
+    monkeypatch.undo()
+    for step in (2, 4):
+        inline = tmp_path / f"inline{step}"
+        write_tensorboard([tmp_path / "run" / "history" / f"val-step{step:07d}"], inline, max_samples=3,
+                          tokenizer=TOKENIZER)
+        background = _views(tmp_path / "run" / "tensorboard" / f"history-step{step:07d}")
+        assert background == _views(inline)  # the stored token strings stand in for the tokenizer
+        assert len(background["images"]) == 3 and all(len(steps) > 1 for steps in background["images"].values())
+
+
+def test_on_the_cpu_the_views_are_drawn_inline(tmp_path, monkeypatch):
+    hook = ValidationHistory(tmp_path / "run", TOKENIZER, num_samples=3, k=2)
+    hook.setup(TRAINER, MODULE, "fit")
+    assert hook.background is False
+    monkeypatch.setattr(figures.DenoisingFigure, "picture", _refuse_to_draw)
+    with pytest.raises(AssertionError, match="drawn in the training process"):
+        _validate(hook, 2)
+
+
+
+def test_a_view_that_fails_is_reported_with_the_command_that_draws_it_again(tmp_path, caplog):
+    hook = ValidationHistory(tmp_path / "run", TOKENIZER, num_samples=3, k=2, background=True)
+    logdir = tmp_path / "run" / "tensorboard" / "history-step0000002"
+    logdir.parent.mkdir(parents=True)
+    logdir.write_text("a file where the event folder goes")
+    _validate(hook, 2)
+    with caplog.at_level(logging.ERROR, logger="xdllm.train.background_views"):
+        hook.on_exception(TRAINER, MODULE, RuntimeError("training failed"))
+    history = tmp_path / "run" / "history" / "val-step0000002"
+    assert f"the TensorBoard views of {history} were not written" in caplog.text
+    assert f"xdllm history tensorboard {history} --logdir {logdir}" in caplog.text
