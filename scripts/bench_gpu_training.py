@@ -18,14 +18,16 @@ a fused AdamW step, under bf16 autocast on CUDA; ``--compile`` compiles the netw
 ``6 * N * slots_per_s / peak`` with ``N`` the parameters except the input embedding (the LM head
 included, attention scores not counted) and ``slots`` every position computed, padding included.
 ``peak_memory_gib`` is ``torch.cuda.max_memory_allocated`` (null on the CPU); ``compilations``
-counts the graphs dynamo compiled during the layout (flex attention, the compiled network).
+counts the graphs dynamo compiled during the layout (flex attention, the compiled network);
+``warmup_seconds`` is the untimed steps' time, compilation included (one warm-up step per shape
+bucket of the timed batches: padded batches have several).
 
     python scripts/bench_gpu_training.py                       # both configurations, CUDA
     python scripts/bench_gpu_training.py --configs 125m --compile
     python scripts/bench_gpu_training.py --smoke --device cpu  # a tiny configuration, seconds
     python scripts/bench_gpu_training.py --loss-memory         # CPU peak memory, plain vs chunked loss
 
-Prints one JSON line.
+Prints one JSON line; each layout's figures also go to stderr, one JSON line as it finishes.
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ def run_layout(name: str, batches: list[dict], config: dict, args: argparse.Name
     graphs_before = counters["stats"]["unique_graphs"]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    warmup_started = time.perf_counter()
     for batch in warmup:
         step(batch)
     synchronize(device)
@@ -184,6 +187,8 @@ def run_layout(name: str, batches: list[dict], config: dict, args: argparse.Name
         "backend": "sdpa" if name == "padded_sdpa" else flex,
         "steps": len(timed),
         "seconds": seconds,
+        "warmup_steps": len(warmup),
+        "warmup_seconds": started - warmup_started,
         "real_tokens_per_s": tokens / seconds,
         "utilization": tokens / slots,
         "mfu": 6 * matmul_parameters * slots / seconds / (args.peak_tflops * 1e12),
@@ -201,8 +206,11 @@ def bench_config(name: str, args: argparse.Namespace, device: torch.device) -> d
     config = CONFIGS[name]
     tokenizer = SymbolTokenizer([f"t{index}" for index in range(config["vocab"] - 4)])
     documents = make_documents(config, (args.warmup + args.steps) * config["batch_rows"], args.seed)
-    results = {layout: run_layout(layout, batches, config, args, device, tokenizer)
-               for layout, batches in layouts(config, documents, tokenizer).items()}
+    results = {}
+    for layout, batches in layouts(config, documents, tokenizer).items():
+        results[layout] = run_layout(layout, batches, config, args, device, tokenizer)
+        # as each layout ends: a run stopped at a time limit still leaves the layouts it finished
+        print(json.dumps({"config": name, "layout": layout, **results[layout]}), file=sys.stderr, flush=True)
     torch.manual_seed(args.seed)
     parameters = sum(p.numel() for p in RotaryTransformerMLMModel(
         tokenizer.vocab_size, d_model=config["d_model"], n_layers=config["n_layers"],
