@@ -32,7 +32,8 @@ CHOICE_FIGURES = ("choice_accuracy", "choice_accuracy_per_token", "choice_accura
 """The figures of a multiple-choice file that depend on the weights (:func:`choice_accuracy`)."""
 FAMILY_EVALUATORS = {"mlm": "xdllm_models.mlm.metrics.MLMEvaluator"}
 """The evaluators that gave a family a likelihood after runs were trained with one without."""
-LIKELIHOOD_FAMILIES = "arlm (exact), hybrid (exact, its causal branch), mdlm, bd3lm and mlm (the ELBO bound)"
+LIKELIHOOD_FAMILIES = (
+    "arlm (exact), hybrid (exact, its causal branch), udlm (exact, its encoder), mdlm, bd3lm and mlm (the ELBO bound)")
 
 
 @dataclass(frozen=True)
