@@ -23,7 +23,7 @@ counts the graphs dynamo compiled during the layout (flex attention, the compile
 bucket of the timed batches: padded batches have several).
 
     python scripts/bench_gpu_training.py                       # both configurations, CUDA
-    python scripts/bench_gpu_training.py --configs 125m --compile
+    python scripts/bench_gpu_training.py --configs 125m --compile --layouts packed_flex nomask
     python scripts/bench_gpu_training.py --smoke --device cpu  # a tiny configuration, seconds
     python scripts/bench_gpu_training.py --loss-memory         # CPU peak memory, plain vs chunked loss
 
@@ -58,6 +58,7 @@ CONFIGS = {
     "550m": dict(d_model=1536, n_layers=16, n_heads=12, vocab=32768, row_length=2048, batch_rows=8),
     "smoke": dict(d_model=32, n_layers=1, n_heads=2, vocab=64, row_length=64, batch_rows=2),
 }
+LAYOUTS = ("packed_flex", "nomask", "padded_sdpa")
 H100_BF16_TFLOPS = 989.0
 PAD_MULTIPLE = 64
 
@@ -70,6 +71,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="timed packed steps per layout")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation happens there)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (model.compile)")
+    parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS,
+                        help="the layouts to run (default all; padded batches compile once per width bucket)")
     parser.add_argument("--loss", default="chunked", choices=["chunked", "plain"])
     parser.add_argument("--precision", default=None, choices=["bf16", "fp32"],
                         help="autocast dtype (default: bf16 on CUDA, fp32 on the CPU)")
@@ -208,6 +211,8 @@ def bench_config(name: str, args: argparse.Namespace, device: torch.device) -> d
     documents = make_documents(config, (args.warmup + args.steps) * config["batch_rows"], args.seed)
     results = {}
     for layout, batches in layouts(config, documents, tokenizer).items():
+        if layout not in args.layouts:
+            continue
         results[layout] = run_layout(layout, batches, config, args, device, tokenizer)
         # as each layout ends: a run stopped at a time limit still leaves the layouts it finished
         print(json.dumps({"config": name, "layout": layout, **results[layout]}), file=sys.stderr, flush=True)
@@ -215,10 +220,10 @@ def bench_config(name: str, args: argparse.Namespace, device: torch.device) -> d
     parameters = sum(p.numel() for p in RotaryTransformerMLMModel(
         tokenizer.vocab_size, d_model=config["d_model"], n_layers=config["n_layers"],
         n_heads=config["n_heads"], max_positions=config["row_length"]).parameters())
-    packed = results["packed_flex"]["real_tokens_per_s"]
-    return {**config, "parameters": parameters, **results,
-            "packed_over_nomask": packed / results["nomask"]["real_tokens_per_s"],
-            "packed_over_padded": packed / results["padded_sdpa"]["real_tokens_per_s"]}
+    ratios = {name: results["packed_flex"]["real_tokens_per_s"] / results[layout]["real_tokens_per_s"]
+              for name, layout in (("packed_over_nomask", "nomask"), ("packed_over_padded", "padded_sdpa"))
+              if "packed_flex" in results and layout in results}
+    return {**config, "parameters": parameters, **results, **ratios}
 
 
 def loss_memory_child(variant: str) -> None:

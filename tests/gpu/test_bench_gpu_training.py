@@ -13,12 +13,16 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_gpu_training.p
 LAYOUTS = ("packed_flex", "nomask", "padded_sdpa")
 
 
-def _bench(capsys, *argv: str) -> dict:
+def _bench_output(capsys, *argv: str):
     spec = importlib.util.spec_from_file_location("bench_gpu_training", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.main(["--smoke", *argv])
-    lines = capsys.readouterr().out.strip().splitlines()
+    return capsys.readouterr()
+
+
+def _bench(capsys, *argv: str) -> dict:
+    lines = _bench_output(capsys, *argv).out.strip().splitlines()
     assert len(lines) == 1
     return json.loads(lines[0])
 
@@ -36,6 +40,18 @@ def test_smoke_run_on_the_cpu_reports_every_layout(capsys):
     assert smoke["packed_over_padded"] == pytest.approx(
         smoke["packed_flex"]["real_tokens_per_s"] / smoke["padded_sdpa"]["real_tokens_per_s"])
     assert smoke["parameters"] > 0
+
+
+def test_only_the_layouts_asked_for_run_and_their_figures_reach_stderr_as_each_ends(capsys):
+    report = _bench(capsys, "--device", "cpu", "--layouts", "packed_flex", "nomask")
+    smoke = report["smoke"]
+    assert "padded_sdpa" not in smoke and "packed_over_padded" not in smoke
+    assert smoke["packed_over_nomask"] == pytest.approx(
+        smoke["packed_flex"]["real_tokens_per_s"] / smoke["nomask"]["real_tokens_per_s"])
+    err = _bench_output(capsys, "--device", "cpu", "--layouts", "nomask").err
+    progress = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert [(line["config"], line["layout"]) for line in progress] == [("smoke", "nomask")]
+    assert progress[0]["warmup_steps"] >= 1 and progress[0]["warmup_seconds"] > 0
 
 
 @pytest.mark.gpu

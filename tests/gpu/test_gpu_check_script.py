@@ -22,9 +22,9 @@ def _step_rate_module():
     return module
 
 
-def _gpu_check(*argv: str, smoke: bool, tmp_path: Path) -> subprocess.CompletedProcess:
+def _gpu_check(*argv: str, smoke: bool, tmp_path: Path, **env_vars: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "SMOKE": "1" if smoke else "0",
-           "CUDA_VISIBLE_DEVICES": ""}
+           "CUDA_VISIBLE_DEVICES": "", **env_vars}
     return subprocess.run(["bash", str(GPU_CHECK), *argv], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)
 
@@ -61,3 +61,16 @@ def test_gpu_check_smoke_bench_stage_records_the_benchmark_json(tmp_path):
     assert figure["name"] == "bench_smoke" and figure["rc"] == 0
     assert figure["result"]["device"] == "cpu" and figure["result"]["smoke"]["packed_over_padded"] > 0
     assert "### bench_smoke:" in (out / "bench-125m.log").read_text()
+
+
+def test_past_its_deadline_the_open_stage_skips_every_command_and_says_so(tmp_path):
+    out = tmp_path / "out"
+    done = _gpu_check("open", str(out), smoke=True, tmp_path=tmp_path, DEADLINE="0")
+    assert done.returncode == 0, done.stderr
+    figures = [json.loads(line) for line in (out / "open.json").read_text().splitlines()]
+    skipped = [figure["name"] for figure in figures if figure.get("skipped") == "past DEADLINE=0"]
+    assert skipped[:2] == ["gpu_tests_changed", "varlen_sort_packed_train"] and len(skipped) == 4
+    assert {"name": "recompile_limit_warnings", "count": 0} in figures
+    assert not (out / "varlen_sort_packed").exists()
+    bad = _gpu_check("open", str(out), smoke=True, tmp_path=tmp_path, DEADLINE="ten")
+    assert bad.returncode == 2 and "DEADLINE must be a whole number of seconds, got 'ten'" in bad.stderr
