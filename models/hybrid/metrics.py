@@ -26,6 +26,7 @@ from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.evaluate.bounds import masked_diffusion_bounds, through_first_eos, with_perplexities
+from xdllm.evaluate.causal_nll import causal_response_nll
 from xdllm.evaluate.totals import count_weighted, with_total_loss
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
 from xdllm.losses.token_nll import next_token_nll
@@ -86,9 +87,10 @@ class HybridEvaluator(AnswerEvaluator):
     def sample_nll(self, model: torch.nn.Module, batch: Mapping[str, Any]
                    ) -> tuple[Float[Tensor, " batch"], Integer[Tensor, " batch"]]:
         """Each sample's exact ``-log p(response | prompt)`` under the causal branch (nats,
-        through the first EOS) and its tokens: what ``xdllm eval`` ranks answer choices by."""
-        nll, counted = self._causal_nll(self.loss.branch_logits(model, batch).causal, batch)
-        return nll.sum(1).double(), counted.sum(1)
+        through the first EOS) and its tokens: what ``xdllm eval`` ranks answer choices by; from
+        a causal forward of the clean row alone, which gives the joint forward's causal logits."""
+        counted = through_first_eos(batch["target_ids"], batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
+        return causal_response_nll(model, batch["target_ids"], counted, batch["attention_mask"], batch["positions"])
 
     def bound_sum(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Float[Tensor, ""]:
         """``Σ_samples`` of the block-diffusion NELBO numerator, averaged over the ``K`` levels."""

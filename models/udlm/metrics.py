@@ -23,10 +23,10 @@ from torch import Tensor
 
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.evaluate.bounds import through_first_eos, with_perplexities
+from xdllm.evaluate.causal_nll import causal_response_nll
 from xdllm.evaluate.evaluation_loss import batch_token_counts
 from xdllm.evaluate.totals import count_weighted, with_total_loss
 from xdllm.interfaces import LossFunction, MetricSums, Tokenizer
-from xdllm.losses.chunked import DEFAULT_CHUNK_SIZE, supervised_token_nll
 from xdllm_models.udlm.loss import CANVAS_COUNT, ENCODER_COUNT
 
 TERMS = ("diffusion_loss", "encoder_loss")
@@ -70,14 +70,8 @@ class UDLMEvaluator(AnswerEvaluator):
         if self.encoder_weight == 0:
             raise ValueError("this udlm run trained its encoder with udlm.encoder_weight=0, not as a language "
                              "model: it has no likelihood of a response to report")
-        ids = batch["input_ids"]
-        counted = through_first_eos(ids, batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
-        hidden = model.final_hidden(ids, attention_mask=batch["attention_mask"], positions=batch["positions"])
-        predicted = counted[:, 1:]  # token i + 1 read from position i
-        nll = supervised_token_nll(hidden[:, :-1], model.lm_head_weight, ids[:, 1:], predicted, DEFAULT_CHUNK_SIZE)
-        rows = predicted.nonzero()[:, 0]
-        per_sample = torch.zeros(ids.shape[0], dtype=torch.float64, device=ids.device).index_add_(0, rows, nll.double())
-        return per_sample, predicted.sum(1)
+        counted = through_first_eos(batch["input_ids"], batch["loss_mask"] != 0, self.tokenizer.eos_token_id)
+        return causal_response_nll(model, batch["input_ids"], counted, batch["attention_mask"], batch["positions"])
 
     def finalize(self, means: Mapping[str, float]) -> dict[str, float]:
         return with_perplexities(with_total_loss(means, TERMS), [("nll", "ppl")])

@@ -145,6 +145,17 @@ def test_evaluator_gives_the_causal_branch_exact_nll_as_arlm_computes_it(tiny_mo
     assert evaluator.finalize({"nll": 800.0})["ppl"] == math.inf
 
 
+def test_a_sample_s_nll_from_the_clean_row_alone_is_the_joint_forward_s_causal_branch(tiny_model, tokenizer):
+    """Multiple choice runs one causal forward of the clean row, not the [x_t | x_0] one."""
+    evaluator = HybridEvaluator(tokenizer, block_size=BLOCK)
+    batch = batch_of(tokenizer)
+    with torch.no_grad():
+        nll, tokens = evaluator.sample_nll(tiny_model, batch)
+        joint, counted = evaluator._causal_nll(evaluator.loss.branch_logits(tiny_model, batch).causal, batch)
+    torch.testing.assert_close(nll, joint.sum(1).double(), rtol=1e-5, atol=1e-5)
+    assert tokens.tolist() == counted.sum(1).tolist() == [len(target) + 1 for target in TARGETS]
+
+
 def test_the_diffusion_bound_repeats_and_does_not_depend_on_the_batch(tiny_model, tokenizer):
     evaluator = HybridEvaluator(tokenizer, block_size=BLOCK, num_levels=3, seed=7)
     collate = HybridCollator(tokenizer, block_size=BLOCK)
