@@ -1,10 +1,12 @@
 """Count the calls that make a CUDA device wait for the host, on the CPU.
 
 ``count_host_syncs()`` patches the tensor methods that read a value back (``item``, ``tolist``,
-``__bool__``, ``__int__``, ``__float__``, ``nonzero``, ``torch.nonzero``) and boolean-mask
-indexing (``t[mask]``, ``t[mask] = ...``: its result's shape depends on the data) for the
-duration of a ``with`` block, and counts them in a ``Counter`` keyed by the call's name. On CUDA
-each of them is a stream synchronisation, so a CPU test can check how many a decoding loop
+``__bool__``, ``__int__``, ``__float__``, ``nonzero``, ``torch.nonzero``), boolean-mask indexing
+(``t[mask]``, ``t[mask] = ...``: its result's shape depends on the data) and ``new_tensor``
+(Python values copied to the tensor's device: on CUDA a copy from pageable host memory, which
+waits; an H200 run showed one per step in the prefix cache that the CPU count had missed) for
+the duration of a ``with`` block, and counts them in a ``Counter`` keyed by the call's name. On
+CUDA each of them is a stream synchronisation, so a CPU test can check how many a decoding loop
 makes per step or per block.
 """
 
@@ -16,7 +18,7 @@ from collections.abc import Iterator
 
 import torch
 
-READS = ("item", "tolist", "__bool__", "__int__", "__float__", "nonzero")
+READS = ("item", "tolist", "__bool__", "__int__", "__float__", "nonzero", "new_tensor")
 INDEXING = ("__getitem__", "__setitem__")
 
 

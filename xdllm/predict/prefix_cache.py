@@ -116,7 +116,7 @@ class PrefixCache:
             block_end = (block_start + self.block_size).clamp(max=width)
             stop = torch.cat([torch.where(unfinished, block_end, 0), offsets.new_zeros(1)]).amax()
         else:
-            stop = offsets.new_tensor(width)
+            stop = offsets.new_full((), width)  # a fill on the device: new_tensor would copy from the host and wait
         # the cache holds the rows that ran last: another set of rows (not only fewer) needs a refresh
         previous = ~unfinished if self._running is None else self._running
         running, start, stop, moved = torch.stack([unfinished.sum(), start, stop,
