@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import lightning as L
 import pytest
@@ -11,7 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 from xdllm.data.tokenizer import SymbolTokenizer
-from xdllm.history import figures, write_tensorboard
+from xdllm.history import HistoryTopKPlugin, figures, write_tensorboard
 from xdllm.train.history_hook import ValidationHistory
 
 TOKENIZER = SymbolTokenizer(list("abcdefgh"))
@@ -81,3 +83,24 @@ def test_a_view_that_fails_is_reported_with_the_command_that_draws_it_again(tmp_
     history = tmp_path / "run" / "history" / "val-step0000002"
     assert f"the TensorBoard views of {history} were not written" in caplog.text
     assert f"xdllm history tensorboard {history} --logdir {logdir}" in caplog.text
+
+
+def test_a_training_script_without_a_main_guard_runs_once(tmp_path):
+    """The worker is a fresh interpreter running its own module: a multiprocessing child would
+    import the caller's script again and, with no ``__main__`` guard, run it a second time."""
+    history = tmp_path / "history"
+    recorder = HistoryTopKPlugin(k=2, output_dir=history, tokenizer=TOKENIZER, split="validation")
+    fake_generate(recorder, prompt_lens=[2, 3], gen_len=4, commits_per_step=[1, 2], seed=1)
+    marker, logdir = tmp_path / "ran.txt", tmp_path / "views"
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from xdllm.train.background_views import BackgroundViews\n"
+        f"with open({str(marker)!r}, 'a') as ran:\n"
+        "    ran.write('ran\\n')\n"
+        "views = BackgroundViews()\n"
+        f"views.submit(Path({str(history)!r}), Path({str(logdir)!r}), 3, None)\n"
+        "views.finish()\n")
+    subprocess.run([sys.executable, str(script)], check=True, timeout=120, cwd=tmp_path)
+    assert marker.read_text() == "ran\n"
+    assert len(_views(logdir)["images"]) == 2
