@@ -7,7 +7,9 @@ For each setting, times ``MLMPredictor.predict`` on the same batch three ways:
   ``DenoisingStep`` it hands over every step;
 - ``topk``: ``HistoryTopKPlugin(k=5)``, including stacking and writing the batch's file;
 - ``plugin``: the plugin's own time alone, replaying the recorded calls of one batch (steadier
-  than the difference of two noisy end-to-end timings on a shared machine).
+  than the difference of two noisy end-to-end timings on a shared machine); the JSON splits it
+  into ``plugin_steps_s`` (``begin`` and every ``on_step``: device copies) and ``plugin_end_s``
+  (``end``: placing the steps, the one copy to the host, writing the file).
 
 ``total %`` = (topk - off) / off: what a user pays; ``plugin %`` = plugin / off.
 
@@ -93,21 +95,27 @@ class CapturingRecorder:
         self.calls.append(("end", (prediction,)))
 
 
-def time_replay(calls, make_history, device: torch.device, repeats: int) -> float:
-    """Fastest seconds a recorder spends in its own methods over one batch."""
-    times = []
+def time_replay(calls, make_history, device: torch.device, repeats: int) -> tuple[float, float, float]:
+    """Seconds a recorder spends in its own methods over one batch, on the fastest of
+    ``repeats`` replays: in all, in ``begin`` and the steps, and in ``end``."""
+    runs = []
     for attempt in range(repeats + 1):
         history = make_history()
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
         for method, args in calls:
+            if method == "end":
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                ending = time.perf_counter()
             getattr(history, method)(*args)
         if device.type == "cuda":
             torch.cuda.synchronize()
+        end = time.perf_counter()
         if attempt:
-            times.append(time.perf_counter() - start)
-    return min(times)
+            runs.append((end - start, ending - start, end - ending))
+    return min(runs)
 
 
 class NullRecorder:
@@ -261,7 +269,7 @@ def bench_setting(setting: Setting, args: argparse.Namespace, device: torch.devi
     off, engine, topk = best["off"], best["engine"], best["topk"]
     capture = CapturingRecorder(args.k)
     predictor.predict(batch, history=capture)
-    replay = time_replay(capture.calls, modes["topk"], device, args.repeats)
+    replay, replay_steps, replay_end = time_replay(capture.calls, modes["topk"], device, args.repeats)
     del capture
     memory = {mode: measure_memory(setting, mode, args) for mode in MODES}
     return {
@@ -270,6 +278,7 @@ def bench_setting(setting: Setting, args: argparse.Namespace, device: torch.devi
         "new_tokens": setting.new_tokens, "steps": setting.steps,
         "vocab": tokenizer.vocab_size, "k": args.k,
         "off_s": off, "engine_states_s": engine, "topk_s": topk, "plugin_replay_s": replay,
+        "plugin_steps_s": replay_steps, "plugin_end_s": replay_end,
         "overhead_total_pct": 100 * (topk - off) / off,
         "overhead_plugin_pct": 100 * replay / off,
         "file_mb_per_batch": sum(p.stat().st_size for p in out.glob("*.pt")) / 2**20,
