@@ -188,9 +188,13 @@ stage_open() {
           data.num_test_samples=16 history.num_samples=2)
     bench=(--smoke --device cpu)
   fi
-  # the two GPU tests that failed on an H200 (2026-11-27), since changed
+  # the two GPU tests that failed on an H200 (2026-11-27), since changed, and flex training
+  # against SDPA's gradients (the BlockMask is built another way since)
   record gpu_tests_changed "$py" -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_bench_gpu_training.py \
-    tests/predict/test_prefix_cache.py
+    tests/predict/test_prefix_cache.py tests/nn/test_flex_training_cuda.py tests/bd3lm/test_bd3lm_flex_cuda.py \
+    tests/hybrid/test_hybrid_flex_cuda.py
+  # the BlockMask of packed rows, built from the dense mask since (create_block_mask before)
+  record block_mask "$py" scripts/bench_block_mask.py --device "$device"
   # the whole run with the validation views drawn in another process: validation times are the
   # gaps around the log's "validation at step" lines
   rm -rf "$run"

@@ -8,7 +8,7 @@ import torch
 from packed_rows import random_packed_rows
 from torch.nn.attention.flex_attention import create_block_mask
 
-from xdllm.nn.attention import document_ids_for
+from xdllm.nn.attention import PAD_DOCUMENT_ID, document_ids_for
 from xdllm.nn.masks import (
     AnnealedCausalMask,
     BlockCausalMask,
@@ -211,3 +211,43 @@ def test_annealed_attention_runs_from_causal_to_bidirectional():
                         for salt in (9, 10))
     assert 0.47 < half[later].float().mean() < 0.53
     assert 0.47 < (half[later] != other_salt[later]).float().mean() < 0.53  # another salt, other keys
+
+
+def _long_document_rows(batch: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed rows of documents up to 600 tokens long, then padding: blocks of 128 that one
+    document fills (full), that several share (partial) and that see nothing of each other."""
+    generator = torch.Generator().manual_seed(seed)
+    segments = torch.full((batch, length), PAD_DOCUMENT_ID)
+    for row in range(batch):
+        start, document, filled = 0, 0, length - 40 * row
+        while start < filled:
+            size = min(int(torch.randint(1, 600, (1,), generator=generator)), filled - start)
+            segments[row, start:start + size] = document
+            start, document = start + size, document + 1
+    real = segments != PAD_DOCUMENT_ID
+    return document_ids_for(real, segments), default_positions(length, real, segments, torch.device("cpu"))
+
+
+def _kept_blocks(counts: torch.Tensor, indices: torch.Tensor) -> list:
+    return [row[:count].tolist() for row, count in zip(indices.flatten(0, 2), counts.flatten().tolist())]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=repr)
+def test_the_block_mask_from_the_dense_mask_is_create_block_mask_s(rule):
+    """Whole blocks of 128 take the dense mask reduced block by block (no vmap over every pair)."""
+    tokens = row_tokens(rule, *_long_document_rows(3, 768, seed=5))
+    length = tokens.document.shape[1]
+    queries = type(tokens)(*(field[:, :512] for field in tokens))  # fewer queries than keys too
+    for query in (tokens, queries):
+        built = rule.block_mask(query, tokens)
+        reference = create_block_mask(rule.mask_mod(query, tokens), B=3, H=None, Q_LEN=query.document.shape[1],
+                                      KV_LEN=length, device="cpu")
+        for counts, indices in (("kv_num_blocks", "kv_indices"), ("full_kv_num_blocks", "full_kv_indices"),
+                                ("q_num_blocks", "q_indices"), ("full_q_num_blocks", "full_q_indices")):
+            assert torch.equal(getattr(built, counts), getattr(reference, counts)), counts
+            assert (_kept_blocks(getattr(built, counts), getattr(built, indices))
+                    == _kept_blocks(getattr(reference, counts), getattr(reference, indices))), indices
+        assert torch.equal(built.to_dense(), reference.to_dense())
+        assert built.seq_lengths == reference.seq_lengths and built.BLOCK_SIZE == reference.BLOCK_SIZE
+    full = rule.block_mask(tokens, tokens).full_kv_num_blocks
+    assert isinstance(rule, AnnealedCausalMask) or int(full.sum()) > 0  # the case of full blocks is met

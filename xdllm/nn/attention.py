@@ -6,8 +6,9 @@ gets a document of its own (:data:`PAD_DOCUMENT_ID`), so real tokens never see p
 padding token still has itself to attend to (no fully masked row, no NaN).
 
 - ``"sdpa"``: ``F.scaled_dot_product_attention`` with the rule's boolean ``[batch, 1, Q, K]`` mask.
-- ``"flex"``: compiled ``flex_attention`` with the rule's block-sparse ``BlockMask``, built by
-  ``create_block_mask`` on the tensors' device, once per forward and shared by all layers.
+- ``"flex"``: compiled ``flex_attention`` with the rule's block-sparse ``BlockMask``
+  (:meth:`~xdllm.nn.masks.MaskRule.block_mask`), built on the tensors' device, once per forward
+  and shared by all layers.
   Forwards through flex are padded to a few fixed shapes (:mod:`xdllm.nn.buckets`), so it
   compiles once per bucket, not once per batch width.
 - ``"auto"``: flex on CUDA (where it trains); SDPA elsewhere, because in torch 2.13

@@ -6,9 +6,11 @@ plus whatever else the rule reads). From that predicate the rule derives
 
 - :meth:`MaskRule.mask_mod`: FlexAttention's ``mask_mod(b, h, q_idx, kv_idx)``, which looks up
   the two tokens' attributes by index and calls ``allows``;
-- :meth:`MaskRule.block_mask`: that ``mask_mod`` handed to ``create_block_mask``;
 - :meth:`MaskRule.dense`: that same ``mask_mod`` called once on broadcast index grids
-  ``b [B,1,1,1]``, ``q_idx [1,1,Q,1]``, ``kv_idx [1,1,1,K]``, giving SDPA's ``[B, 1, Q, K]`` mask.
+  ``b [B,1,1,1]``, ``q_idx [1,1,Q,1]``, ``kv_idx [1,1,1,K]``, giving SDPA's ``[B, 1, Q, K]`` mask;
+- :meth:`MaskRule.block_mask`: FlexAttention's ``BlockMask``, from the dense mask reduced block
+  by block where the lengths are whole blocks (:mod:`xdllm.nn.block_masks`), else from
+  ``create_block_mask``; the ``mask_mod`` decides inside the partial blocks.
 
 Both masks come from one Python function evaluated at every (query, key) pair, so they cannot
 disagree. Every rule keeps attention inside a document: padding carries
@@ -30,6 +32,8 @@ import torch
 from jaxtyping import Bool, Integer
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
+
+from xdllm.nn.block_masks import block_mask_from_dense, fits_blocks
 
 PAD_DOCUMENT_ID = -1
 """Document id of padding tokens; real tokens' ids (segment ids) must be >= 0."""
@@ -117,10 +121,15 @@ class MaskRule:
         return self.mask_mod(query, key)(b, h, q_idx, kv_idx).expand(batch, 1, q_len, kv_len)
 
     def block_mask(self, query: tuple, key: tuple) -> BlockMask:
-        """FlexAttention's block-sparse mask, built on the tokens' device."""
+        """FlexAttention's block-sparse mask, built on the tokens' device: from :meth:`dense`
+        where the lengths are whole blocks (:mod:`xdllm.nn.block_masks`), else by
+        ``create_block_mask``."""
         batch, q_len = query.document.shape
-        return create_block_mask(self.mask_mod(query, key), B=batch, H=None, Q_LEN=q_len,
-                                 KV_LEN=key.document.shape[1], device=query.document.device)
+        kv_len = key.document.shape[1]
+        if fits_blocks(q_len, kv_len):
+            return block_mask_from_dense(self.dense(query, key), self.mask_mod(query, key))
+        return create_block_mask(self.mask_mod(query, key), B=batch, H=None, Q_LEN=q_len, KV_LEN=kv_len,
+                                 device=query.document.device)
 
 
 @dataclass(frozen=True)
