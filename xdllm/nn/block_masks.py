@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 from jaxtyping import Bool
 from torch import Tensor
-from torch.nn.attention.flex_attention import _DEFAULT_SPARSE_BLOCK_SIZE, BlockMask
+from torch.nn.attention.flex_attention import BlockMask
 
-BLOCK = _DEFAULT_SPARSE_BLOCK_SIZE
-"""The block size of the masks built here, FlexAttention's default (128)."""
+BLOCK = 128
+"""The block size of the masks built here: FlexAttention's default, and ``create_block_mask``'s."""
 
 
 def fits_blocks(q_len: int, kv_len: int) -> bool:
