@@ -1,12 +1,12 @@
 """FlexAttention's block-sparse mask from the dense boolean mask, without ``create_block_mask``.
 
 ``create_block_mask`` (uncompiled) evaluates the ``mask_mod`` at every (query, key) pair under
-``vmap``: for the packed rows of ``bench_gpu_training.py`` (8 x 2048 tokens) 69 ms on the 2-core
+``vmap``: for the packed rows of ``bench_gpu_training.py`` (8 x 2048 tokens) 64 ms on the 2-core
 CPU for a document mask, every training step, since packed documents change with the batch. A
 rule's :meth:`~xdllm.nn.masks.MaskRule.dense` gives the same booleans by broadcasting; reduced
 block by block (a block with any pair allowed is kept, one with every pair allowed is full) they
-give the same ``BlockMask`` (tested equal to ``create_block_mask``'s for every rule) in 26 ms
-there (``python scripts/bench_block_mask.py``). The ``mask_mod`` still decides inside the
+give the same ``BlockMask`` (tested equal to ``create_block_mask``'s for every rule) in 25 ms
+there (``python scripts/bench_block_mask.py``, median of 5). The ``mask_mod`` still decides inside the
 partial blocks, as before.
 """
 

@@ -57,8 +57,8 @@ class BackgroundViews:
         if self._worker is None:
             return
         try:
-            self._worker.stdin.close()
-        except OSError:
+            self._worker.stdin.close()  # the worker ends after the jobs it was given
+        except OSError:  # it is gone already: the views it did not write are reported below
             pass
         code = self._worker.wait()
         self._reader.join()
