@@ -4,6 +4,7 @@ import json
 import logging
 
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tiny_run import TINY_MLM, TINY_RUN
 
@@ -48,6 +49,25 @@ def test_every_validation_logs_the_choice_scores_that_eval_gives_for_its_weights
     out = capsys.readouterr().out
     best = json.loads(out[out.index("{"):])
     assert after_training == {key: best[key] for key in after_training} and after_training["questions"] == 4
+
+
+def test_under_autocast_the_logged_scores_are_still_eval_s(tmp_path, capsys, monkeypatch):
+    """A bf16 run scores its choices under bf16 autocast on CUDA, at validation as in eval;
+    here the CPU stands in for CUDA (its autocast runs bf16 too)."""
+    def cpu_as_cuda(precision, device):
+        return torch.bfloat16 if str(precision).startswith("bf16") else None
+
+    monkeypatch.setattr("xdllm.run.choice_scores.autocast_dtype", cpu_as_cuda)
+    monkeypatch.setattr("xdllm.run.generate.autocast_dtype", cpu_as_cuda)
+    path, run_dir = _questions(tmp_path), tmp_path / "run"
+    assert _train(run_dir, f"validation_choices={path}", "trainer.precision=bf16-mixed") == 0
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    logged = events.Scalars("val/answer_nll")[-1].value
+    capsys.readouterr()
+    assert main(["eval", f"ckpt={run_dir / 'checkpoints' / 'last.ckpt'}", f"prompts_file={path}"]) == 0
+    out = capsys.readouterr().out
+    assert logged == pytest.approx(json.loads(out[out.index("{"):])["answer_nll"], rel=1e-6)  # float32 in the log
 
 
 @pytest.mark.parametrize("overrides, said", [

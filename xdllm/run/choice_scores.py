@@ -24,7 +24,7 @@ from xdllm.evaluate.task_scores import TaskScoredEvaluator
 from xdllm.run.build import RunComponents, position_overflow
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.choice_file import ChoiceFile, read_choice_file
-from xdllm.run.device import autocast, batch_to
+from xdllm.run.device import autocast, autocast_dtype, batch_to
 from xdllm.run.free_text import is_free_text
 from xdllm.run.generate import checkpoint_fields, place_run
 
@@ -69,7 +69,9 @@ def scored_choices(run: TrainedRun, options: DictConfig) -> ScoredChoices:
 class ChoiceProbe:
     """A multiple-choice file scored at every validation of a training run
     (``validation_choices=``): ``val/<name>`` for each of :data:`CHOICE_FIGURES`, each process
-    scoring every question (the figures need no reduction)."""
+    scoring every question (the figures need no reduction), under the autocast ``xdllm eval``
+    takes for the run's precision on the model's device (bf16 on CUDA for a ``bf16*`` run), so
+    the figures logged are those ``xdllm eval`` gives for the same weights."""
 
     def __init__(self, path: str, components: RunComponents, batch_size: int) -> None:
         if not path.strip():
@@ -79,12 +81,14 @@ class ChoiceProbe:
         self.choices = read_choice_file(components.tokenizer, self.path, as_documents=is_free_text(components.task))
         self.collate = NamedCollate(components.collators["val"], "collator.val")
         self.batch_size = batch_size
+        self.precision = components.config.trainer.get("precision")
         _check_all_positions(components.model, self.collate, self.choices, batch_size)
 
     def __call__(self, model: torch.nn.Module) -> dict[str, float]:
         device = next(model.parameters()).device
-        nll, tokens = _choice_nll(model, self.collate, self.sample_nll, self.choices, self.batch_size, device,
-                                  self.path)
+        with autocast(device, autocast_dtype(self.precision, device)):
+            nll, tokens = _choice_nll(model, self.collate, self.sample_nll, self.choices, self.batch_size, device,
+                                      self.path)
         scores = choice_accuracy(nll, tokens, self.choices)
         return {name: float(scores[name]) for name in CHOICE_FIGURES}
 
