@@ -195,8 +195,8 @@ stage_open() {
     tests/hybrid/test_hybrid_flex_cuda.py
   # the BlockMask of packed rows, built from the dense mask since (create_block_mask before)
   record block_mask "$py" scripts/bench_block_mask.py --device "$device"
-  # the whole run with the validation views drawn in another process: validation times are the
-  # gaps around the log's "validation at step" lines
+  # the whole run with the validation views drawn in another process: step_rate.py lists each
+  # validation's seconds
   rm -rf "$run"
   record varlen_sort_packed_train "$py" -m xdllm.cli.main train experiment=varlen_sort_packed "$trainer" \
     run_dir="$run" "${tiny[@]}"

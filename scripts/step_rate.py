@@ -3,7 +3,10 @@
 The rate is taken between the ``train/loss`` scalars written after the first ``--skip`` steps (so
 start-up, loader processes coming up and compilation are left out) and the last one, from the
 wall times TensorBoard recorded with them; the run's log interval (``trainer.log_every_n_steps``)
-sets how many points there are.
+sets how many points there are. The rate includes the validations in that span; each
+validation's own seconds are listed too (``validations``: from the ``train/loss`` point of its
+step to its ``val/loss`` point, so checkpoints written with it count; steps whose training loss
+was not logged are left out).
 
     python scripts/step_rate.py runs/sudoku_mlm_gpu            # {"steps_per_s": ..., ...}
     python scripts/step_rate.py runs/sudoku_mlm_gpu --skip 100
@@ -21,6 +24,7 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 SCALAR = "train/loss"
+VALIDATION_SCALAR = "val/loss"
 
 
 def step_rate(run_dir: Path, skip: int | None) -> dict:
@@ -43,7 +47,17 @@ def step_rate(run_dir: Path, skip: int | None) -> dict:
     first, last = points[0], points[-1]
     seconds = last.wall_time - first.wall_time
     return {"steps_per_s": (last.step - first.step) / seconds, "from_step": first.step,
-            "to_step": last.step, "seconds": seconds}
+            "to_step": last.step, "seconds": seconds, "validations": validation_seconds(events)}
+
+
+def validation_seconds(events: EventAccumulator) -> list[dict]:
+    """Each validation's wall seconds: its ``val/loss`` point minus the ``train/loss`` point of
+    the same step (validations at steps without a logged training loss are left out)."""
+    if VALIDATION_SCALAR not in events.Tags()["scalars"]:
+        return []
+    trained = {point.step: point.wall_time for point in events.Scalars(SCALAR)}
+    return [{"step": point.step, "seconds": point.wall_time - trained[point.step]}
+            for point in events.Scalars(VALIDATION_SCALAR) if point.step in trained]
 
 
 def main(argv: list[str] | None = None) -> None:

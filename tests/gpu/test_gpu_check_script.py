@@ -39,6 +39,16 @@ def test_step_rate_reads_wall_times_after_the_first_quarter(tmp_path):
     assert rate["steps_per_s"] == pytest.approx(2.0)
 
 
+def test_step_rate_lists_each_validation_s_seconds(tmp_path):
+    writer = SummaryWriter(str(tmp_path / "tensorboard"))
+    for step in range(10, 101, 10):
+        writer.add_scalar("train/loss", 1.0, step, walltime=1000.0 + step)
+    writer.add_scalar("val/loss", 1.0, 50, walltime=1000.0 + 50 + 7.5)  # 7.5 s after step 50's loss
+    writer.add_scalar("val/loss", 1.0, 55, walltime=2000.0)  # no training loss logged at 55
+    writer.close()
+    assert _step_rate_module().step_rate(tmp_path, None)["validations"] == [{"step": 50, "seconds": 7.5}]
+
+
 def test_step_rate_names_a_folder_that_is_no_run(tmp_path):
     with pytest.raises(SystemExit, match="has no tensorboard folder"):
         _step_rate_module().step_rate(tmp_path, None)
