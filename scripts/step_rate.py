@@ -4,9 +4,12 @@ The rate is taken between the ``train/loss`` scalars written after the first ``-
 start-up, loader processes coming up and compilation are left out) and the last one, from the
 wall times TensorBoard recorded with them; the run's log interval (``trainer.log_every_n_steps``)
 sets how many points there are. The rate includes the validations in that span; each
-validation's own seconds are listed too (``validations``: from the ``train/loss`` point of its
-step to its ``val/loss`` point, so checkpoints written with it count; steps whose training loss
-was not logged are left out).
+validation is listed too (``validations``, at steps whose training loss was logged):
+``metrics_s``, from the ``train/loss`` point of its step to its ``val/loss`` point (the
+validation loop), and ``stall_s``, how much longer training took to its next ``train/loss``
+point than those steps take without a validation (the median pace between points with none):
+the validation loop, checkpoints and whatever else the validation made training wait for (the
+history views, when they are drawn in the training process).
 
     python scripts/step_rate.py runs/sudoku_mlm_gpu            # {"steps_per_s": ..., ...}
     python scripts/step_rate.py runs/sudoku_mlm_gpu --skip 100
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -51,13 +55,24 @@ def step_rate(run_dir: Path, skip: int | None) -> dict:
 
 
 def validation_seconds(events: EventAccumulator) -> list[dict]:
-    """Each validation's wall seconds: its ``val/loss`` point minus the ``train/loss`` point of
-    the same step (validations at steps without a logged training loss are left out)."""
+    """Each validation's ``metrics_s`` and ``stall_s`` (module docstring)."""
     if VALIDATION_SCALAR not in events.Tags()["scalars"]:
         return []
-    trained = {point.step: point.wall_time for point in events.Scalars(SCALAR)}
-    return [{"step": point.step, "seconds": point.wall_time - trained[point.step]}
-            for point in events.Scalars(VALIDATION_SCALAR) if point.step in trained]
+    trained = events.Scalars(SCALAR)
+    at = {point.step: index for index, point in enumerate(trained)}
+    validated = [point for point in events.Scalars(VALIDATION_SCALAR) if point.step in at]
+    paces = [(b.wall_time - a.wall_time) / (b.step - a.step) for a, b in zip(trained, trained[1:])
+             if not any(a.step <= v.step < b.step for v in validated)]
+    pace = statistics.median(paces) if paces else None
+    listed = []
+    for point in validated:
+        index = at[point.step]
+        entry = {"step": point.step, "metrics_s": point.wall_time - trained[index].wall_time, "stall_s": None}
+        if pace is not None and index + 1 < len(trained):
+            after = trained[index + 1]
+            entry["stall_s"] = after.wall_time - trained[index].wall_time - pace * (after.step - point.step)
+        listed.append(entry)
+    return listed
 
 
 def main(argv: list[str] | None = None) -> None:

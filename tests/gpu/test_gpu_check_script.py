@@ -39,14 +39,15 @@ def test_step_rate_reads_wall_times_after_the_first_quarter(tmp_path):
     assert rate["steps_per_s"] == pytest.approx(2.0)
 
 
-def test_step_rate_lists_each_validation_s_seconds(tmp_path):
+def test_step_rate_lists_each_validation_s_loop_and_the_stall_it_caused(tmp_path):
     writer = SummaryWriter(str(tmp_path / "tensorboard"))
-    for step in range(10, 101, 10):
-        writer.add_scalar("train/loss", 1.0, step, walltime=1000.0 + step)
-    writer.add_scalar("val/loss", 1.0, 50, walltime=1000.0 + 50 + 7.5)  # 7.5 s after step 50's loss
+    for step in range(10, 101, 10):  # a second per step, and 12 s more after the validation at 50
+        writer.add_scalar("train/loss", 1.0, step, walltime=1000.0 + step + (12.0 if step > 50 else 0.0))
+    writer.add_scalar("val/loss", 1.0, 50, walltime=1000.0 + 50 + 7.5)  # its loop: 7.5 s after step 50's loss
     writer.add_scalar("val/loss", 1.0, 55, walltime=2000.0)  # no training loss logged at 55
     writer.close()
-    assert _step_rate_module().step_rate(tmp_path, None)["validations"] == [{"step": 50, "seconds": 7.5}]
+    (validation,) = _step_rate_module().step_rate(tmp_path, None)["validations"]
+    assert validation == {"step": 50, "metrics_s": 7.5, "stall_s": pytest.approx(12.0)}
 
 
 def test_step_rate_names_a_folder_that_is_no_run(tmp_path):
