@@ -104,3 +104,17 @@ def test_a_training_script_without_a_main_guard_runs_once(tmp_path):
     subprocess.run([sys.executable, str(script)], check=True, timeout=120, cwd=tmp_path)
     assert marker.read_text() == "ran\n"
     assert len(_views(logdir)["images"]) == 2
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_an_unreadable_history_file_is_reported_and_the_others_drawn(tmp_path, caplog, background):
+    hook = ValidationHistory(tmp_path / "run", TOKENIZER, num_samples=3, k=2, background=background)
+    recorder = hook.recorder_for_step(2)
+    fake_generate(recorder, prompt_lens=[2, 3], gen_len=4, commits_per_step=[1, 2], seed=2)
+    garbled = tmp_path / "run" / "history" / "val-step0000002" / "history-00001.pt"
+    garbled.write_bytes(b"not a history file")
+    with caplog.at_level(logging.ERROR, logger="xdllm.train.background_views"):
+        hook.on_validation_end(TRAINER, MODULE)
+        hook.teardown(TRAINER, MODULE, "fit")
+    assert f"skipped an unreadable file: {garbled}" in caplog.text
+    assert len(_views(tmp_path / "run" / "tensorboard" / "history-step0000002")["images"]) == 2

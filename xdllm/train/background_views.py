@@ -23,7 +23,26 @@ import sys
 import threading
 from pathlib import Path
 
+import torch
+
+from xdllm.history import write_tensorboard
+from xdllm.interfaces import Tokenizer
+
 log = logging.getLogger(__name__)
+
+
+def write_validation_views(history_dir: Path, logdir: Path, max_samples: int, grid: tuple[int, int] | None,
+                           tokenizer: Tokenizer | None = None) -> list[str]:
+    """Write the views of one validation's history; the files that could not be read
+    (``"path: reason"``), every readable one being written."""
+    report = write_tensorboard([history_dir], logdir, max_samples=max_samples, tokenizer=tokenizer, grid=grid)
+    return [f"{path}: {error}" for path, error in report.bad_files]
+
+
+def report_unreadable(lines: list[str]) -> None:
+    """Log each history file the views skipped (drawn here or by the worker)."""
+    for line in lines:
+        log.error("TensorBoard views of validation history: skipped an unreadable file: %s", line)
 
 
 class BackgroundViews:
@@ -73,8 +92,7 @@ class BackgroundViews:
             self._done.add(result["history_dir"])
             if result["error"] is not None:
                 _report(result, result["error"])
-            for unreadable in result["unreadable"]:
-                log.error("TensorBoard views of validation history: skipped an unreadable file: %s", unreadable)
+            report_unreadable(result["unreadable"])
 
 
 def _report(job: dict, error: str) -> None:
@@ -85,19 +103,15 @@ def _report(job: dict, error: str) -> None:
 
 def main() -> None:
     """The worker: one job per line of stdin, one result per line of stdout, in order."""
-    import torch
-
-    from xdllm.history import write_tensorboard
-
     torch.set_num_threads(1)  # the training process keeps the cores for its own threads
     results, sys.stdout = sys.stdout, sys.stderr  # whatever else prints cannot garble the results
     for line in sys.stdin:
         job = json.loads(line)
         result = {"history_dir": job["history_dir"], "logdir": job["logdir"], "error": None, "unreadable": []}
         try:
-            report = write_tensorboard([Path(job["history_dir"])], Path(job["logdir"]), max_samples=job["max_samples"],
-                                       grid=tuple(job["grid"]) if job["grid"] is not None else None)
-            result["unreadable"] = [f"{path}: {error}" for path, error in report.bad_files]
+            result["unreadable"] = write_validation_views(
+                Path(job["history_dir"]), Path(job["logdir"]), job["max_samples"],
+                tuple(job["grid"]) if job["grid"] is not None else None)
         except Exception as error:  # reported by the training process, with the command that redraws
             result["error"] = f"{type(error).__name__}: {error}"
         print(json.dumps(result), file=results, flush=True)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import lightning as L
 
-from xdllm.history import HistoryTopKPlugin, write_tensorboard
+from xdllm.history import HistoryTopKPlugin
 from xdllm.interfaces import Tokenizer
-from xdllm.train.background_views import BackgroundViews
+from xdllm.train.background_views import BackgroundViews, report_unreadable, write_validation_views
 
 
 class ValidationHistory(L.Callback):
@@ -58,8 +58,7 @@ class ValidationHistory(L.Callback):
         if self.background:
             self._views.submit(directory, logdir, max_samples=self.num_samples, grid=self.grid)
         else:
-            write_tensorboard([directory], logdir, max_samples=self.num_samples, tokenizer=self.tokenizer,
-                              grid=self.grid)
+            report_unreadable(write_validation_views(directory, logdir, self.num_samples, self.grid, self.tokenizer))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._views.finish()
