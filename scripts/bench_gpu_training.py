@@ -12,13 +12,13 @@ vocabulary 32768, rows of 2048 tokens, 8 rows per step) and each layout:
   64), SDPA with the padding mask.
 
 A step is forward, ``MLMLoss`` (the chunked path on supervised positions by default), backward and
-a fused AdamW step, under bf16 autocast on CUDA; ``--compile`` compiles the network
-(``model.compile``). Document lengths are log-normal with mean ``row_length / 4`` (as in
+a fused AdamW step, under bf16 autocast on CUDA; ``--compile`` compiles the block
+(``model.compile``: one graph every block runs). Document lengths are log-normal with mean ``row_length / 4`` (as in
 ``bench_packing.py``). ``real_tokens_per_s`` counts tokens of documents; ``mfu`` is
 ``6 * N * slots_per_s / peak`` with ``N`` the parameters except the input embedding (the LM head
 included, attention scores not counted) and ``slots`` every position computed, padding included.
 ``peak_memory_gib`` is ``torch.cuda.max_memory_allocated`` (null on the CPU); ``compilations``
-counts the graphs dynamo compiled during the layout (flex attention, the compiled network);
+counts the graphs dynamo compiled during the layout (flex attention, the compiled block);
 ``warmup_seconds`` is the untimed steps' time, compilation included (one warm-up step per shape
 bucket of the timed batches: padded batches have several).
 

@@ -25,15 +25,15 @@ def no_shape_checks_while_tracing(monkeypatch):
 def compile_counter(monkeypatch):
     torch._dynamo.reset()
     counter = CompileCounter()
-    compiled = torch.compile(transformer_module._blocks, backend=counter, dynamic=False)
-    monkeypatch.setattr(transformer_module, "_compiled_blocks", lambda: compiled)
+    compiled = torch.compile(transformer_module._run_block, backend=counter, dynamic=False)
+    monkeypatch.setattr(transformer_module, "_compiled_block", lambda: compiled)
     yield counter
     torch._dynamo.reset()
 
 
-def make_model(compile: bool, attn_backend: str = "sdpa") -> RotaryTransformer:
+def make_model(compile: bool, attn_backend: str = "sdpa", n_layers: int = 2) -> RotaryTransformer:
     torch.manual_seed(0)
-    return RotaryTransformer(RotaryTransformerConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4,
+    return RotaryTransformer(RotaryTransformerConfig(vocab_size=VOCAB, d_model=32, n_layers=n_layers, n_heads=4,
                                                      max_positions=64, attn_backend=attn_backend, compile=compile))
 
 
@@ -73,6 +73,23 @@ def test_the_compiled_network_compiles_once_per_bucket(compile_counter, attn_bac
                 batch = padded_batch(row_count, width)
                 torch.testing.assert_close(model(**batch), eager(**batch), atol=1e-5, rtol=0)
     assert compile_counter.frame_count == len(buckets) == compilations
+
+
+@pytest.mark.parametrize("attn_backend", ["sdpa", "flex"])
+def test_one_compiled_graph_serves_every_block_whatever_the_depth(compile_counter, attn_backend):
+    """The blocks share one compiled graph: a network three times as deep compiles no more and
+    no larger a graph (compiling the whole stack unrolled every block into it), and each block
+    still runs its own weights (the logits are the eager network's)."""
+    batch = padded_batch(3, 21)
+    graphs = {}
+    for n_layers in (1, 3):
+        torch._dynamo.reset()
+        compile_counter.clear()
+        model, eager = make_model(True, attn_backend, n_layers).eval(), make_model(False, "sdpa", n_layers).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(model(**batch), eager(**batch), atol=1e-5, rtol=0)
+        graphs[n_layers] = (compile_counter.frame_count, compile_counter.op_count)
+    assert graphs[3] == graphs[1] and graphs[1][0] == 1, graphs
 
 
 def test_compile_must_be_a_flag():

@@ -30,7 +30,7 @@ class RotaryTransformerConfig:
     attn_backend: BackendRequest = "auto"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     compile: bool = False
-    """``torch.compile`` the network (embedding, blocks, final norm) once per shape bucket."""
+    """``torch.compile`` the transformer block, one graph every block runs, once per shape bucket."""
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions"):

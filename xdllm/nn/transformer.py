@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -31,7 +31,7 @@ from xdllm.nn.attention import (
     resolve_attention_backend,
 )
 from xdllm.nn.buckets import allow_shape_buckets, bucket_shape, pad_to
-from xdllm.nn.kv_cache import KVCache
+from xdllm.nn.kv_cache import CachedLayer, KVCache
 from xdllm.nn.layers import RotaryTransformerConfig, TransformerBlock, make_norm
 from xdllm.nn.masks import DocumentMask, MaskRule, Tokens
 from xdllm.nn.rotary import RotaryEmbedding
@@ -291,10 +291,8 @@ class RotaryTransformer(nn.Module):
             input_ids, positions = pad_to(input_ids, padded_shape, 0), pad_to(positions, padded_shape, 0)
         else:
             mask = build_attention_mask(backend, rule, document_ids, positions)
-        if self.config.compile:
-            x, hidden_states = _compiled_blocks()(self, input_ids, positions, backend, mask, wanted, None)
-        else:
-            x, hidden_states = _blocks(self, input_ids, positions, backend, mask, wanted, None)
+        run_block = _compiled_block() if self.config.compile else _run_block
+        x, hidden_states = _blocks(self, input_ids, positions, backend, mask, wanted, None, run_block)
         final = self.final_norm(x[:batch, :seq_len])
         if shift:
             final = read_from_previous_position(final, positions[:batch, :seq_len])
@@ -333,6 +331,12 @@ class RotaryTransformer(nn.Module):
                              f"got {mask_rule!r}")
 
 
+def _run_block(block: TransformerBlock, x: Tensor, cos: Tensor, sin: Tensor, backend: AttentionBackend,
+               mask: AttentionMask, cache: Optional[CachedLayer]) -> Tensor:
+    """One block's forward: what ``model.compile`` compiles (:func:`_compiled_block`)."""
+    return block(x, cos, sin, backend, mask, cache)
+
+
 def _blocks(
     model: RotaryTransformer,
     input_ids: Tensor,
@@ -341,26 +345,30 @@ def _blocks(
     mask: AttentionMask,
     wanted: tuple[int, ...],
     kv_cache: Optional[KVCache],
+    run_block: Callable[..., Tensor] = _run_block,
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
-    """Embedding and blocks: the residual stream after the last block, and after each block
-    in ``wanted`` (in that order)."""
+    """Embedding and blocks, each block run by ``run_block``: the residual stream after the
+    last block, and after each block in ``wanted`` (in that order)."""
     cos, sin = model.rotary(positions)
     x = model.dropout(model.token_embedding(input_ids))
     hidden_states = {}
     for index, block in enumerate(model.blocks):
         cache = kv_cache.layer(index) if kv_cache is not None else None
-        x = block(x, cos, sin, backend, mask, cache)
+        x = run_block(block, x, cos, sin, backend, mask, cache)
         if index in wanted:
             hidden_states[index] = x
     return x, tuple(hidden_states[index] for index in wanted)
 
 
 @functools.cache
-def _compiled_blocks():
-    """:func:`_blocks` compiled once per process (``model.compile``): a plain function taking
-    the model, so a copied model never runs another's weights."""
+def _compiled_block() -> Callable[..., Tensor]:
+    """:func:`_run_block` compiled once per process (``model.compile``), the block a plain
+    argument: every block of every model shares one compiled graph per shape bucket (its
+    parameters are inputs of the graph, not constants), so compiling costs one block's time
+    whatever the depth (compiling the whole stack unrolled every block into one graph:
+    ``python scripts/bench_compile_time.py``)."""
     allow_shape_buckets()
-    return torch.compile(_blocks, dynamic=False)
+    return torch.compile(_run_block, dynamic=False)
 
 
 @contextlib.contextmanager
