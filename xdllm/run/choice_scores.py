@@ -27,6 +27,7 @@ from xdllm.run.choice_file import ChoiceFile, read_choice_file
 from xdllm.run.device import autocast, autocast_dtype, batch_to
 from xdllm.run.free_text import is_free_text
 from xdllm.run.generate import checkpoint_fields, place_run
+from xdllm.train.processes import ONE_PROCESS, Processes
 
 CHOICE_FIGURES = ("choice_accuracy", "choice_accuracy_per_token", "choice_accuracy_per_char", "answer_nll")
 """The figures of a multiple-choice file that depend on the weights (:func:`choice_accuracy`)."""
@@ -68,10 +69,11 @@ def scored_choices(run: TrainedRun, options: DictConfig) -> ScoredChoices:
 
 class ChoiceProbe:
     """A multiple-choice file scored at every validation of a training run
-    (``validation_choices=``): ``val/<name>`` for each of :data:`CHOICE_FIGURES`, each process
-    scoring every question (the figures need no reduction), under the autocast ``xdllm eval``
-    takes for the run's precision on the model's device (bf16 on CUDA for a ``bf16*`` run), so
-    the figures logged are those ``xdllm eval`` gives for the same weights."""
+    (``validation_choices=``): ``val/<name>`` for each of :data:`CHOICE_FIGURES`, under the
+    autocast ``xdllm eval`` takes for the run's precision on the model's device (bf16 on CUDA for
+    a ``bf16*`` run), so the figures logged are those ``xdllm eval`` gives for the same weights.
+    With several processes each scores its share of the batches and the scores are gathered, so
+    every process logs the same figures (:func:`shared_choice_nll`)."""
 
     def __init__(self, path: str, components: RunComponents, batch_size: int) -> None:
         if not path.strip():
@@ -84,11 +86,11 @@ class ChoiceProbe:
         self.precision = components.config.trainer.get("precision")
         _check_all_positions(components.model, self.collate, self.choices, batch_size)
 
-    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+    def __call__(self, model: torch.nn.Module, processes: Processes = ONE_PROCESS) -> dict[str, float]:
         device = next(model.parameters()).device
         with autocast(device, autocast_dtype(self.precision, device)):
-            nll, tokens = _choice_nll(model, self.collate, self.sample_nll, self.choices, self.batch_size, device,
-                                      self.path)
+            nll, tokens = shared_choice_nll(model, self.collate, self.sample_nll, self.choices, self.batch_size,
+                                            device, self.path, processes)
         scores = choice_accuracy(nll, tokens, self.choices)
         return {name: float(scores[name]) for name in CHOICE_FIGURES}
 
@@ -106,11 +108,36 @@ def _family_sample_nll(components: RunComponents, path: Path) -> Callable[..., t
     return sample_nll
 
 
+def shared_choice_nll(model: torch.nn.Module, collate: NamedCollate, sample_nll: Callable[..., tuple[Tensor, Tensor]],
+                      choices: ChoiceFile, size: int, device: torch.device, path: Path, processes: Processes
+                      ) -> tuple[Tensor, Tensor]:
+    """:func:`_choice_nll` of every choice, split among ``processes``: each scores a run of
+    consecutive batches (the batches one process would make, so the same scores) and the
+    scores are gathered to every process. A process whose run is short scores its first batch
+    again and drops it, so that all run as many forwards (under FSDP every forward gathers the
+    weights from all of them)."""
+    starts = list(range(0, len(choices.examples), size))
+    if processes.count == 1:
+        return _choice_nll(model, collate, sample_nll, choices, size, device, path, starts)
+    share = -(-len(starts) // processes.count)
+    mine = starts[processes.rank * share:(processes.rank + 1) * share]
+    nll, tokens = _choice_nll(model, collate, sample_nll, choices, size, device, path,
+                              mine + (mine or starts)[:1] * (share - len(mine)))
+    kept = sum(min(size, len(choices.examples) - start) for start in mine)
+    local = torch.zeros(2, share * size, dtype=torch.float64)
+    local[0, :kept], local[1, :kept] = nll[:kept], tokens[:kept].double()
+    gathered = processes.gather(local.to(device)).cpu()  # [processes, 2, share * size]
+    values = gathered.transpose(0, 1).reshape(2, -1)[:, :len(choices.examples)]
+    return values[0], values[1].long()
+
+
 def _choice_nll(model: torch.nn.Module, collate: NamedCollate, sample_nll: Callable[..., tuple[Tensor, Tensor]],
-                choices: ChoiceFile, size: int, device: torch.device, path: Path) -> tuple[Tensor, Tensor]:
-    """Every choice's NLL and tokens (on the CPU), batch by batch of ``size`` examples."""
+                choices: ChoiceFile, size: int, device: torch.device, path: Path,
+                starts: list[int] | None = None) -> tuple[Tensor, Tensor]:
+    """The NLL and tokens (on the CPU) of the choices in the batches of ``size`` examples from
+    each of ``starts`` (default: every batch)."""
     nll, tokens = [], []
-    for start in range(0, len(choices.examples), size):
+    for start in range(0, len(choices.examples), size) if starts is None else starts:
         batch = without_scores_on_context(collated_choices(collate, choices, start, size),
                                           choices.context[start:start + size])
         try:

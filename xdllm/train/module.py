@@ -38,6 +38,7 @@ from xdllm.interfaces import (
 )
 from xdllm.train.curves import write_curves
 from xdllm.train.optim import OptimConfig, build_optimizer
+from xdllm.train.processes import Processes
 from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import WeightAverage
 
@@ -75,8 +76,10 @@ class DiffusionLMModule(L.LightningModule):
     the state dict.
     ``free_text``: prediction batches lose their ``target_ids`` (a held-out document is no answer).
     ``validation_probe``, when set, gives more figures at the end of every validation from the
-    model (``model -> {name: value}``, logged as ``val/<name>``: the multiple-choice scores of
-    ``validation_choices=``); every process computes all of them, so they need no reduction.
+    model (``(model, processes) -> {name: value}``, logged as ``val/<name>``: the multiple-choice
+    scores of ``validation_choices=``); it may split its work among the processes
+    (:class:`~xdllm.train.processes.Processes`), but returns the same figures on every one, so
+    they need no reduction.
     """
 
     def __init__(
@@ -94,7 +97,7 @@ class DiffusionLMModule(L.LightningModule):
         checkpoint_extras: Mapping[str, Any] | None = None,
         judge: GenerativeJudge | None = None,
         free_text: bool = False,
-        validation_probe: Callable[[torch.nn.Module], Mapping[str, float]] | None = None,
+        validation_probe: Callable[[torch.nn.Module, Processes], Mapping[str, float]] | None = None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -268,7 +271,8 @@ class DiffusionLMModule(L.LightningModule):
         means = self._val_totals.means(reduce=self._sum_over_processes)
         values = finalize_with_judge(self.evaluator, means)
         if self.validation_probe is not None:
-            values.update(self.validation_probe(self.model))
+            values.update(self.validation_probe(self.model, Processes(self.global_rank, self.trainer.world_size,
+                                                                      self.all_gather)))
         for name, value in values.items():
             self.log(f"val/{name}", value, prog_bar=True)
         self._write_curves(values)
