@@ -19,16 +19,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from xdllm.event_checksums import use_fast_event_checksums
+
 WRITER_THREAD = "_AsyncWriterThread"
 """The class of tensorboard's writing thread (``tensorboard.summary.writer.event_file_writer``)."""
 
 
 @contextlib.contextmanager
 def event_writer(log_dir: str | os.PathLike, **options: Any) -> Iterator[Any]:
-    """A ``SummaryWriter`` into ``log_dir``, flushed and closed when the block ends; an
-    ``OSError`` that names no file is raised named with ``log_dir``."""
+    """A ``SummaryWriter`` into ``log_dir``, flushed and closed when the block ends, its records
+    checksummed in C (:mod:`xdllm.event_checksums`); an ``OSError`` that names no file is raised
+    named with ``log_dir``."""
     from torch.utils.tensorboard import SummaryWriter
 
+    use_fast_event_checksums()
     try:
         with SummaryWriter(log_dir=os.fspath(log_dir), **options) as writer:
             yield writer

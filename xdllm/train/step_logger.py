@@ -11,12 +11,20 @@ endless training stream, so it is 0 throughout.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from xdllm.event_checksums import use_fast_event_checksums
+
 
 class OptimizerStepLogger(TensorBoardLogger):
-    """A :class:`TensorBoardLogger` whose scalars sit at the optimizer steps done."""
+    """A :class:`TensorBoardLogger` whose scalars sit at the optimizer steps done, its records
+    checksummed in C (:mod:`xdllm.event_checksums`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        use_fast_event_checksums()
+        super().__init__(*args, **kwargs)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         scalars = {name: value for name, value in metrics.items() if name != "epoch"}
