@@ -4,7 +4,8 @@ where the lengths are whole blocks of 128), for a document mask and a causal one
 
 Rows are packed with documents of log-normal lengths (mean a quarter of the row, as in
 ``bench_gpu_training.py``). Prints, per shape and rule, the median milliseconds of each way over
-``--repeats`` builds (after one untimed build) and their ratio, as one JSON line.
+``--repeats`` builds (after one untimed build) and their ratio, as one JSON line; the two masks
+are checked to be the same first.
 
     python scripts/bench_block_mask.py                  # CPU
     python scripts/bench_block_mask.py --device cuda
@@ -18,7 +19,7 @@ import statistics
 import time
 
 import torch
-from torch.nn.attention.flex_attention import create_block_mask
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from xdllm.data.benchmark_lengths import long_tailed_lengths
 from xdllm.nn.block_masks import block_mask_from_dense
@@ -40,6 +41,14 @@ def packed_tokens(rows: int, length: int, device: torch.device, seed: int) -> To
             positions[row, start:start + size] = torch.arange(size)
             start, document = start + size, document + 1
     return Tokens(documents.to(device), positions.to(device))
+
+
+def check_same(created: BlockMask, reduced: BlockMask, where: str) -> None:
+    """Refuse to time two builds that do not give the same mask (which blocks are kept, and
+    which of them are full)."""
+    if not (torch.equal(created.to_dense(), reduced.to_dense())
+            and torch.equal(created.full_kv_num_blocks, reduced.full_kv_num_blocks)):
+        raise SystemExit(f"{where}: the mask reduced from the dense one differs from create_block_mask's")
 
 
 def median_ms(build, repeats: int, device: torch.device) -> float:
@@ -68,10 +77,15 @@ def main() -> None:
         tokens = packed_tokens(rows, length, device, args.seed)
         for rule in (DocumentMask(), CausalMask()):
             mask_mod = rule.mask_mod(tokens, tokens)
-            created = median_ms(lambda: create_block_mask(mask_mod, B=rows, H=None, Q_LEN=length, KV_LEN=length,
-                                                          device=device), args.repeats, device)
-            reduced = median_ms(lambda: block_mask_from_dense(rule.dense(tokens, tokens), mask_mod),
-                                args.repeats, device)
+
+            def create() -> BlockMask:
+                return create_block_mask(mask_mod, B=rows, H=None, Q_LEN=length, KV_LEN=length, device=device)
+
+            def reduce() -> BlockMask:
+                return block_mask_from_dense(rule.dense(tokens, tokens), mask_mod)
+
+            check_same(create(), reduce(), f"{rows}x{length} {type(rule).__name__}")
+            created, reduced = median_ms(create, args.repeats, device), median_ms(reduce, args.repeats, device)
             results.append({"rows": rows, "length": length, "rule": type(rule).__name__,
                             "create_block_mask_ms": created, "from_dense_ms": reduced,
                             "speedup": created / reduced})
