@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 
@@ -45,12 +46,16 @@ def _refuse_to_draw(*args, **kwargs):
     raise AssertionError("drawn in the training process")
 
 
-def test_in_the_background_the_views_are_drawn_elsewhere_and_equal_the_inline_ones(tmp_path, monkeypatch):
+def test_in_the_background_the_views_are_drawn_elsewhere_and_equal_the_inline_ones(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(figures.DenoisingFigure, "picture", _refuse_to_draw)  # this process only
     hook = ValidationHistory(tmp_path / "run", TOKENIZER, num_samples=3, k=2, background=True)
     _validate(hook, 2)
     _validate(hook, 4)
-    hook.teardown(TRAINER, MODULE, "fit")  # waits for both
+    with caplog.at_level(logging.INFO, logger="xdllm.train.background_views"):
+        hook.teardown(TRAINER, MODULE, "fit")  # waits for both
+    # the worker takes seconds to start: the last validation at least is still queued, and the wait is said
+    assert re.search(r"waiting for the TensorBoard views of [12] validation\(s\) still being drawn in another "
+                     r"process \((val-step0000002, )?val-step0000004\)", caplog.text), caplog.text
 
     monkeypatch.undo()
     for step in (2, 4):

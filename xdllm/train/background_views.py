@@ -75,6 +75,10 @@ class BackgroundViews:
         """Wait for every view handed over, report those not written, and stop the worker."""
         if self._worker is None:
             return
+        waiting = [job["history_dir"] for job in self._submitted if job["history_dir"] not in self._done]
+        if waiting:
+            log.info("waiting for the TensorBoard views of %d validation(s) still being drawn in another process "
+                     "(%s)", len(waiting), ", ".join(Path(folder).name for folder in waiting))
         try:
             self._worker.stdin.close()  # the worker ends after the jobs it was given
         except OSError:  # it is gone already: the views it did not write are reported below
