@@ -31,6 +31,12 @@ def test_solver_counts_solutions_and_rejects_repeated_givens():
                      and SOLVED[r1 * 9 + c2] == SOLVED[r2 * 9 + c1])
     two = [0 if cell in rectangle else value for cell, value in enumerate(SOLVED)]
     assert count_solutions(two, limit=10) == 2
+    # excluding a blank's digit counts the solutions where it holds another: the other order only
+    corner = rectangle[0]
+    other = []
+    assert count_solutions(two, limit=10, solution=other, excluded=(corner, SOLVED[corner])) == 1
+    assert other[corner] != SOLVED[corner] and follows_rules(other)
+    assert count_solutions(SOLVED[:corner] + [0] + SOLVED[corner + 1:], excluded=(corner, SOLVED[corner])) == 0
     bad = [0] * CELLS
     bad[0] = bad[1] = 7
     assert count_solutions(bad) == 0
