@@ -24,6 +24,7 @@ bucket of the timed batches: padded batches have several).
 
     python scripts/bench_gpu_training.py                       # both configurations, CUDA
     python scripts/bench_gpu_training.py --configs 125m --compile --layouts packed_flex nomask
+    python scripts/bench_gpu_training.py --configs 125m --layouts packed_flex --profile 3  # where the time goes
     python scripts/bench_gpu_training.py --smoke --device cpu  # a tiny configuration, seconds
     python scripts/bench_gpu_training.py --loss-memory         # CPU peak memory, plain vs chunked loss
 
@@ -47,6 +48,7 @@ from xdllm.data.benchmark_lengths import long_tailed_lengths
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.interfaces import Example
 from xdllm.nn.buckets import bucket_shape
+from xdllm.train.kernel_profile import profile_steps
 from xdllm.train.optim import uses_fused_adamw
 from xdllm_models.mlm.collator import MLMSeq2SeqTrainCollator
 from xdllm_models.mlm.loss import MLMLoss
@@ -73,6 +75,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true", help="torch.compile the network (model.compile)")
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS,
                         help="the layouts to run (default all; padded batches compile once per width bucket)")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="after timing, profile this many more steps per layout: the share of each kind of "
+                             "kernel (matmul, attention, loss, norm, casts, elementwise, optimizer) and the top ones")
     parser.add_argument("--loss", default="chunked", choices=["chunked", "plain"])
     parser.add_argument("--precision", default=None, choices=["bf16", "fp32"],
                         help="autocast dtype (default: bf16 on CUDA, fp32 on the CPU)")
@@ -183,6 +188,7 @@ def run_layout(name: str, batches: list[dict], config: dict, args: argparse.Name
         step(batch)
     synchronize(device)
     seconds = time.perf_counter() - started
+    profiled = {"profile": profile_steps(lambda: step(timed[0]), args.profile, device)} if args.profile else {}
     slots = sum(batch["input_ids"].numel() for batch in timed)
     tokens = sum(real_tokens(name, batch, tokenizer) for batch in timed)
     matmul_parameters = sum(p.numel() for p in model.parameters()) - model.transformer.token_embedding.weight.numel()
@@ -197,6 +203,7 @@ def run_layout(name: str, batches: list[dict], config: dict, args: argparse.Name
         "mfu": 6 * matmul_parameters * slots / seconds / (args.peak_tflops * 1e12),
         "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         "compilations": counters["stats"]["unique_graphs"] - graphs_before,
+        **profiled,
     }
 
 

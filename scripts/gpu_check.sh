@@ -195,6 +195,13 @@ stage_open() {
     tests/hybrid/test_hybrid_flex_cuda.py
   # the BlockMask of packed rows, built from the dense mask since (create_block_mask before)
   record block_mask "$py" scripts/bench_block_mask.py --device "$device"
+  # where an eager packed step's time goes (kernels by kind), and its throughput with the new BlockMask
+  if [ "$smoke" = 1 ]; then
+    record step_profile "$py" scripts/bench_gpu_training.py "${bench[@]}" --layouts packed_flex --profile 2
+  else
+    record step_profile_125m "$py" scripts/bench_gpu_training.py --configs 125m --layouts packed_flex nomask \
+      --steps 10 --profile 3
+  fi
   # the whole run with the validation views drawn in another process: step_rate.py lists each
   # validation's seconds
   rm -rf "$run"

@@ -54,6 +54,15 @@ def test_only_the_layouts_asked_for_run_and_their_figures_reach_stderr_as_each_e
     assert progress[0]["warmup_steps"] >= 1 and progress[0]["warmup_seconds"] > 0
 
 
+def test_a_profile_after_the_timing_shares_each_layout_s_step_among_kinds_of_kernel(capsys):
+    smoke = _bench(capsys, "--device", "cpu", "--layouts", "packed_flex", "--profile", "2")["smoke"]
+    profile = smoke["packed_flex"]["profile"]
+    assert profile["steps"] == 2 and profile["timed"] == "CPU operators (own time)"
+    assert sum(profile["kinds"].values()) == pytest.approx(1.0) and profile["kinds"]["matmul"] > 0
+    assert "attention" in profile["kinds"] and profile["top"]
+    assert "profile" not in _bench(capsys, "--device", "cpu", "--layouts", "nomask")["smoke"]["nomask"]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_smoke_run_on_cuda_uses_flex_and_compiles_a_bounded_number_of_times():
