@@ -28,7 +28,8 @@ realistic size (d_model 512, 8 layers, 8k vocabulary, 32 new tokens in 32 steps)
 small randomly initialised model with a large vocabulary and canvas (d_model 256, 2 layers,
 V = 32768, canvas L = 1024: 24 prompt tokens and 1000 new ones in 8 steps), where per-step
 vocabulary-sized tensors dominate. Prints two tables, then one JSON line.
-Usage: ``python scripts/bench_history.py [--device cuda] [--settings long] [--repeats N]``.
+``--no-memory`` skips the memory processes (``memory`` is null): the times alone, sooner.
+Usage: ``python scripts/bench_history.py [--device cuda] [--settings long] [--repeats N] [--no-memory]``.
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ def bench_setting(setting: Setting, args: argparse.Namespace, device: torch.devi
     predictor.predict(batch, history=capture)
     replay, replay_steps, replay_end = time_replay(capture.calls, modes["topk"], device, args.repeats)
     del capture
-    memory = {mode: measure_memory(setting, mode, args) for mode in MODES}
+    memory = None if args.no_memory else {mode: measure_memory(setting, mode, args) for mode in MODES}
     return {
         "setting": setting.name, "device": str(device), "batch": setting.batch_size,
         "canvas_len": int(batch["input_ids"].shape[1]) + setting.new_tokens,
@@ -311,6 +312,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--settings", nargs="*", default=[s.name for s in SETTINGS])
+    parser.add_argument("--no-memory", action="store_true",
+                        help="time only: no fresh process per mode for the memory figures (a short GPU lease)")
     parser.add_argument("--memory-worker", nargs=2, metavar=("SETTING", "MODE"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -330,7 +333,8 @@ def main() -> None:
         for name in args.settings:
             results.append(bench_setting(by_name[name], args, device, Path(scratch)))
             print_row(results[-1])
-    print_memory(results)
+    if not args.no_memory:
+        print_memory(results)
     print(json.dumps({"benchmark": "history_overhead", "threads": torch.get_num_threads(),
                       "results": results}))
 

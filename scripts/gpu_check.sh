@@ -216,7 +216,7 @@ stage_open() {
     return
   fi
   record bench_125m_compiled "$py" scripts/bench_gpu_training.py --configs 125m --compile --layouts "${layouts_125m[@]}"
-  record history_overhead_wide "$py" scripts/bench_history.py --device "$device" --settings wide
+  record history_overhead_wide "$py" scripts/bench_history.py --device "$device" --settings wide --no-memory
   record bench_550m_compiled "$py" scripts/bench_gpu_training.py --configs 550m --compile --layouts packed_flex
   record loop_overhead "$py" scripts/bench_loop_overhead.py "$trainer" data.num_workers=1
   record block_decoding_bd3lm "$py" scripts/bench_block_decoding.py --family bd3lm --device "$device"

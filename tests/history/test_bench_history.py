@@ -25,3 +25,11 @@ def test_the_history_benchmark_splits_the_recorder_s_time_and_measures_each_mode
     assert set(result["memory"]) == {"off", "engine", "topk"}
     # recording allocates what the history keeps: more than the predictor alone
     assert result["memory"]["topk"]["allocated_mib"] > result["memory"]["off"]["allocated_mib"]
+
+
+def test_without_memory_the_history_benchmark_times_only():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--settings", "sort", "--repeats", "1", "--no-memory"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = json.loads(done.stdout.strip().splitlines()[-1])["results"]
+    assert result["memory"] is None and result["topk_s"] > 0 and "peak RSS" not in done.stdout
