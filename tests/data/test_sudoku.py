@@ -37,6 +37,9 @@ def test_solver_counts_solutions_and_rejects_repeated_givens():
     assert count_solutions(two, limit=10, solution=other, excluded=(corner, SOLVED[corner])) == 1
     assert other[corner] != SOLVED[corner] and follows_rules(other)
     assert count_solutions(SOLVED[:corner] + [0] + SOLVED[corner + 1:], excluded=(corner, SOLVED[corner])) == 0
+    for excluded in ((corner, 0), (81, 1), (0, SOLVED[0])):  # not a digit, not a cell, not blank
+        with pytest.raises(ValueError, match=r"excluded must be \(a blank cell of the grid, a digit 1-9\)"):
+            count_solutions(two, excluded=excluded)
     bad = [0] * CELLS
     bad[0] = bad[1] = 7
     assert count_solutions(bad) == 0

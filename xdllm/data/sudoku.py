@@ -41,6 +41,8 @@ def count_solutions(grid: Sequence[int], limit: int = 2, rng: random.Random | No
     ``(cell, digit)``, only the solutions whose blank ``cell`` holds another digit count.
     """
     _check_grid(grid, "count_solutions")
+    if excluded is not None and not (0 <= excluded[0] < CELLS and grid[excluded[0]] == 0 and 1 <= excluded[1] <= 9):
+        raise ValueError(f"count_solutions: excluded must be (a blank cell of the grid, a digit 1-9), got {excluded}")
     banned_cell, banned = (excluded[0], 1 << excluded[1]) if excluded is not None else (-1, 0)
     cells = list(grid)
     rows, cols, boxes = [0] * 9, [0] * 9, [0] * 9
