@@ -9,7 +9,9 @@ For each setting, times ``MLMPredictor.predict`` on the same batch three ways:
 - ``plugin``: the plugin's own time alone, replaying the recorded calls of one batch (steadier
   than the difference of two noisy end-to-end timings on a shared machine); the JSON splits it
   into ``plugin_steps_s`` (``begin`` and every ``on_step``: device copies) and ``plugin_end_s``
-  (``end``: placing the steps, the one copy to the host, writing the file).
+  (``end``: placing the steps, the one copy to the host, writing the file), and of that
+  ``plugin_end_write_s``, the file's write alone (its checks and checksums, ``torch.save``,
+  ``fsync``): host work that could overlap the next batch, where the rest waits on the device.
 
 ``total %`` = (topk - off) / off: what a user pays; ``plugin %`` = plugin / off.
 
@@ -51,6 +53,7 @@ from torch.utils._pytree import tree_leaves
 from xdllm.data.tasks import draw_sample, get_task
 from xdllm.data.tokenizer import SymbolTokenizer, builtin_tokenizer
 from xdllm.history import HistoryTopKPlugin
+from xdllm.history import recorder as recorder_module
 from xdllm_models.mlm.collator import MLMSeq2SeqPredCollator
 from xdllm_models.mlm.model import RotaryTransformerMLMModel
 from xdllm_models.mlm.predictor import MLMPredictor
@@ -96,26 +99,51 @@ class CapturingRecorder:
         self.calls.append(("end", (prediction,)))
 
 
-def time_replay(calls, make_history, device: torch.device, repeats: int) -> tuple[float, float, float]:
+class TimedFileWrites:
+    """Replaces the recorder's ``write_history_file`` while in use, adding up the seconds spent
+    in it (the file's checks, checksums, ``torch.save`` and ``fsync``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._original = recorder_module.write_history_file
+
+    def _timed(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self._original(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def __enter__(self) -> TimedFileWrites:
+        recorder_module.write_history_file = self._timed
+        return self
+
+    def __exit__(self, *exc) -> None:
+        recorder_module.write_history_file = self._original
+
+
+def time_replay(calls, make_history, device: torch.device, repeats: int) -> tuple[float, float, float, float]:
     """Seconds a recorder spends in its own methods over one batch, on the fastest of
-    ``repeats`` replays: in all, in ``begin`` and the steps, and in ``end``."""
+    ``repeats`` replays: in all, in ``begin`` and the steps, in ``end``, and in ``end``'s file
+    write (the rest of ``end`` places the steps and copies them to the host)."""
     runs = []
     for attempt in range(repeats + 1):
         history = make_history()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        start = time.perf_counter()
-        for method, args in calls:
-            if method == "end":
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                ending = time.perf_counter()
-            getattr(history, method)(*args)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        end = time.perf_counter()
+        with TimedFileWrites() as writes:
+            start = time.perf_counter()
+            for method, args in calls:
+                if method == "end":
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    ending = time.perf_counter()
+                getattr(history, method)(*args)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            end = time.perf_counter()
         if attempt:
-            runs.append((end - start, ending - start, end - ending))
+            runs.append((end - start, ending - start, end - ending, writes.seconds))
     return min(runs)
 
 
@@ -270,7 +298,7 @@ def bench_setting(setting: Setting, args: argparse.Namespace, device: torch.devi
     off, engine, topk = best["off"], best["engine"], best["topk"]
     capture = CapturingRecorder(args.k)
     predictor.predict(batch, history=capture)
-    replay, replay_steps, replay_end = time_replay(capture.calls, modes["topk"], device, args.repeats)
+    replay, replay_steps, replay_end, replay_write = time_replay(capture.calls, modes["topk"], device, args.repeats)
     del capture
     memory = None if args.no_memory else {mode: measure_memory(setting, mode, args) for mode in MODES}
     return {
@@ -279,7 +307,7 @@ def bench_setting(setting: Setting, args: argparse.Namespace, device: torch.devi
         "new_tokens": setting.new_tokens, "steps": setting.steps,
         "vocab": tokenizer.vocab_size, "k": args.k,
         "off_s": off, "engine_states_s": engine, "topk_s": topk, "plugin_replay_s": replay,
-        "plugin_steps_s": replay_steps, "plugin_end_s": replay_end,
+        "plugin_steps_s": replay_steps, "plugin_end_s": replay_end, "plugin_end_write_s": replay_write,
         "overhead_total_pct": 100 * (topk - off) / off,
         "overhead_plugin_pct": 100 * replay / off,
         "file_mb_per_batch": sum(p.stat().st_size for p in out.glob("*.pt")) / 2**20,

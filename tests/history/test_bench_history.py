@@ -20,6 +20,7 @@ def test_the_history_benchmark_splits_the_recorder_s_time_and_measures_each_mode
     assert (result["setting"], result["steps"], result["k"]) == ("sort", 9, 5)
     assert 0 < result["plugin_steps_s"] < result["plugin_replay_s"]
     assert result["plugin_steps_s"] + result["plugin_end_s"] == pytest.approx(result["plugin_replay_s"], rel=1e-9)
+    assert 0 < result["plugin_end_write_s"] < result["plugin_end_s"]
     assert result["overhead_total_pct"] == pytest.approx(100 * (result["topk_s"] - result["off_s"]) / result["off_s"])
     assert result["file_mb_per_batch"] > 0
     assert set(result["memory"]) == {"off", "engine", "topk"}
