@@ -1,5 +1,6 @@
 """The CLI starts quickly (its parser and the history views load neither Lightning nor dynamo,
-each a second or more to import) and stops quietly when the reader of its output goes away."""
+each a second or more to import, nor matplotlib until a view is drawn) and stops quietly when
+the reader of its output goes away."""
 
 import subprocess
 import sys
@@ -11,6 +12,18 @@ def test_the_parser_and_the_history_views_load_neither_lightning_nor_dynamo():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"
+
+
+def test_matplotlib_loads_when_a_view_is_drawn_not_before():
+    """The parser, recording and reading history need no matplotlib (a third of ``xdllm --help``'s
+    start); the figure classes load it on first use."""
+    probe = ("import sys; import xdllm.cli.main as cli; cli._parser(); import xdllm.history.tensorboard; "
+             "from xdllm.history import HistoryTopKPlugin, load_history, write_tensorboard; "
+             "print('matplotlib' in sys.modules); from xdllm.history import DenoisingFigure; "
+             "print('matplotlib' in sys.modules, DenoisingFigure.__module__)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[:2] == ["False", "True xdllm.history.figures"]
 
 
 def test_the_data_package_still_exports_its_names():

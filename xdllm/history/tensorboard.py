@@ -41,14 +41,13 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torch.utils.tensorboard import SummaryWriter
 
 from xdllm.data.tokenizer import token_display
 from xdllm.event_files import event_writer
-from xdllm.history.figures import DenoisingFigure
 from xdllm.history.format import HistoryError
-from xdllm.history.grid import GridFigure
 from xdllm.history.image_summaries import ImageSummaryQueue
 from xdllm.history.reader import SampleHistory, load_history
 from xdllm.history.render import (
@@ -65,6 +64,9 @@ from xdllm.history.statistics import DenoisingStatistics
 from xdllm.history.storage import find_history_files
 from xdllm.interfaces import Tokenizer
 from xdllm.temporary_files import write_bytes_atomically
+
+if TYPE_CHECKING:  # drawing loads matplotlib: imported where a view is drawn
+    from xdllm.history.figures import DenoisingFigure
 
 DEFAULT_MAX_SAMPLES = 16
 DEFAULT_MAX_FRAMES = 32
@@ -182,6 +184,8 @@ def _write_statistics(writer: SummaryWriter, statistics: DenoisingStatistics) ->
 def _write_grid(writer: SummaryWriter, sample: SampleHistory, token_text, grid: tuple[int, int],
                 history_file: Path) -> None:
     try:
+        from xdllm.history.grid import GridFigure  # matplotlib: loaded when a view is drawn
+
         figure = GridFigure(sample, grid, token_text)
     except ValueError as error:
         raise HistoryError(f"{history_file}: {error}") from error
@@ -223,6 +227,8 @@ def _write_sample(writer: SummaryWriter, pictures: ImageSummaryQueue, sample: Sa
         writer.add_text(f"{tag}/steps_{first:0{width}d}-{last:0{width}d}",
                         "\n\n".join(step_markdown(view) for view in card), global_step=first)
     if sample.num_steps:
+        from xdllm.history.figures import DenoisingFigure  # matplotlib: loaded when a view is drawn
+
         _write_pictures(pictures, f"{tag}/denoising", DenoisingFigure(sample, token_text), max_frames, png)
 
 
