@@ -63,7 +63,8 @@ def scored_choices(run: TrainedRun, options: DictConfig) -> ScoredChoices:
     _check_all_positions(run.model, collate, choices, options.batch_size)
     device, dtype = place_run(run, options.device)
     with torch.inference_mode(), autocast(device, dtype):
-        nll, tokens = _choice_nll(run.model, collate, sample_nll, choices, options.batch_size, device, path)
+        nll, tokens = shared_choice_nll(run.model, collate, sample_nll, choices, options.batch_size, device, path,
+                                        ONE_PROCESS)
     return ScoredChoices(choices, nll, tokens)
 
 
@@ -117,7 +118,7 @@ def shared_choice_nll(model: torch.nn.Module, collate: NamedCollate, sample_nll:
     again and drops it, so that all run as many forwards (under FSDP every forward gathers the
     weights from all of them)."""
     starts = list(range(0, len(choices.examples), size))
-    if processes.count == 1:
+    if processes.count == 1:  # xdllm eval, or a run on one process
         return _choice_nll(model, collate, sample_nll, choices, size, device, path, starts)
     share = -(-len(starts) // processes.count)
     mine = starts[processes.rank * share:(processes.rank + 1) * share]
@@ -133,11 +134,11 @@ def shared_choice_nll(model: torch.nn.Module, collate: NamedCollate, sample_nll:
 
 def _choice_nll(model: torch.nn.Module, collate: NamedCollate, sample_nll: Callable[..., tuple[Tensor, Tensor]],
                 choices: ChoiceFile, size: int, device: torch.device, path: Path,
-                starts: list[int] | None = None) -> tuple[Tensor, Tensor]:
+                starts: list[int]) -> tuple[Tensor, Tensor]:
     """The NLL and tokens (on the CPU) of the choices in the batches of ``size`` examples from
-    each of ``starts`` (default: every batch)."""
+    each of ``starts``."""
     nll, tokens = [], []
-    for start in range(0, len(choices.examples), size) if starts is None else starts:
+    for start in starts:
         batch = without_scores_on_context(collated_choices(collate, choices, start, size),
                                           choices.context[start:start + size])
         try:
