@@ -5,7 +5,10 @@ one ever-growing line; off a terminal xdllm prints one line per ``every_n_steps`
 and one per validation instead::
 
     2026-11-23 00:51:02 step 100/1500 train/loss=0.4121 train/grad_norm=0.82 lr=0.00098 (13.9 steps/s)
-    2026-11-23 00:51:20 validation at step 250: val/exact_match=0.4258 val/loss=0.2612
+    2026-11-23 00:51:20 validation at step 250 (2.9 s): val/exact_match=0.4258 val/loss=0.2612
+
+The steps per second are training's own: a validation's time is not counted in the next line's
+rate (it is the validation line's seconds).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class MetricLines(L.Callback):
             raise ValueError(f"MetricLines: every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
         self._since: tuple[float, int] | None = None
+        self._validation_started: float | None = None
 
     @staticmethod
     def _stamp() -> str:
@@ -58,7 +62,15 @@ class MetricLines(L.Callback):
         metrics = _format(trainer.callback_metrics, ("train/", "lr"))
         logger.info("%s step %d/%d %s (%.1f steps/s)", self._stamp(), step, trainer.max_steps, metrics, rate)
 
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validation_started = time.perf_counter()
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        now = time.perf_counter()
+        seconds = now - (self._validation_started or now)
+        if self._since is not None:  # the next rate counts training steps from here
+            self._since = (now, trainer.global_step)
         if trainer.is_global_zero and not trainer.sanity_checking:
             metrics = _format(trainer.callback_metrics, ("val/",))
-            logger.info("%s validation at step %d: %s", self._stamp(), trainer.global_step, metrics)
+            logger.info("%s validation at step %d (%.1f s): %s", self._stamp(), trainer.global_step, seconds,
+                        metrics)
