@@ -78,7 +78,7 @@ def test_show_run_dir_counts_across_files_and_filters_step(run_dir, capsys):
                 "--color", "always") == 0
     out = capsys.readouterr().out
     assert out.startswith(f"using {run_dir / 'history'} (the only history folder under {run_dir})\n"
-                          "sample 2: 1 steps (0..0)")
+                          "sample 2: 1 step (0..0)")
     assert "\033[1;3" in out and "step 0 (1 of 1): 3 committed, 0 masked" in out
 
 
@@ -203,13 +203,13 @@ def test_a_run_directory_stands_for_its_newest_generation(two_generations, capsy
     assert _run("history", "show", str(run), "--sample", "1") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"using {test} (newest of 2 history folders under {run}; --all for every one)"
-    assert out[1].startswith("sample 1: 1 steps")
+    assert out[1].startswith("sample 1: 1 step")
     # --all: samples counted over both folders, oldest first (validation sample 0, then test 0, 1)
     assert _run("history", "show", str(run), "--all", "--sample", "2") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == [f"using {validation} (2 history folders under {run})",
                        f"using {test} (2 history folders under {run})"]
-    assert out[2].startswith("sample 1: 1 steps")
+    assert out[2].startswith("sample 1: 1 step")
 
 
 def test_play_resolves_a_folder_as_show_does(two_generations, capsys):
@@ -233,7 +233,7 @@ def test_several_files_are_read_in_order(two_generations, capsys):
     assert _run("history", "show", *files, "--sample", "2", "--color", "never") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == [f"using {files[0]}", f"using {files[1]}"]
-    assert out[2].startswith("sample 0: 1 steps")  # the validation file's only sample
+    assert out[2].startswith("sample 0: 1 step")  # the validation file's only sample
 
 
 def test_tensorboard_newest_by_default_every_folder_with_all(two_generations, capsys):

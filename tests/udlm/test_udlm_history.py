@@ -111,3 +111,17 @@ def test_positions_of_blocks_not_reached_are_not_listed_with_empty_top_k(tokeniz
     assert first.unscored_masked == 4 and first.masks_remaining == 4 and first.hidden_masked == 0
     assert all(any(p > 0 for _, p in position.alternatives) for position in first.positions)
     assert "4 masked positions of later blocks, not scored at this step" in format_replay(sample)
+
+
+def test_the_replay_counts_one_thing_in_the_singular(tokenizer, tiny_model, tmp_path):
+    """Two blocks of one token, one step each: the first step leaves one position of the second
+    block unscored, and a sample of one block has one step (these lines said "1 masked
+    positions", "1 steps ... = 1 forward passes")."""
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "history", tokenizer=tokenizer)
+    for length in (2, 1):
+        UDLMPredictor(length, 1, tokenizer=tokenizer, model=tiny_model, steps_per_block=1, stop_when_unchanged=False,
+                      stop_at_eos=False).predict(prompt_batch(tokenizer, [[4, 5, 6]]), history=recorder)
+    two_blocks, one_block = (format_replay(load_history(path).sample(0)) for path in recorder.files_written)
+    assert "  ... 1 masked position of later blocks, not scored at this step" in two_blocks
+    assert "masked positions" not in two_blocks
+    assert ": 1 step (0..0) = 1 forward pass;" in one_block

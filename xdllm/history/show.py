@@ -62,8 +62,8 @@ def _header(sample: SampleHistory, name: Callable[[int], str]) -> list[str]:
         return " ".join(visible_token(name(i)) for i in ids.tolist()) or "(none)"
 
     lines = [
-        f"sample {sample.sample_id}: {sample.num_steps} steps ({_step_range(sample)}) = "
-        f"{sample.num_steps} forward passes; output starts at canvas position "
+        f"sample {sample.sample_id}: {_count(sample.num_steps, 'step')} ({_step_range(sample)}) = "
+        f"{_count(sample.num_steps, 'forward pass', 'forward passes')}; output starts at canvas position "
         f"{sample.output_start} (positions below count from it); top-{sample.k} recorded",
         f"prompt: {tokens(sample.prompt_ids)}",
     ]
@@ -103,9 +103,10 @@ def _step_lines(view: StepView, color: bool) -> list[str]:
             what = f"{position.token}{mark} committed, conf {confidence}"
         lines.append(f"  {position.position:>{width}} {what}" + (f": {alternatives}" if alternatives else ""))
     if view.hidden_masked:
-        lines.append(f"  ... {view.hidden_masked} more masked positions (--positions to show more)")
+        lines.append(f"  ... {_count(view.hidden_masked, 'more masked position')} (--positions to show more)")
     if view.unscored_masked:
-        lines.append(f"  ... {view.unscored_masked} masked positions of later blocks, not scored at this step")
+        unscored = _count(view.unscored_masked, "masked position")
+        lines.append(f"  ... {unscored} of later blocks, not scored at this step")
     return lines
 
 
@@ -121,6 +122,11 @@ def _cell(cell: Cell, color: bool) -> str:
     if cell.state == "changed":
         return f"{_YELLOW}{text}{_RESET}"
     return f"{_RED}{text}{_RESET}" if cell.wrong else text
+
+
+def _count(count: int, one: str, many: str | None = None) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def _step_range(sample: SampleHistory) -> str:
