@@ -33,10 +33,11 @@ SHAPES = {  # (batch, heads, seq_len, head_dim)
 
 
 def pairwise_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Each half rotated apart: the formula ``apply_rotary`` replaced."""
+    """Each half rotated apart: the formula ``apply_rotary`` replaced (on the halves of its tables
+    ``[cos, cos]``, ``[-sin, sin]``)."""
     x32 = x.float()
     first, second = x32.chunk(2, dim=-1)
-    cos, sin = cos[:, None], sin[:, None]
+    cos, sin = cos.chunk(2, dim=-1)[0][:, None], sin.chunk(2, dim=-1)[1][:, None]
     return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1).type_as(x)
 
 
@@ -45,7 +46,8 @@ def _inputs(shape: tuple[int, int, int, int], device: str, grad: bool) -> tuple[
     fused = torch.randn(batch, seq_len, 3, heads, head_dim, device=device, requires_grad=grad)
     query = fused.permute(2, 0, 3, 1, 4)[0]
     angles = torch.rand(batch, seq_len, head_dim // 2, device=device) * 100
-    return query, angles.cos(), angles.sin()
+    cos, sin = angles.cos(), angles.sin()
+    return query, torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
 
 
 def _seconds(function: Callable[[], object], device: str) -> float:

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from xdllm.nn.rotary import RotaryEmbedding, apply_rotary
 
@@ -56,10 +57,33 @@ def test_rotation_is_bit_for_bit_the_pairwise_formula_on_a_strided_view():
     torch.manual_seed(0)
     heads = torch.randn(3, 7, 3, 4, 16)  # [batch, seq_len, q/k/v, heads, head_dim], as attention's projection
     query = heads.permute(2, 0, 3, 1, 4)[0]
-    angles = torch.rand(3, 7, 8) * 100
-    cos, sin = angles.cos(), angles.sin()
+    positions = torch.randint(0, 64, (3, 7))
+    cos, sin = RotaryEmbedding(16, 64)(positions)
+    angles = torch.outer(torch.arange(64, dtype=torch.float64),
+                         10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16))[positions]
+    half_cos, half_sin = angles.cos().float()[:, None], angles.sin().float()[:, None]
     first, second = query.chunk(2, dim=-1)
-    pairwise = torch.cat((first * cos[:, None] - second * sin[:, None], second * cos[:, None] + first * sin[:, None]),
-                         dim=-1)
+    pairwise = torch.cat((first * half_cos - second * half_sin, second * half_cos + first * half_sin), dim=-1)
     assert torch.equal(apply_rotary(query, cos, sin), pairwise)
     assert apply_rotary(query.bfloat16(), cos, sin).dtype == torch.bfloat16
+
+
+def test_the_tables_are_built_once_not_in_every_rotation():
+    """A rotation of queries or keys is the float32 copy, one concatenation, two products, a sum and
+    the cast back: the tables' concatenations and negation are done once, in the lookup (a layer's
+    two rotations used to run six more operations)."""
+    class Operations(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    cos, sin = RotaryEmbedding(16, 64)(torch.randint(0, 64, (2, 5)))
+    query = torch.randn(2, 5, 3, 4, 16).bfloat16().permute(2, 0, 3, 1, 4)[0]
+    with Operations() as seen:
+        apply_rotary(query, cos, sin)
+    computing = [name for name in seen.names if name.split(".")[0] not in ("split", "unsqueeze", "slice")]
+    assert sorted(name.split(".")[0] for name in computing) == ["_to_copy", "_to_copy", "add", "cat", "mul", "mul"]

@@ -76,8 +76,8 @@ class SelfAttention(nn.Module):
     def forward(
         self,
         x: Float[Tensor, "batch seq_len d_model"],
-        cos: Float[Tensor, "batch seq_len half_head_dim"],
-        sin: Float[Tensor, "batch seq_len half_head_dim"],
+        cos: Float[Tensor, "batch seq_len head_dim"],
+        sin: Float[Tensor, "batch seq_len head_dim"],
         backend: AttentionBackend,
         mask: AttentionMask,
         cache: Optional[CachedLayer] = None,
@@ -116,8 +116,8 @@ class TransformerBlock(nn.Module):
     def forward(
         self,
         x: Float[Tensor, "batch seq_len d_model"],
-        cos: Float[Tensor, "batch seq_len half_head_dim"],
-        sin: Float[Tensor, "batch seq_len half_head_dim"],
+        cos: Float[Tensor, "batch seq_len head_dim"],
+        sin: Float[Tensor, "batch seq_len head_dim"],
         backend: AttentionBackend,
         mask: AttentionMask,
         cache: Optional[CachedLayer] = None,
