@@ -73,9 +73,9 @@ def test_cfg_shows_the_predictor_resolved_over_the_runs_own(trained_run):
 
 def test_an_unknown_key_names_every_key_generate_has(trained_run, capsys):
     assert main(["generate", f"ckpt={trained_run}", "+bogus=1"]) == 2
-    assert _error(capsys).endswith("known keys there: batch_size, ckpt, data_path, device, ema, evaluator, frozen, "
-                                   "history, history_k, history_tensorboard_samples, judge, live, num_samples, "
-                                   "output_dir, predictor, prompts_file, split")
+    assert _error(capsys).endswith("known keys there: batch_size, choice_records, ckpt, data_path, device, ema, "
+                                   "evaluator, frozen, history, history_k, history_tensorboard_samples, judge, live, "
+                                   "num_samples, output_dir, predictor, prompts_file, split")
 
 
 def test_an_output_dir_that_is_a_file_is_refused(trained_run, tmp_path, capsys):

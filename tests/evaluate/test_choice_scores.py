@@ -145,6 +145,43 @@ def test_choice_scores_from_python_and_their_records_per_question(mdlm_run, tmp_
         xdllm.score_choices(mdlm_run, _write(tmp_path / "pairs.jsonl", [{"prompt": "1 2", "response": "1 2"}]))
 
 
+def test_eval_writes_the_records_per_question_where_choice_records_says(mdlm_run, tmp_path, capsys):
+    path, records = _write(tmp_path / "q.jsonl", _questions()), tmp_path / "out" / "records.jsonl"
+    summary = _summary(capsys, f"ckpt={mdlm_run}", f"prompts_file={path}", "evaluator.num_levels=3",
+                       f"choice_records={records}")
+    assert summary["choice_records"] == str(records)
+    written = [json.loads(line) for line in records.read_text().splitlines()]
+    assert written == xdllm.score_choices(mdlm_run, path, evaluator={"num_levels": 3})
+    assert sum(record["right"] for record in written) / 6 == summary["choice_accuracy"]
+    assert [p.name for p in records.parent.iterdir()] == ["records.jsonl"]  # no temporary left beside it
+
+
+@pytest.mark.parametrize("where, prompts, said", [
+    ("records.jsonl", None, "choice_records={records} writes the records of a multiple-choice prompts_file's "
+                            "questions, and split=test has none"),
+    ("records.jsonl", "pairs", "and prompts_file={pairs} has no choices"),
+    ("records.jsonl", "missing", "prompts_file not found: {missing}"),
+    ("taken.jsonl", "questions", "{records}: {records} exists and eval does not overwrite it"),
+    ("taken.jsonl/records.jsonl", "questions", "{records}: {taken} is a file, not a folder"),
+])
+def test_choice_records_is_refused_before_anything_is_scored(mdlm_run, tmp_path, capsys, where, prompts, said):
+    files = {"questions": _write(tmp_path / "q.jsonl", _questions(1)), "missing": tmp_path / "missing.jsonl",
+             "pairs": _write(tmp_path / "pairs.jsonl", [{"prompt": "1 2", "response": "1 2"}])}
+    taken = tmp_path / "taken.jsonl"
+    taken.write_text("mine\n")
+    records = tmp_path / where
+    given = [f"prompts_file={files[prompts]}"] if prompts else []
+    assert main(["eval", f"ckpt={mdlm_run}", *given, f"choice_records={records}"]) == 2
+    assert said.format(records=records, taken=taken, **files) in capsys.readouterr().err
+    assert taken.read_text() == "mine\n" and not (tmp_path / "records.jsonl").exists()
+
+
+def test_generate_refuses_choice_records_naming_eval(mdlm_run, tmp_path, capsys):
+    assert main(["generate", f"ckpt={mdlm_run}", f"choice_records={tmp_path / 'r.jsonl'}"]) == 2
+    assert "are written by xdllm eval, which scores the choices" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("line, said", [
     ('{"prompt": "1 2", "choices": ["1 2"], "answer": 0}', "'choices' must be a list of two or more strings"),
     ('{"prompt": "1 2", "choices": ["1 2", 3], "answer": 0}', "'choices' must be a list of two or more strings"),

@@ -139,6 +139,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "live": FLAG,
         "ema": FLAG,
         "judge": Rule((str,), nullable=True),
+        "choice_records": Rule((str,), nullable=True),
     },
 }
 

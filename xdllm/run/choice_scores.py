@@ -4,7 +4,8 @@ evaluator's ``sample_nll`` (exact for ``arlm`` and the hybrid's causal branch, t
 ``mdlm`` and ``bd3lm``, its choices sharing their noise draws), and a question counts as right
 when its right choice scores strictly lowest. A run trained on free text scores each choice as
 the end of a document that starts with the prompt (:mod:`xdllm.run.choice_file`). Nothing is
-generated and nothing is written."""
+generated; the only file written is the per-question records, where ``choice_records=`` asks for
+them."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from xdllm.run.choice_file import ChoiceFile, read_choice_file
 from xdllm.run.device import autocast, autocast_dtype, batch_to
 from xdllm.run.free_text import is_free_text
 from xdllm.run.generate import checkpoint_fields, place_run
+from xdllm.temporary_files import write_jsonl_atomically
 from xdllm.train.processes import ONE_PROCESS, Processes
 
 CHOICE_FIGURES = ("choice_accuracy", "choice_accuracy_per_token", "choice_accuracy_per_char", "answer_nll")
@@ -47,10 +49,15 @@ class ScoredChoices:
 
 
 def choice_metrics(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
-    """Accuracy of the run's likelihood at picking each question's right choice."""
+    """Accuracy of the run's likelihood at picking each question's right choice; with
+    ``options.choice_records``, every question's record written there (:func:`choice_records`)."""
     scored = scored_choices(run, options)
-    return {**checkpoint_fields(run), "prompts_file": options.prompts_file,
-            **choice_accuracy(scored.nll, scored.tokens, scored.choices)}
+    figures = {**checkpoint_fields(run), "prompts_file": options.prompts_file,
+               **choice_accuracy(scored.nll, scored.tokens, scored.choices)}
+    if options.get("choice_records"):
+        write_jsonl_atomically(options.choice_records, choice_records(scored))
+        figures["choice_records"] = options.choice_records
+    return figures
 
 
 def scored_choices(run: TrainedRun, options: DictConfig) -> ScoredChoices:

@@ -39,6 +39,7 @@ def evaluate_from_config(config: DictConfig) -> dict[str, Any]:
     """``xdllm eval`` of a composed ``configs/generate.yaml``."""
     options = generation_options(config)
     _refuse_output_options(options)
+    _check_choice_records(options)
     return _metrics(load_run(options), options)
 
 
@@ -148,6 +149,28 @@ def _refuse_output_options(options: DictConfig) -> None:
             raise XdllmError(f"eval writes nothing, so {key}={show_value(options[key])} does not apply to it; use "
                              f"{command('xdllm', 'generate', override('ckpt', options.ckpt))} ... for predictions, "
                              "history or the live view")
+
+
+def _check_choice_records(options: DictConfig) -> None:
+    """``choice_records=`` names a new file, for the records of a multiple-choice prompts_file."""
+    records = options.get("choice_records")
+    if not records:
+        return
+    prompts_file = options.prompts_file
+    if prompts_file and not Path(prompts_file).is_file():
+        raise XdllmError(f"prompts_file not found: {prompts_file}")
+    if not prompts_file or not is_choice_file(Path(prompts_file)):
+        scored = f"prompts_file={prompts_file} has no choices" if prompts_file else f"split={options.split} has none"
+        raise XdllmError(f"choice_records={records} writes the records of a multiple-choice prompts_file's questions, "
+                         f"and {scored}: give prompts_file=<a .jsonl of {{\"prompt\", \"choices\", \"answer\"}} "
+                         "lines> (the predictions of other prompts are written by xdllm generate)")
+    path = Path(records)
+    if path.exists() or path.is_symlink():
+        raise XdllmError(f"choice_records={records}: {path} exists and eval does not overwrite it; remove it or name "
+                         "another file")
+    parent = next((folder for folder in path.absolute().parents if folder.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise XdllmError(f"choice_records={records}: {parent} is a file, not a folder; name another file")
 
 
 def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionDataModule | None = None) -> dict[str, float]:

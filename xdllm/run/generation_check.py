@@ -88,6 +88,11 @@ def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionDataMod
         raise XdllmError(f"evaluator.{key}={show_value(options.evaluator[key])}: evaluator options change the "
                          "likelihood figures of xdllm eval; generate computes none: "
                          f"{command('xdllm', 'eval', override('ckpt', options.ckpt))} evaluator.{key}=...")
+    if options.get("choice_records"):
+        raise XdllmError(f"choice_records={options.choice_records}: the records of a multiple-choice file's questions "
+                         "are written by xdllm eval, which scores the choices (generate completes prompts): "
+                         f"{command('xdllm', 'eval', override('ckpt', options.ckpt))} "
+                         "prompts_file=<questions .jsonl> choice_records=...")
     predictor = _build_predictor(run, options)
     warn_of_untrained_canvas(run, predictor)
     if options.prompts_file:
