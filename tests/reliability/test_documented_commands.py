@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import pytest
+from documented import DOCUMENTS, ROOT
 
 from xdllm.config.compose import compose_config
 
-ROOT = Path(__file__).parents[2]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-             *sorted((ROOT / "experiments").rglob("*.md")), *sorted((ROOT / "models").rglob("*.md"))]
 COMMAND = re.compile(r"(?:^|[\s`$(])xdllm (train|generate|eval) ([^`\n]*)")
 PLACEHOLDERS = ("<", "...", "$", "/path/to")
 SHELL_OPERATORS = ("&&", "||", "|", ";", ">", "2>&1")
