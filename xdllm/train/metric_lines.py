@@ -67,7 +67,7 @@ class MetricLines(L.Callback):
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         now = time.perf_counter()
-        seconds = now - (self._validation_started or now)
+        seconds = 0.0 if self._validation_started is None else now - self._validation_started
         if self._since is not None:  # the next rate counts training steps from here
             self._since = (now, trainer.global_step)
         if trainer.is_global_zero and not trainer.sanity_checking:
