@@ -33,6 +33,8 @@ def test_logs_off_a_terminal_are_plain_lines(external_models: Path, tmp_path):
     steps = re.findall(rf"^{stamp} step (\d+)/4 .*train/loss=[0-9.e-]+ .*steps/s\)$", log, re.M)
     assert steps == ["2", "4"]
     assert re.search(rf"^{stamp} validation at step 4 \(\d+\.\d s\): val/exact_match=\S+ .*val/loss=\S+", log, re.M)
+    assert re.search(rf"^{stamp} trained 4 steps in \d+\.\d s: \d+\.\d steps/s, and 1 validation in \d+\.\d s$",
+                     log, re.M)
 
 
 class _Stream:
@@ -70,9 +72,10 @@ def _trainer() -> L.Trainer:
 
 
 def test_a_validation_is_not_counted_in_the_training_rate(monkeypatch, caplog):
-    """10 steps in 1 s, a 9 s validation, 10 more steps in 1 s: both lines say 10 steps/s and the
-    validation line its 9 s (the second line used to say 1 step/s, the validation counted in)."""
-    clock = iter([0.0, 1.0, 1.0, 10.0, 11.0])
+    """10 steps in 1 s, a 9 s validation, 10 more steps in 1 s: both lines say 10 steps/s, the
+    validation line its 9 s and the last line the whole (the second line used to say 1 step/s,
+    the validation counted in)."""
+    clock = iter([0.0, 1.0, 1.0, 10.0, 11.0, 11.0])
     monkeypatch.setattr("xdllm.train.metric_lines.time.perf_counter", lambda: next(clock))
     lines, trainer, module = MetricLines(every_n_steps=10), _trainer(), Mock(spec=L.LightningModule)
     with caplog.at_level(logging.INFO, logger="xdllm.train.metric_lines"):
@@ -83,7 +86,9 @@ def test_a_validation_is_not_counted_in_the_training_rate(monkeypatch, caplog):
         lines.on_validation_end(trainer, module)
         trainer.global_step = 20
         lines.on_train_batch_end(trainer, module, None, None, 19)
+        lines.on_train_end(trainer, module)
     messages = [record.getMessage() for record in caplog.records]
     assert messages[0].endswith("(10.0 steps/s)")
     assert "validation at step 10 (9.0 s): val/loss=2" in messages[1]
     assert messages[2].endswith("(10.0 steps/s)")
+    assert messages[3].endswith(" trained 20 steps in 11.0 s: 10.0 steps/s, and 1 validation in 9.0 s")

@@ -6,9 +6,10 @@ and one per validation instead::
 
     2026-11-23 00:51:02 step 100/1500 train/loss=0.4121 train/grad_norm=0.82 lr=0.00098 (13.9 steps/s)
     2026-11-23 00:51:20 validation at step 250 (2.9 s): val/exact_match=0.4258 val/loss=0.2612
+    2026-11-23 00:53:03 trained 1500 steps in 112.4 s: 14.2 steps/s, and 6 validations in 17.3 s
 
 The steps per second are training's own: a validation's time is not counted in the next line's
-rate (it is the validation line's seconds).
+rate (it is the validation line's seconds), nor in the last line's.
 """
 
 from __future__ import annotations
@@ -41,14 +42,16 @@ class MetricLines(L.Callback):
             raise ValueError(f"MetricLines: every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
         self._since: tuple[float, int] | None = None
+        self._started: tuple[float, int] | None = None  # when and at which step training started
         self._validation_started: float | None = None
+        self._validations: list[float] = []  # each validation's seconds
 
     @staticmethod
     def _stamp() -> str:
         return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._since = (time.perf_counter(), trainer.global_step)
+        self._since = self._started = (time.perf_counter(), trainer.global_step)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -70,7 +73,20 @@ class MetricLines(L.Callback):
         seconds = 0.0 if self._validation_started is None else now - self._validation_started
         if self._since is not None:  # the next rate counts training steps from here
             self._since = (now, trainer.global_step)
+            self._validations.append(seconds)
         if trainer.is_global_zero and not trainer.sanity_checking:
             metrics = _format(trainer.callback_metrics, ("val/",))
             logger.info("%s validation at step %d (%.1f s): %s", self._stamp(), trainer.global_step, seconds,
                         metrics)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._started is None or not trainer.is_global_zero:
+            return
+        started, first_step = self._started
+        total = time.perf_counter() - started
+        validating = sum(self._validations)
+        steps = trainer.global_step - first_step
+        validations = len(self._validations)
+        logger.info("%s trained %d step%s in %.1f s: %.1f steps/s, and %d validation%s in %.1f s", self._stamp(),
+                    steps, "" if steps == 1 else "s", total, steps / max(total - validating, 1e-9), validations,
+                    "" if validations == 1 else "s", validating)
