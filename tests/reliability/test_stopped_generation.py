@@ -247,8 +247,21 @@ def test_a_sweep_stopped_in_a_generations_views_resumes_with_its_summary(run, tm
     stopped = tmp_path / "stopped"
     assert main([*_sweep(run, stopped), *with_history]) == 130
     assert (stopped / "max_steps=5" / "predictions.jsonl").exists() and not (stopped / "sweep.jsonl").exists()
+    assert "the sweep stopped with 0 of 2 generations finished" in capsys.readouterr().err
     assert main(["generate", f"resume={stopped}"]) == 0
+    assert "continuing the sweep in" in capsys.readouterr().err
     assert _sweep_lines(stopped) == _sweep_lines(tmp_path / "whole")
+    for name in ("max_steps=5", "max_steps=3"):  # the views the stop cut short are drawn again, once
+        views = list((stopped / name / "tensorboard").glob("*.history"))
+        assert len(views) == 1 and _image_tags(views[0]) == _image_tags(
+            next((tmp_path / "whole" / name / "tensorboard").glob("*.history")))
+
+
+def _image_tags(event_file: Path) -> list[str]:
+    """The image tags of a views event file, each once per picture, in order."""
+    events = EventAccumulator(str(event_file), size_guidance={"images": 0})
+    events.Reload()
+    return [tag for tag in events.Tags()["images"] for _ in events.Images(tag)]
 
 
 def _stop_writing_once(monkeypatch, name: str) -> None:

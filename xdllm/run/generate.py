@@ -30,6 +30,7 @@ from xdllm.evaluate.generative_perplexity import GenerativeJudge, finalize_with_
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
+from xdllm.history.tensorboard import remove_event_files
 from xdllm.interfaces import Evaluator, HistoryRecorder, PredictionDict
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
@@ -201,16 +202,22 @@ def _write_tensorboard(output_dir: Path, summary: dict[str, Any], run: TrainedRu
     except BaseException:
         log.warning("the predictions are in %s, but their TensorBoard scalars were not written", summary["predictions"])
         raise
-    if not views:
-        return
+    if views:
+        write_views(output_dir, run, view_samples, summary["predictions"])
+
+
+def write_views(output_dir: Path, run: TrainedRun, view_samples: int | None, predictions: str) -> None:
+    """The TensorBoard views of a finished generation's history, replacing those a stop cut short;
+    when they fail, a line says that the ``predictions`` are whole, and how to write the views."""
+    logdir = output_dir / "tensorboard"
     try:
-        write_tensorboard([output_dir / "history"], output_dir / "tensorboard", max_samples=view_samples,
-                          tokenizer=run.tokenizer, grid=getattr(run.components.task, "grid_shape", None))
+        remove_event_files(logdir)
+        write_tensorboard([output_dir / "history"], logdir, max_samples=view_samples, tokenizer=run.tokenizer,
+                          grid=getattr(run.components.task, "grid_shape", None))
     except BaseException:  # the command given rewrites them in place (replacing the cut ones)
         log.warning("the predictions are in %s, but the TensorBoard views of their history were not finished; "
-                    "write them with: %s", summary["predictions"],
-                    command("xdllm", "history", "tensorboard", str(output_dir), "--logdir",
-                            str(output_dir / "tensorboard")))
+                    "write them with: %s", predictions,
+                    command("xdllm", "history", "tensorboard", str(output_dir), "--logdir", str(logdir)))
         raise
 
 

@@ -32,7 +32,7 @@ from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.run.checkpoint import TrainedRun
-from xdllm.run.generate import continue_generation, load_run, run_generation
+from xdllm.run.generate import continue_generation, load_run, run_generation, write_views
 from xdllm.run.generation_check import CheckedGeneration, check_generation
 from xdllm.run.generation_folder import (
     PREDICTIONS,
@@ -178,7 +178,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
                          "a new sweep")
     summary_path = sweep_dir / SWEEP_SUMMARY
     earlier = {line["folder"]: line for line in sweep_summary_lines(summary_path)}
-    results, plan = [], []
+    results, plan, views_cut = [], [], []
     judges: dict[str, GenerativeJudge] = {}
     for combination, name, config in zip(combinations, _folder_names(combinations), configs):
         folder = sweep_dir / name
@@ -187,6 +187,8 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
         elif (folder / PREDICTIONS).exists() and (folder / SUMMARY).is_file():  # stopped in its views
             results.append({"settings": swept_settings(combination, config), "folder": name,
                             **_json_object(folder / SUMMARY)})
+            if config.history is not None:
+                views_cut.append((folder, config, results[-1]["predictions"]))
         elif (folder / PREDICTIONS).exists():
             raise XdllmError(f"{folder} holds finished predictions without their {SUMMARY}: move that folder away "
                              "and resume again to generate it anew")
@@ -197,12 +199,17 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
                              "sweep can keep or continue: move it away and resume again")
         else:  # checked now, before anything runs, as a new sweep checks its combinations
             plan.append(_Planned(combination, name, config, check_generation(run, config, judges=judges)))
-    if not plan:
+    if not plan and not views_cut:
         raise XdllmError(f"the sweep in {sweep_dir} has finished all {len(results)} generations: there is nothing "
                          "to continue")
     remove_stale_temporaries(sweep_dir)
-    log.info("continuing the sweep in %s: %d of %d generations finished", sweep_dir, len(results),
+    log.info("continuing the sweep in %s: %d of %d generations finished", sweep_dir, len(results) - len(views_cut),
              len(combinations))
+    for folder, config, predictions in views_cut:
+        log.info("drawing the TensorBoard views of %s again: the stop cut them short", folder)
+        write_views(folder, run, config.history_tensorboard_samples, predictions)
+    if views_cut:
+        write_jsonl_atomically(summary_path, results)
     return _run_planned(run, sweep_dir, plan, results, resume_overrides=overrides)
 
 
