@@ -30,4 +30,6 @@ DistributedDataParallel.__init__ = _counting_init
 try:
     main()
 finally:
-    print(f"rank {os.environ.get('LOCAL_RANK', '0')} all-reduced buckets: {buckets}", file=sys.stderr, flush=True)
+    # one write, newline included: print's two writes let another rank's line fall between them
+    sys.stderr.write(f"rank {os.environ.get('LOCAL_RANK', '0')} all-reduced buckets: {buckets}\n")
+    sys.stderr.flush()

@@ -45,5 +45,5 @@ def test_ddp_accumulation_all_reduces_once_per_optimizer_step(tmp_path: Path):
          f"run_dir={tmp_path / 'ddp'}"],
         capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    counts = sorted(set(re.findall(r"rank (\d) all-reduced buckets: (\d+)", result.stderr)))
+    counts = sorted(set(re.findall(r"rank (\d) all-reduced buckets: (\d+)$", result.stderr, re.M)))
     assert counts == [("0", "3"), ("1", "3")], result.stderr[-2000:]  # 3 steps, one bucket each (a tiny model)
