@@ -32,6 +32,20 @@ def _sample() -> SampleHistory:
         vocab={2: "<bos>", 4: "x", a: "a", b: "b", c: "c"})
 
 
+def test_the_header_counts_one_step_in_the_singular():
+    """A sample of one step: ``sample 3: 1 step`` (it said ``1 steps``)."""
+    two = _sample()
+    one = SampleHistory(
+        sample_id=3, output_start=2, steps=two.steps[:1], topk_ids=two.topk_ids[:1], topk_probs=two.topk_probs[:1],
+        canvas=two.canvas[:1], committed=two.committed[:1], initial_canvas=two.initial_canvas,
+        commit_step=torch.tensor([-1, 0, -1]), confidence_at_commit=torch.tensor([math.nan, 0.9, math.nan]),
+        prompt_ids=two.prompt_ids, target_ids=None, text="b", mask_token_id=MASK, vocab=two.vocab)
+    for sample, header in ((one, "sample 3: 1 step\n"), (two, "sample 3: 2 steps\n")):
+        output = io.StringIO()
+        play(sample, Console(file=output, width=100), delay=0)
+        assert output.getvalue().startswith(header)
+
+
 def test_commit_probabilities_follow_each_token_from_its_commit():
     p = commit_probabilities(_sample())
     assert math.isnan(p[0, 0]) and math.isnan(p[0, 2])  # still masked

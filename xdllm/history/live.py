@@ -109,7 +109,8 @@ def live_frames(sample: SampleHistory, plain: bool = False) -> list[Text]:
 
 def _header(sample: SampleHistory) -> Text:
     prompt = " ".join(visible_token(sample.token(t)) for t in sample.prompt_ids.tolist()) or "(none)"
-    text = Text().append(f"sample {sample.sample_id}: {sample.num_steps} steps\n", Style(bold=True))
+    steps = f"{sample.num_steps} step{'' if sample.num_steps == 1 else 's'}"
+    text = Text().append(f"sample {sample.sample_id}: {steps}\n", Style(bold=True))
     text.append("prompt: ").append(prompt, PROMPT)
     return text
 
