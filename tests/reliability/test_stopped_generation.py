@@ -249,7 +249,7 @@ def test_a_sweep_stopped_in_a_generations_views_resumes_with_its_summary(run, tm
     assert (stopped / "max_steps=5" / "predictions.jsonl").exists() and not (stopped / "sweep.jsonl").exists()
     assert "the sweep stopped with 0 of 2 generations finished" in capsys.readouterr().err
     assert main(["generate", f"resume={stopped}"]) == 0
-    assert "continuing the sweep in" in capsys.readouterr().err
+    assert f"continuing the sweep in {stopped}: 0 of 2 generations finished" in capsys.readouterr().err
     assert _sweep_lines(stopped) == _sweep_lines(tmp_path / "whole")
     for name in ("max_steps=5", "max_steps=3"):  # the views the stop cut short are drawn again, once
         views = list((stopped / name / "tensorboard").glob("*.history"))
