@@ -17,6 +17,7 @@ from pathlib import Path
 
 from xdllm.cli.history_play import add_play_parser, run_play
 from xdllm.config.override_text import shell_word
+from xdllm.counted import counted
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import iter_samples
 from xdllm.history.render import DEFAULT_MASKED_POSITIONS
@@ -155,8 +156,7 @@ def _tensorboard(args: argparse.Namespace) -> int:
         print(selection.describe())
         removed = remove_event_files(logdir)
         if removed:
-            print(f"replacing the views written before: removed {removed} history event "
-                  f"file{'s' if removed > 1 else ''} in {logdir}")
+            print(f"replacing the views written before: removed {counted(removed, 'history event file')} in {logdir}")
         report = write_tensorboard(selection.files, logdir, max_samples=args.max_samples,
                                    max_frames=args.max_frames, text=text, grid=args.grid)
         print(f"wrote {report.written} samples to {logdir}")

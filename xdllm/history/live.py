@@ -27,6 +27,7 @@ from rich.style import Style
 from rich.text import Text
 from torch import Tensor
 
+from xdllm.counted import counted
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import visible_token
 
@@ -109,8 +110,7 @@ def live_frames(sample: SampleHistory, plain: bool = False) -> list[Text]:
 
 def _header(sample: SampleHistory) -> Text:
     prompt = " ".join(visible_token(sample.token(t)) for t in sample.prompt_ids.tolist()) or "(none)"
-    steps = f"{sample.num_steps} step{'' if sample.num_steps == 1 else 's'}"
-    text = Text().append(f"sample {sample.sample_id}: {steps}\n", Style(bold=True))
+    text = Text().append(f"sample {sample.sample_id}: {counted(sample.num_steps, 'step')}\n", Style(bold=True))
     text.append("prompt: ").append(prompt, PROMPT)
     return text
 

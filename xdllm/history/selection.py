@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
+from xdllm.counted import counted
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory, iter_samples
 from xdllm.history.storage import find_history_files, history_folders
@@ -41,7 +42,7 @@ def select(paths: list[Path], every_folder: bool = False) -> list[Selection]:
         folders = history_folders(path)
         if every_folder:
             chosen = folders
-            note = f"{len(folders)} history folder{'s' if len(folders) > 1 else ''} under {path}"
+            note = f"{counted(len(folders), 'history folder')} under {path}"
         else:
             chosen = folders[-1:]
             note = (f"newest of {len(folders)} history folders under {path}; --all for every one"
@@ -64,5 +65,5 @@ def select_sample(paths: list[Path], every_folder: bool, index: int,
     if sample is None:
         total = sum(1 for file in files for _ in iter_samples(file))
         raise HistoryError(f"sample {index} out of range ({total} samples recorded in "
-                           f"{len(files)} file{'s' if len(files) > 1 else ''})")
+                           f"{counted(len(files), 'file')})")
     return sample

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from xdllm.counted import counted
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import (
@@ -62,8 +63,8 @@ def _header(sample: SampleHistory, name: Callable[[int], str]) -> list[str]:
         return " ".join(visible_token(name(i)) for i in ids.tolist()) or "(none)"
 
     lines = [
-        f"sample {sample.sample_id}: {_count(sample.num_steps, 'step')} ({_step_range(sample)}) = "
-        f"{_count(sample.num_steps, 'forward pass', 'forward passes')}; output starts at canvas position "
+        f"sample {sample.sample_id}: {counted(sample.num_steps, 'step')} ({_step_range(sample)}) = "
+        f"{counted(sample.num_steps, 'forward pass', 'forward passes')}; output starts at canvas position "
         f"{sample.output_start} (positions below count from it); top-{sample.k} recorded",
         f"prompt: {tokens(sample.prompt_ids)}",
     ]
@@ -103,9 +104,9 @@ def _step_lines(view: StepView, color: bool) -> list[str]:
             what = f"{position.token}{mark} committed, conf {confidence}"
         lines.append(f"  {position.position:>{width}} {what}" + (f": {alternatives}" if alternatives else ""))
     if view.hidden_masked:
-        lines.append(f"  ... {_count(view.hidden_masked, 'more masked position')} (--positions to show more)")
+        lines.append(f"  ... {counted(view.hidden_masked, 'more masked position')} (--positions to show more)")
     if view.unscored_masked:
-        unscored = _count(view.unscored_masked, "masked position")
+        unscored = counted(view.unscored_masked, "masked position")
         lines.append(f"  ... {unscored} of later blocks, not scored at this step")
     return lines
 
@@ -122,11 +123,6 @@ def _cell(cell: Cell, color: bool) -> str:
     if cell.state == "changed":
         return f"{_YELLOW}{text}{_RESET}"
     return f"{_RED}{text}{_RESET}" if cell.wrong else text
-
-
-def _count(count: int, one: str, many: str | None = None) -> str:
-    """``1 step``, ``2 steps``."""
-    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def _step_range(sample: SampleHistory) -> str:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from torch.utils.tensorboard import SummaryWriter
 
+from xdllm.counted import counted
 from xdllm.data.tokenizer import token_display
 from xdllm.event_files import event_writer
 from xdllm.history.format import HistoryError
@@ -289,10 +290,10 @@ def step_markdown(view: StepView) -> str:
         ) + " |")
     if view.hidden_masked:
         shown = view.masks_remaining - view.unscored_masked - view.hidden_masked
-        lines += ["", f"*... and {_count(view.hidden_masked, 'more masked position')} not shown "
+        lines += ["", f"*... and {counted(view.hidden_masked, 'more masked position')} not shown "
                       f"(top-k of the first {shown} only)*"]
     if view.unscored_masked:
-        lines += ["", f"*{_count(view.unscored_masked, 'masked position')} of later blocks, not scored at "
+        lines += ["", f"*{counted(view.unscored_masked, 'masked position')} of later blocks, not scored at "
                       "this step*"]
     return "\n".join(lines)
 
@@ -352,6 +353,3 @@ def overview_markdown(sample: SampleHistory, name: Callable[[int], str],
                   f"output token).{taken_back}*"]
     return "\n".join(lines)
 
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")

@@ -22,6 +22,8 @@ from typing import Any
 
 import lightning as L
 
+from xdllm.counted import counted
+
 logger = logging.getLogger(__name__)
 
 
@@ -71,7 +73,7 @@ class MetricLines(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         now = time.perf_counter()
         seconds = 0.0 if self._validation_started is None else now - self._validation_started
-        if self._since is not None:  # the next rate counts training steps from here
+        if self._started is not None:  # training's (not the sanity check's): the next rate counts from here
             self._since = (now, trainer.global_step)
             self._validations.append(seconds)
         if trainer.is_global_zero and not trainer.sanity_checking:
@@ -86,7 +88,6 @@ class MetricLines(L.Callback):
         total = time.perf_counter() - started
         validating = sum(self._validations)
         steps = trainer.global_step - first_step
-        validations = len(self._validations)
-        logger.info("%s trained %d step%s in %.1f s: %.1f steps/s, and %d validation%s in %.1f s", self._stamp(),
-                    steps, "" if steps == 1 else "s", total, steps / max(total - validating, 1e-9), validations,
-                    "" if validations == 1 else "s", validating)
+        logger.info("%s trained %s in %.1f s: %.1f steps/s, and %s in %.1f s", self._stamp(), counted(steps, "step"),
+                    total, steps / max(total - validating, 1e-9), counted(len(self._validations), "validation"),
+                    validating)
