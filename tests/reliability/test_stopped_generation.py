@@ -345,14 +345,14 @@ def test_stopped_while_writing_the_views_the_predictions_are_whole(run, tmp_path
     assert main(["generate", f"ckpt={run}", *GENERATE, f"output_dir={out}"]) == 130
     assert len(_lines(out / "predictions.jsonl")) == 12
     assert (f"the predictions are in {out / 'predictions.jsonl'}, but the TensorBoard views of their history were "
-            f"not finished; write them with: xdllm history tensorboard {out} --logdir {out / 'tensorboard'}") \
+            f"not finished; draw them with: xdllm generate resume={out}") \
         in capsys.readouterr().err
     scalars = EventAccumulator(str(out / "tensorboard"))
     scalars.Reload()
     assert "generate/exact_match" in scalars.Tags()["scalars"]  # the results are in TensorBoard all the same
     monkeypatch.undo()
     assert main(["history", "tensorboard", str(out), "--logdir", str(out / "tensorboard")]) == 0
-    assert len(list((out / "tensorboard").glob("*.history"))) == 1  # in place, beside the scalars
+    assert len(list((out / "tensorboard").glob("*.history"))) == 1  # in place, beside the scalars (as resume=)
 
 
 def test_a_stopped_generation_after_training_says_the_training_finished(tmp_path, monkeypatch, capsys):

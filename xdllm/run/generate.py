@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from xdllm.config.compose import compose_config
-from xdllm.config.override_text import command, override
+from xdllm.config.override_text import override
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError, os_error_text
 from xdllm.evaluate.generative_perplexity import GenerativeJudge, finalize_with_judge
@@ -39,8 +39,10 @@ from xdllm.run.generation_check import CheckedGeneration, check_generation, gene
 from xdllm.run.generation_folder import (
     PREDICTIONS,
     SUMMARY,
+    VIEWS_UNFINISHED,
     claim_output_dir,
     discard_unfinished,
+    read_summary,
     resume_command,
     sweep_of,
 )
@@ -208,17 +210,19 @@ def _write_tensorboard(output_dir: Path, summary: dict[str, Any], run: TrainedRu
 
 def write_views(output_dir: Path, run: TrainedRun, view_samples: int | None, predictions: str) -> None:
     """The TensorBoard views of a finished generation's history, replacing those a stop cut short;
-    when they fail, a line says that the ``predictions`` are whole, and how to write the views."""
+    when they fail, a line says that the ``predictions`` are whole, and how to write the views.
+    Until they are whole, ``views.unfinished`` tells ``resume=`` to draw them again."""
     logdir = output_dir / "tensorboard"
     try:
+        (output_dir / VIEWS_UNFINISHED).touch()
         remove_event_files(logdir)
         write_tensorboard([output_dir / "history"], logdir, max_samples=view_samples, tokenizer=run.tokenizer,
                           grid=getattr(run.components.task, "grid_shape", None))
-    except BaseException:  # the command given rewrites them in place (replacing the cut ones)
+    except BaseException:  # resume= draws them again in place of the cut ones
         log.warning("the predictions are in %s, but the TensorBoard views of their history were not finished; "
-                    "write them with: %s", predictions,
-                    command("xdllm", "history", "tensorboard", str(output_dir), "--logdir", str(logdir)))
+                    "draw them with: %s", predictions, resume_command(sweep_of(output_dir) or output_dir))
         raise
+    (output_dir / VIEWS_UNFINISHED).unlink()
 
 
 def _summary(run: TrainedRun, device: torch.device, whole: FinishedBatches, evaluator: Evaluator,
@@ -282,7 +286,9 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
     when a sweep has loaded it; ``swept``: the sweep's values outside ``predictor`` (as
     :func:`generate` takes them). Returns the whole generation's summary, as if it had never
     stopped."""
-    if (folder / PREDICTIONS).exists():
+    finished = (folder / PREDICTIONS).exists()
+    views_cut = finished and (folder / VIEWS_UNFINISHED).is_file()  # stopped while its views were drawn
+    if finished and not views_cut:
         raise XdllmError(f"{folder} holds a finished generation ({PREDICTIONS}): there is nothing to continue")
     if not (folder / GENERATE_CONFIG).is_file():
         raise XdllmError(f"{folder} is not a generation folder (no {GENERATE_CONFIG}); resume= takes the folder "
@@ -302,6 +308,11 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
         raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the generation in {folder} "
                          f"started from step {record.global_step}: the rest would come from other weights; start "
                          "a new generation")
+    if views_cut:
+        log.info("drawing the TensorBoard views of %s again: the stop cut them short", folder)
+        summary = read_summary(folder)
+        write_views(folder, run, options.history_tensorboard_samples, summary["predictions"])
+        return summary
     checked = check_generation(run, options)
     recorded_prompts = record.get("prompts_sha256")
     if recorded_prompts is not None and checked.prompts_sha256 != recorded_prompts:

@@ -10,17 +10,19 @@ from __future__ import annotations
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from xdllm.config.override_text import command
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun
-from xdllm.run.generation_record import GENERATE_CONFIG
+from xdllm.run.generation_record import GENERATE_CONFIG, parse_record_json
 from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE
 from xdllm.temporary_files import remove_stale_temporaries
 
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"  # what the generation printed: its results, read back by a resumed sweep
 SWEEP_RECORD = "sweep.yaml"  # a sweep folder's overrides and checkpoint, for resume=
+VIEWS_UNFINISHED = "views.unfinished"  # while the TensorBoard views of a finished generation are drawn
 GENERATION_CONTENT = (PREDICTIONS, SUMMARY, PARTIAL_PREDICTIONS, PARTIAL_STATE, GENERATE_CONFIG, "history",
                       "tensorboard")  # what a generation writes
 
@@ -66,6 +68,15 @@ def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "")
     raise XdllmError(f"could not make a new generation folder in {generated}")
 
 
+def read_summary(folder: Path) -> dict[str, Any]:
+    """The results a finished generation in ``folder`` printed (its ``summary.json``)."""
+    path = folder / SUMMARY
+    value = parse_record_json(path.read_text(), path)
+    if not isinstance(value, dict):
+        raise XdllmError(f"{path} holds no JSON object: it was edited or not written by xdllm")
+    return value
+
+
 def sweep_of(folder: Path) -> Path | None:
     """The sweep folder ``folder`` is one generation of (its parent holds ``sweep.yaml``), if any."""
     return folder.parent if (folder.parent / SWEEP_RECORD).is_file() else None
@@ -75,11 +86,14 @@ def stopped_hint(folder: Path) -> str:
     """How to continue the stopped generation or sweep ``folder`` holds, if it holds one."""
     if (folder / SWEEP_RECORD).is_file():
         return f", or, if that sweep stopped part-way, continue it with: {resume_command(folder)}"
-    if not (folder / PARTIAL_STATE).is_file():
+    views_cut = (folder / VIEWS_UNFINISHED).is_file()
+    if not (folder / PARTIAL_STATE).is_file() and not views_cut:
         return ""
     sweep = sweep_of(folder)
     if sweep is not None:
         return f", or continue the stopped sweep with: {resume_command(sweep)}"
+    if views_cut:
+        return f", or draw the views a stop cut short with: {resume_command(folder)}"
     return f", or continue the stopped one with: {resume_command(folder)}"
 
 

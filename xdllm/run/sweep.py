@@ -38,9 +38,11 @@ from xdllm.run.generation_folder import (
     PREDICTIONS,
     SUMMARY,
     SWEEP_RECORD,
+    VIEWS_UNFINISHED,
     discard_unfinished,
     generation_content_in,
     make_output_dir,
+    read_summary,
     resume_command,
     stopped_hint,
     sweep_of,
@@ -178,16 +180,17 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
                          "a new sweep")
     summary_path = sweep_dir / SWEEP_SUMMARY
     earlier = {line["folder"]: line for line in sweep_summary_lines(summary_path)}
-    results, plan, views_cut = [], [], []
+    results, plan, views_cut, unlisted = [], [], [], 0
     judges: dict[str, GenerativeJudge] = {}
     for combination, name, config in zip(combinations, _folder_names(combinations), configs):
         folder = sweep_dir / name
         if name in earlier:
             results.append(earlier[name])
-        elif (folder / PREDICTIONS).exists() and (folder / SUMMARY).is_file():  # stopped in its views
+        elif (folder / PREDICTIONS).exists() and (folder / SUMMARY).is_file():  # stopped in its views, or after
             results.append({"settings": swept_settings(combination, config), "folder": name,
-                            **_json_object(folder / SUMMARY)})
-            if config.history is not None:
+                            **read_summary(folder)})
+            unlisted += 1
+            if (folder / VIEWS_UNFINISHED).is_file():
                 views_cut.append((folder, config, results[-1]["predictions"]))
         elif (folder / PREDICTIONS).exists():
             raise XdllmError(f"{folder} holds finished predictions without their {SUMMARY}: move that folder away "
@@ -199,7 +202,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
                              "sweep can keep or continue: move it away and resume again")
         else:  # checked now, before anything runs, as a new sweep checks its combinations
             plan.append(_Planned(combination, name, config, check_generation(run, config, judges=judges)))
-    if not plan and not views_cut:
+    if not plan and not unlisted:
         raise XdllmError(f"the sweep in {sweep_dir} has finished all {len(results)} generations: there is nothing "
                          "to continue")
     remove_stale_temporaries(sweep_dir)
@@ -208,7 +211,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     for folder, config, predictions in views_cut:
         log.info("drawing the TensorBoard views of %s again: the stop cut them short", folder)
         write_views(folder, run, config.history_tensorboard_samples, predictions)
-    if views_cut:
+    if unlisted:
         write_jsonl_atomically(summary_path, results)
     return _run_planned(run, sweep_dir, plan, results, resume_overrides=overrides)
 
@@ -221,13 +224,6 @@ def swept_settings(combination: dict[str, str], config: DictConfig) -> dict[str,
         value = OmegaConf.select(config, override_key(key))
         settings[key] = given if OmegaConf.is_config(value) else value
     return settings
-
-
-def _json_object(path: Path) -> dict[str, Any]:
-    value = parse_record_json(path.read_text(), path)
-    if not isinstance(value, dict):
-        raise XdllmError(f"{path} holds no JSON object: it was edited or not written by xdllm")
-    return value
 
 
 def sweep_summary_lines(path: Path) -> list[dict[str, Any]]:
