@@ -112,6 +112,14 @@ def test_a_file_that_is_no_torch_archive_is_named_as_not_a_history_file(tmp_path
     assert err.count("\n") == 1 and "predictions.jsonl: not a history file (not a torch archive;" in err
 
 
+def test_an_empty_file_is_named_as_empty(tmp_path, capsys):
+    empty = tmp_path / "history-00000.pt"
+    empty.write_bytes(b"")
+    assert _run("history", "show", str(empty)) == 1
+    err = capsys.readouterr().err
+    assert err == f"xdllm history: error: {empty}: an empty file (0 bytes), not a history file\n"
+
+
 @pytest.mark.parametrize("command", [["show"], ["play", "--delay", "0"], ["revisions"]])
 def test_a_closed_stdout_ends_quietly_with_141(run_dir, command):
     """``xdllm history ... | head -1``: the reader is gone before the command writes."""

@@ -41,10 +41,13 @@ def test_plain_torch_layout(history_path):
 
 def test_truncated_file_names_the_file(history_path):
     data = history_path.read_bytes()
-    for length in (0, 100, len(data) // 2, len(data) - 10):
+    for length in (100, len(data) // 2, len(data) - 10):
         history_path.write_bytes(data[:length])
         with pytest.raises(HistoryFormatError, match=f"{history_path}.*corrupt or truncated"):
             load_history(history_path)
+    history_path.write_bytes(b"")
+    with pytest.raises(HistoryFormatError, match=f"{history_path}: an empty file"):
+        load_history(history_path)
 
 
 def test_garbled_tensor_bytes_fail_the_checksum(history_path):

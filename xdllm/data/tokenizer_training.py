@@ -41,6 +41,8 @@ def _check_corpus(paths: Sequence[Path]) -> int:
     """Every file exists and is UTF-8 text; the number of non-empty lines over all of them."""
     lines = 0
     for path in paths:
+        if path.is_dir():
+            raise XdllmError(f"tokenizer train: {path} is a folder: give the text files in it")
         if not path.is_file():
             raise XdllmError(f"tokenizer train: corpus file not found: {path}")
         try:

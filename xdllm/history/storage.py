@@ -71,16 +71,17 @@ def read_history_file(path: Path | str) -> dict[str, Any]:
         raise HistoryError(f"{path}: no such history file")
     with path.open("rb") as file:
         start = file.read(len(TORCH_ARCHIVE_MAGIC))
+        if not start:
+            raise HistoryFormatError(f"{path}: an empty file (0 bytes), not a history file")
         if len(start) == len(TORCH_ARCHIVE_MAGIC) and start != TORCH_ARCHIVE_MAGIC:  # shorter: truncated
             raise HistoryFormatError(f"{path}: not a history file (not a torch archive; history files are the "
                                      "history-NNNNN.pt that generate history=topk and validation write)")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # any failure to unpickle means the file is unusable
-        raise HistoryFormatError(
-            f"{path}: cannot be read as a history file (corrupt or truncated?): "
-            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        ) from error
+        detail = ": ".join([type(error).__name__, *str(error).splitlines()[:1]])
+        raise HistoryFormatError(f"{path}: cannot be read as a history file (corrupt or truncated?): "
+                                 f"{detail}") from error
     validate_payload(payload, path)
     return payload
 
