@@ -8,6 +8,7 @@ tokens the two agree on, and, for a trained run, exact match and token accuracy 
     python scripts/bench_prefix_cache.py --ckpt runs/sort_mlm --refresh 0 2 3   # a trained run
     python scripts/bench_prefix_cache.py --random-model --prompt-len 256        # a long prompt
     python scripts/bench_prefix_cache.py --ckpt runs/sort_mlm --block-sizes 3 --dual   # the dual cache too
+    python scripts/bench_prefix_cache.py --ckpt runs/sort_mlm --threshold 0.9   # rows finishing at their own steps
 
 The last line printed is one JSON object with every row.
 """
@@ -67,9 +68,9 @@ def agreement(plain: list[dict[str, Any]], cached: list[dict[str, Any]], max_new
 
 def bench_setting(model: nn.Module, tokenizer: Tokenizer, batches: list[Mapping[str, Any]],
                   max_new_tokens: int, max_steps: int, block_size: int | None, refresh: int | None,
-                  dual: bool, repeats: int) -> dict[str, Any]:
+                  dual: bool, repeats: int, threshold: float | None = None) -> dict[str, Any]:
     options = dict(max_steps=max_steps, max_new_tokens=max_new_tokens, tokenizer=tokenizer,
-                   confidence="top_prob", block_size=block_size)
+                   confidence="top_prob", block_size=block_size, threshold=threshold)
     plain_predictor = UnmaskingPredictor(**options)
     cached_predictor = UnmaskingPredictor(**options, prefix_cache=True, prefix_cache_refresh=refresh,
                                           dual_cache=dual)
@@ -94,6 +95,8 @@ def main() -> None:
                         help="prefix_cache_refresh values to compare (0: none)")
     parser.add_argument("--dual", action="store_true",
                         help="with block sizes: also the dual cache (the later blocks' keys kept too)")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="confidence threshold (top_prob) for both decodings: rows then finish at their own steps")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
     model, tokenizer, batches, max_new_tokens = load_source(args)
@@ -102,13 +105,13 @@ def main() -> None:
                 for key, value in batch.items()} for batch in batches]
     max_steps = args.max_steps or max_new_tokens
     rows = [bench_setting(model, tokenizer, batches, max_new_tokens, max_steps, size or None, refresh or None,
-                          dual, args.repeats)
+                          dual, args.repeats, args.threshold)
             for size in args.block_sizes for refresh in args.refresh
             for dual in ([False, True] if args.dual and size else [False])]
     prompt_len = batches[0]["input_ids"].shape[1]
     print(f"source={args.ckpt or 'random-model'} batch_size={args.batch_size} batches={len(batches)} "
           f"prompt columns={prompt_len} max_new_tokens={max_new_tokens} max_steps={max_steps} "
-          f"device={args.device} threads={torch.get_num_threads()} repeats={args.repeats}")
+          f"threshold={args.threshold} device={args.device} threads={torch.get_num_threads()} repeats={args.repeats}")
     print(f"{'block':>6} {'refresh':>7} {'dual':>4} {'plain s':>8} {'cached s':>9} {'speed-up':>8} {'agree':>6} "
           f"{'exact plain':>11} {'exact cached':>12}")
     for row in rows:
@@ -118,7 +121,7 @@ def main() -> None:
               f"{row['cached_s']:9.3f} {row['speedup']:7.2f}x {row['agreement']:6.3f} {exact[0]:>11} {exact[1]:>12}")
     print(json.dumps({"benchmark": "prefix_cache", "source": args.ckpt or "random-model",
                       "batch_size": args.batch_size, "batches": len(batches), "prompt_columns": prompt_len,
-                      "max_new_tokens": max_new_tokens, "max_steps": max_steps,
+                      "max_new_tokens": max_new_tokens, "max_steps": max_steps, "threshold": args.threshold,
                       "device": args.device, "threads": torch.get_num_threads(), "rows": rows}))
 
 

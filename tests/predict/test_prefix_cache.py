@@ -134,6 +134,15 @@ def test_a_step_runs_only_the_columns_after_the_prefix(options, widths):
     assert model.widths == widths
 
 
+def test_rows_that_finish_leave_the_cache_without_a_refresh():
+    """With a threshold rows finish at different steps; the others keep their kept keys (as
+    alone, where no other row finishes): one full forward, the first, whatever rows finish."""
+    model = WidthRecorder(network(n_layers=2, seed=3))
+    out = decode(model, max_steps=6, confidence="top_prob", threshold=0.3, prefix_cache=True)
+    assert len(set(out["steps_taken"])) > 1  # rows finished at different steps
+    assert model.widths == [10] + [6] * (max(out["steps_taken"]) - 1)
+
+
 def test_mdlm_takes_the_option_and_one_host_sync_per_step_holds():
     model = network(n_layers=2)
 

@@ -1,7 +1,9 @@
-"""With ``prefix_cache`` and rows that keep the same schedule (a fixed number of tokens per step),
-a row decodes the same tokens in a batch as alone: the batch's refreshes and prefix are then the
-row's own. (With a threshold or an entropy budget rows go at different paces and the cache's
-refreshes follow the batch: docs/predictor.md, "Randomness and invariance".)"""
+"""With ``prefix_cache``, a row decodes the same tokens in a batch as alone where the batch's
+refreshes and prefix are the row's own: rows that keep the same schedule (a fixed number of
+tokens per step), and rows that finish at their own steps (a threshold, an entropy budget) without
+blocks, since rows that finish leave the cache without refreshing the others. (With blocks and
+rows at different paces the refreshes follow the batch's earliest block: docs/predictor.md,
+"Randomness and invariance".)"""
 
 import pytest
 import torch
@@ -28,8 +30,11 @@ def two_layers():
     dict(max_steps=6, temperature=1.0, top_p=0.9, confidence=None, block_size=3),
     dict(max_steps=6, confidence="entropy", block_size=2, dual_cache=True),
     dict(max_steps=5, temperature=0.7, confidence="top_prob", prefix_cache_refresh=2),
+    # rows that finish early leave the cache; the others keep their keys, as alone
+    dict(max_steps=6, confidence="top_prob", threshold=0.3),
+    dict(max_steps=6, temperature=0.7, confidence="entropy", entropy_budget=1.0, prefix_cache_refresh=3),
 ])
-def test_rows_in_step_decode_in_a_batch_as_alone(options):
+def test_a_row_decodes_in_a_batch_as_alone(options):
     predictor = UnmaskingPredictor(max_new_tokens=6, tokenizer=LetterTokenizer(), prefix_cache=True, seed=3,
                                    **options)
     model = two_layers()

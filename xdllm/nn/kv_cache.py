@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Integer
 from torch import Tensor
 
 from xdllm.nn.masks import PAD_DOCUMENT_ID, Tokens
@@ -73,6 +73,16 @@ class KVCache:
             raise ValueError(f"KVCache.truncate: keep_from {keep_from} is outside {length}..{filled}")
         self.length = length
         self.suffix = None if keep_from is None or keep_from == filled else (keep_from, filled)
+
+    def keep_rows(self, index: Integer[Tensor, " rows"]) -> None:
+        """Keep only the rows ``index`` (in that order) of every buffer, the fill length and any
+        kept suffix as they were: rows of a batch that finished leave the cache, the others keep
+        what they had."""
+        self.keys = tuple(keys.index_select(0, index) for keys in self.keys)
+        self.values = tuple(values.index_select(0, index) for values in self.values)
+        self.document = self.document.index_select(0, index)
+        self.position = self.position.index_select(0, index)
+        self.batch_size = index.shape[0]
 
     def key_tokens(self, new: Tokens) -> Tokens:
         """Document ids and positions of the keys a forward of ``new`` tokens attends to: the

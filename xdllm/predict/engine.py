@@ -67,7 +67,7 @@ class UnmaskingPredictor(nn.Module):
             full forward and run only the columns after them until the next refresh (an
             approximation, :mod:`xdllm.predict.prefix_cache`).
         prefix_cache_refresh: with ``prefix_cache``, also refresh the kept prefix every this many
-            steps (None: only when the earliest block moves on or rows finish).
+            steps (None: only when the earliest block moves on or a row joins the running ones).
         dual_cache: with ``prefix_cache`` and ``block_size``, also keep the columns after the
             current block: a step between refreshes runs the current block only.
         guidance: classifier-free guidance scale w (0: none): each step also runs the model

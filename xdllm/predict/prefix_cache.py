@@ -10,12 +10,12 @@ is measured, not assumed (``docs/predictor.md``).
 
 A refresh (a full forward whose prefix keys are kept) happens at the first step, whenever the
 earliest current block among the running rows moves on (with ``block_size``; without it the
-prefix is the prompt and never moves), whenever the running rows change (rows finish, or with
-MDLM's ReMDM sampler a row needs no forward pass at a step; the cache holds the running rows
-only) and, with ``refresh_every = N``, at the latest N steps after the last refresh (staler keys
-cost more accuracy: the trade is measured in ``docs/predictor.md``). The prefix is the columns
-before the earliest current block of the running rows, so every column a step may write lies
-after it.
+prefix is the prompt and never moves), whenever a row joins the running ones (with MDLM's ReMDM
+sampler a row needs no forward pass at some steps; the cache holds the running rows only) and,
+with ``refresh_every = N``, at the latest N steps after the last refresh (staler keys cost more
+accuracy: the trade is measured in ``docs/predictor.md``). Rows that finish only leave the
+cache: the others keep their keys, as they would alone. The prefix is the columns before the
+earliest current block of the running rows, so every column a step may write lies after it.
 
 With ``dual`` (Fast-dLLM's dual cache, with ``block_size``) the refresh also keeps the keys and
 values of the columns after the latest current block of the running rows (masks, still to be
@@ -91,7 +91,8 @@ class PrefixCache:
         self._cache: KVCache | None = None
         self._rows = -1
         self._running: Tensor | None = None
-        self._rows_moved = True
+        self._rows_came = True
+        self._kept_rows: Tensor | None = None
         self._span = (-1, -1)
         self._window_hidden: Tensor | None = None
 
@@ -117,13 +118,16 @@ class PrefixCache:
             stop = torch.cat([torch.where(unfinished, block_end, 0), offsets.new_zeros(1)]).amax()
         else:
             stop = offsets.new_full((), width)  # a fill on the device: new_tensor would copy from the host and wait
-        # the cache holds the rows that ran last: another set of rows (not only fewer) needs a refresh
+        # the cache holds the rows that ran last: a row that joins them needs a refresh; rows that
+        # leave them only leave the cache
         previous = ~unfinished if self._running is None else self._running
-        running, start, stop, moved = torch.stack([unfinished.sum(), start, stop,
-                                                   (unfinished != previous).any()]).tolist()
-        self._running, self._rows_moved = unfinished, bool(moved)
+        running, start, stop, came, gone = torch.stack([unfinished.sum(), start, stop, (unfinished & ~previous).any(),
+                                                        (previous & ~unfinished).any()]).tolist()
+        self._running, self._rows_came = unfinished, bool(came)
         # the running rows in order, found on the device: a host list copied over would sync again
         active = torch.argsort((~unfinished).to(torch.uint8), stable=True)[:running]
+        # where each of them sits among the rows the cache holds (those that ran last, in order)
+        self._kept_rows = (previous.cumsum(0) - 1).index_select(0, active) if gone and not came else None
         return active, (self.window_start + start, self.window_start + stop)
 
     def window_logits(self, model: nn.Module, ids: Integer[Tensor, "rows seq_len"],
@@ -142,7 +146,7 @@ class PrefixCache:
         first = max(start - 1, 0) if shifted else start
         options = {"mask_rule": StalePrefixMask(), **({"unshifted": True} if shifted else {})}
         due = self.refresh_every is not None and self._steps_since_refresh >= self.refresh_every
-        if self._cache is None or self._rows_moved or span != self._span or due:
+        if self._cache is None or self._rows_came or span != self._span or due:
             if self._cache is not None and rows == self._rows:
                 cache = self._cache  # the same rows: its buffers are overwritten
                 cache.reset()
@@ -158,6 +162,10 @@ class PrefixCache:
             self._steps_since_refresh = 1
         else:
             assert self._window_hidden is not None
+            if self._kept_rows is not None:  # rows finished: the others keep their keys, as if alone
+                self._cache.keep_rows(self._kept_rows)
+                self._window_hidden = self._window_hidden.index_select(0, self._kept_rows)
+                self._rows = rows
             ran = model.final_hidden(ids[:, first:stop], attention_mask=attention_mask[:, first:stop],
                                      positions=positions[:, first:stop], kv_cache=self._cache, write_cache=False,
                                      **options)
