@@ -211,9 +211,7 @@ def _decoding_options(predictor: object, rng: random.Random) -> dict:
 def test_family_decodes_a_row_alone_as_in_a_batch_whatever_its_options(trained):
     """Random settings of the family's decoding options: every row decodes the same tokens in
     the same steps alone as in a batch of rows of other lengths (float64 weights, so no kernel's
-    last bits flip a near-tie; docs/predictor.md "Randomness and invariance", whose exceptions,
-    the prefix cache with blocks and rows at different paces or with MDLM's ancestral and remdm
-    samplers, are left out)."""
+    last bits flip a near-tie; docs/predictor.md "Randomness and invariance")."""
     family, run_dir = trained
     run = load_trained(run_dir)
     for network in (run.model, *run.frozen.values()):
@@ -222,9 +220,6 @@ def test_family_decodes_a_row_alone_as_in_a_batch_whatever_its_options(trained):
     rng, decoded = random.Random(family), 0
     for _ in range(40):
         options = _decoding_options(run.components.predictor, rng)
-        if options.get("prefix_cache") and (options.get("sampler") in ("ancestral", "remdm") or options.get(
-                "block_size") and (options.get("threshold") is not None or options.get("entropy_budget"))):
-            continue
         try:
             together = xdllm.complete(run, prompts, predictor=options, batch_size=len(prompts))
         except XdllmError:  # a combination the family refuses

@@ -172,7 +172,37 @@ def test_a_kept_prefix_and_suffix_around_a_gap_give_the_full_forward_when_nothin
         with pytest.raises(ValueError, match="keeps a suffix"):
             model(ids[:, 3:5], attention_mask=real[:, 3:5], positions=positions[:, 3:5], mask_rule=rule,
                   kv_cache=cache)
-    with pytest.raises(ValueError, match="keep_from 2 is outside 3..3"):
+    with pytest.raises(ValueError, match=f"keep_from 2 is outside 3..{ids.shape[1]}"):
         cache.truncate(3, keep_from=2)
+    cache.truncate(4, keep_from=6)  # another gap in the same fill: the slots the last append filled
+    assert cache.length == 4 and cache.suffix == (6, ids.shape[1])
+    with pytest.raises(ValueError, match=f"length {ids.shape[1] + 1} is outside 0..{ids.shape[1]}"):
+        cache.truncate(ids.shape[1] + 1)
     cache.reset()
     assert cache.length == 0 and cache.suffix is None
+
+
+def test_write_only_keeps_the_other_slots_and_keep_rows_selects_rows():
+    """``write_only``: a forward writes the new keys of the marked slots only (per row), the
+    others keep theirs; ``keep_rows``: the rows asked for, in that order, with their fill."""
+    model = make_model()
+    ids, real, positions = left_padded_prompts(block_size=1)
+    rule = StalePrefixMask()
+    cache = model.new_kv_cache(len(PROMPT_LENGTHS), max_len=ids.shape[1])
+    with torch.no_grad():
+        model(ids, attention_mask=real, positions=positions, mask_rule=rule, kv_cache=cache)
+        before = [keys.clone() for keys in cache.keys]
+        changed = ids.clone()
+        changed[:, 3:5] = (changed[:, 3:5] + 1) % 7 + 1
+        cache.truncate(3, keep_from=5)
+        cache.write_only = torch.zeros((ids.shape[0], 2), dtype=torch.bool)
+        cache.write_only[0] = True  # row 0 writes its new keys, the other rows keep theirs
+        model(changed[:, 3:5], attention_mask=real[:, 3:5], positions=positions[:, 3:5], mask_rule=rule,
+              kv_cache=cache, write_cache=False)
+    for old, new in zip(before, cache.keys):
+        assert not torch.equal(new[0, :, 3:5], old[0, :, 3:5]) and torch.equal(new[1:], old[1:])
+    cache.keep_rows(torch.tensor([2, 0]))
+    assert cache.batch_size == 2 and cache.length == 3 and cache.suffix == (5, ids.shape[1])
+    assert torch.equal(cache.keys[0][0], before[0][2])  # row 2 kept all its keys
+    assert torch.equal(cache.keys[0][1][:, :3], before[0][0][:, :3])  # row 0 rewrote slots 3..5 only
+    assert torch.equal(cache.keys[0][1][:, 5:], before[0][0][:, 5:])

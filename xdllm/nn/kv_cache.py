@@ -55,18 +55,23 @@ class KVCache:
         self.batch_size = batch_size
         self.max_len = max_len
         self.length = 0
+        self.filled = 0  # the slots the last append filled: truncate may keep any of them
         self.suffix: tuple[int, int] | None = None
+        self.write_only: Tensor | None = None
+        """``[batch, new_len]``: where set, a forward writes the new keys and values of these slots
+        only and reads the ones already there elsewhere (rows keeping their own keys)."""
 
     def reset(self) -> None:
         """Forget the prefix and any kept suffix (the buffers are kept and overwritten)."""
         self.length = 0
+        self.filled = 0
         self.suffix = None
 
     def truncate(self, length: int, keep_from: int | None = None) -> None:
         """Keep the first ``length`` slots as the prefix; with ``keep_from``, also keep the slots
         from ``keep_from`` to the fill length as a suffix, which every later forward's new tokens
         must fill the gap before (``length .. keep_from``) and then attend to."""
-        filled = self.length
+        filled = self.filled
         if not 0 <= length <= filled:
             raise ValueError(f"KVCache.truncate: length {length} is outside 0..{filled} (the fill length)")
         if keep_from is not None and not length <= keep_from <= filled:
@@ -116,7 +121,7 @@ class KVCache:
         end = self.length + new.document.shape[1]
         self.document[:, self.length:end] = new.document
         self.position[:, self.length:end] = new.position
-        self.length = end
+        self.length = self.filled = end
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,10 @@ class CachedLayer:
         start = self.cache.length
         cached_keys, cached_values = self.cache.keys[self.index], self.cache.values[self.index]
         end = start + key.shape[2]
+        if self.cache.write_only is not None:  # elsewhere the slots keep what they hold
+            kept = ~self.cache.write_only[:, None, :, None]
+            key = torch.where(kept, cached_keys[:, :, start:end], key)
+            value = torch.where(kept, cached_values[:, :, start:end], value)
         cached_keys[:, :, start:end] = key
         cached_values[:, :, start:end] = value
         if self.cache.suffix is not None:

@@ -325,7 +325,7 @@ class UnmaskingPredictor(nn.Module):
             every_row = active.numel() == n_rows
             rows = state if every_row else state.select(active)
             logits = (self._window_logits(model, rows, shared_start) if kept_keys is None else
-                      kept_keys.window_logits(model, rows.ids, rows.attention_mask, rows.positions, span))
+                      kept_keys.window_logits(model, rows.ids, rows.attention_mask, rows.positions, span, active))
             outcome = self._step(logits, rows, step, shared_start)
             if every_row:
                 state = state.updated(outcome)

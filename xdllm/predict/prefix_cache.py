@@ -8,25 +8,24 @@ kept keys are *stale*: they were computed before the tokens written since, which
 prefix would have attended to. So the outputs can differ from recomputing everything; how much
 is measured, not assumed (``docs/predictor.md``).
 
-A refresh (a full forward whose prefix keys are kept) happens at the first step, whenever the
-earliest current block among the running rows moves on (with ``block_size``; without it the
-prefix is the prompt and never moves), whenever a row joins the running ones (with MDLM's ReMDM
-sampler a row needs no forward pass at some steps; the cache holds the running rows only) and,
-with ``refresh_every = N``, at the latest N steps after the last refresh (staler keys cost more
-accuracy: the trade is measured in ``docs/predictor.md``). Rows that finish only leave the
-cache: the others keep their keys, as they would alone. The prefix is the columns before the
-earliest current block of the running rows, so every column a step may write lies after it.
+Every row keeps its own keys, so that the batch a row is in never changes what it decodes. A
+row's *own span* is the columns from its current block's start to the end of the canvas (without
+``block_size`` the block is the whole output region, so the prefix is the prompt and never
+moves; with ``dual``, Fast-dLLM's dual cache, to its current block's end: the columns after it
+are masks, still to be decoded, whose keys are kept too). A row refreshes (takes the keys and
+values of a full forward for every column) at its first step, whenever its own span moves (its
+block moves on), when it runs again after steps without a forward pass (MDLM's ReMDM and
+ancestral samplers run only the rows that reveal) and, with ``refresh_every = N``, at the latest
+N steps after its last refresh (staler keys cost more accuracy: the trade is measured in
+``docs/predictor.md``). Between its refreshes a step writes the keys and values of its own span
+only, attending to the ones it kept everywhere else.
 
-With ``dual`` (Fast-dLLM's dual cache, with ``block_size``) the refresh also keeps the keys and
-values of the columns after the latest current block of the running rows (masks, still to be
-decoded), and a step between refreshes runs only the current blocks' columns, attending to the
-kept prefix, to each other and to the kept suffix. A refresh then also happens when that suffix
-moves.
-
-Between refreshes the window columns outside what a step runs (earlier blocks; with ``dual``
-the later ones too) keep the outputs of the last refresh: no step writes them (except padding
-after a settled EOS, whose kept keys stay those of the masks until the next refresh), and the
-history's top-k there shows those.
+A step runs the columns spanning every running row's own span; when any running row is due for
+a refresh it runs the whole canvas, the rows due keeping every column's keys and the others
+their own spans' (a masked write, ``KVCache.write_only``). Rows that finish leave the cache.
+Window columns outside a row's own span keep the outputs of its last refresh: no step writes
+them (except padding after a settled EOS, whose kept keys stay those of the masks until the
+row's next refresh), and the history's top-k there shows those.
 
 Needs rows whose output regions start at the same column (continuation of left-padded prompts,
 how ``xdllm generate`` batches them) and a model with ``final_hidden`` (taking ``mask_rule``,
@@ -73,9 +72,10 @@ class PrefixCache:
     """The prefix keys and values of one ``predict`` call; see the module docstring.
 
     ``window_start``: the column where every row's output region starts; ``block_size``: the
-    predictor's (None: the region is one block); ``refresh_every``: most steps between refreshes
-    (None: refresh only when the kept columns or the running rows change); ``dual``: also keep
-    the columns after the current blocks (needs ``block_size``).
+    predictor's (None: the region is one block); ``refresh_every``: most steps between a row's
+    refreshes (None: refresh a row only when its kept columns change); ``dual``: also keep the
+    columns after the current block (needs ``block_size``). Each row keeps its own keys (the
+    module docstring).
     """
 
     def __init__(self, window_start: int, block_size: int | None, mask_token_id: int,
@@ -87,92 +87,117 @@ class PrefixCache:
         self.mask_token_id = mask_token_id
         self.refresh_every = refresh_every
         self.dual = dual
-        self._steps_since_refresh = 0
         self._cache: KVCache | None = None
-        self._rows = -1
-        self._running: Tensor | None = None
-        self._rows_came = True
+        self._window_hidden: Tensor | None = None  # per cached row, the window's final states
+        self._cached: Tensor | None = None  # which rows of the batch the cache holds (those that ran last)
+        # per row of the batch: its own span at its last refresh (window offsets), steps since then
+        self._kept_span: Tensor | None = None
+        self._since: Tensor | None = None
+        # what poll found for window_logits: per row of the batch, its own span and whether it is
+        # due; whether any running row is due; where the running rows sit among the cached ones
+        self._own: Tensor | None = None
+        self._due: Tensor | None = None
+        self._any_due = True
+        self._in_step = True
         self._kept_rows: Tensor | None = None
-        self._span = (-1, -1)
-        self._window_hidden: Tensor | None = None
 
     def poll(self, unfinished: Bool[Tensor, " batch"], ids: Integer[Tensor, "batch seq_len"]
              ) -> tuple[Integer[Tensor, " active"], tuple[int, int]]:
-        """The rows that still run and the columns a step between refreshes runs, ``(start,
-        stop)``: from the earliest current block of the running rows to the end of the canvas
-        (with ``dual``: to the end of the latest current block); read from the device in one host
-        sync (the step's only one, as without the cache)."""
+        """The rows that run this step and the columns a step without a refresh runs, ``(start,
+        stop)``: every running row's own span; read from the device in one host sync (the step's
+        only one, as without the cache)."""
         window = ids[:, self.window_start:]
-        width = window.shape[1]
+        rows, width = window.shape
         offsets = torch.arange(width, device=ids.device)
         if self.block_size is None:
-            block_start = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
+            block_start = torch.zeros(rows, dtype=torch.long, device=ids.device)
         else:
             first_mask = torch.where(window == self.mask_token_id, offsets, width).min(1).values
             block_start = first_mask // self.block_size * self.block_size
+        block_stop = (block_start + self.block_size).clamp(max=width) if self.dual else torch.full_like(
+            block_start, width)
+        own = torch.stack([block_start, block_stop], dim=1)
+        if self._kept_span is None:
+            self._kept_span, self._since = torch.full_like(own, -1), torch.zeros_like(block_start)
+            self._cached = torch.zeros_like(unfinished)
+        previous = self._cached
+        came = unfinished & ~previous
+        due = came | (own != self._kept_span).any(1)
+        if self.refresh_every is not None:
+            due = due | (self._since >= self.refresh_every)
+        due = due & unfinished
         # a row that no longer runs counts as past the end (before the start), so it never holds
         # the prefix (the suffix) back
         start = torch.cat([torch.where(unfinished, block_start, width), offsets.new_full((1,), width)]).amin()
-        if self.dual:
-            block_end = (block_start + self.block_size).clamp(max=width)
-            stop = torch.cat([torch.where(unfinished, block_end, 0), offsets.new_zeros(1)]).amax()
-        else:
-            stop = offsets.new_full((), width)  # a fill on the device: new_tensor would copy from the host and wait
-        # the cache holds the rows that ran last: a row that joins them needs a refresh; rows that
-        # leave them only leave the cache
-        previous = ~unfinished if self._running is None else self._running
-        running, start, stop, came, gone = torch.stack([unfinished.sum(), start, stop, (unfinished & ~previous).any(),
-                                                        (previous & ~unfinished).any()]).tolist()
-        self._running, self._rows_came = unfinished, bool(came)
+        stop = torch.cat([torch.where(unfinished, block_stop, 0), offsets.new_zeros(1)]).amax()
+        gone = previous & ~unfinished
+        # rows in step (the same own span, all due or none): a step writes every row's keys alike
+        in_step = ((block_start == start) & (block_stop == stop) & ((due == due.any()) | ~unfinished)
+                   | ~unfinished).all()
+        running, start, stop, any_due, moved, in_step = torch.stack(
+            [unfinished.sum(), start, stop, due.any(), (came | gone).any(), in_step]).tolist()
         # the running rows in order, found on the device: a host list copied over would sync again
         active = torch.argsort((~unfinished).to(torch.uint8), stable=True)[:running]
-        # where each of them sits among the rows the cache holds (those that ran last, in order)
-        self._kept_rows = (previous.cumsum(0) - 1).index_select(0, active) if gone and not came else None
+        # where each sits among the cached rows (a row that joins them: anywhere, it is due)
+        self._kept_rows = (previous.cumsum(0) - 1).clamp(min=0).index_select(0, active) if moved else None
+        self._cached, self._own, self._due = unfinished, own, due
+        self._any_due, self._in_step = bool(any_due), bool(in_step)
         return active, (self.window_start + start, self.window_start + stop)
 
     def window_logits(self, model: nn.Module, ids: Integer[Tensor, "rows seq_len"],
                       attention_mask: Bool[Tensor, "rows seq_len"], positions: Integer[Tensor, "rows seq_len"],
-                      span: tuple[int, int]) -> Float[Tensor, "rows region vocab"]:
-        """The logits of the running rows' output windows: when a refresh is due, a full forward
-        that keeps the keys and values outside ``span`` (the columns before it; with ``dual``
-        those after it too); else a forward of the columns in ``span`` over the kept ones.
+                      span: tuple[int, int], active: Integer[Tensor, " rows"]) -> Float[Tensor, "rows region vocab"]:
+        """The logits of the running rows' (``active``) output windows: when a row is due, a
+        forward of the whole canvas, whose keys and values the rows due keep in full and the
+        others over their own spans; else a forward of the columns in ``span``, each row keeping
+        those of its own span.
 
         A model with shifted outputs reads column ``j``'s logits from the state at ``j - 1``, so
-        for it a step also runs the column before ``span`` (its key is not kept) and the cache
-        moves the states itself (``final_hidden(unshifted=True)``)."""
-        rows = ids.shape[0]
-        start, stop = span
+        for it a step also runs the column before a row's own span (its key is not kept) and the
+        cache moves the states itself (``final_hidden(unshifted=True)``)."""
+        assert self._own is not None and self._due is not None and self._since is not None
         shifted = _shifts(model)
-        first = max(start - 1, 0) if shifted else start
         options = {"mask_rule": StalePrefixMask(), **({"unshifted": True} if shifted else {})}
-        due = self.refresh_every is not None and self._steps_since_refresh >= self.refresh_every
-        if self._cache is None or self._rows_came or span != self._span or due:
-            if self._cache is not None and rows == self._rows:
-                cache = self._cache  # the same rows: its buffers are overwritten
-                cache.reset()
-            else:
-                cache = model.new_kv_cache(rows, ids.shape[1])
-            hidden = model.final_hidden(ids, attention_mask=attention_mask, positions=positions, kv_cache=cache,
-                                        **options)
-            if shifted:
-                hidden = read_from_previous_position(hidden, positions)
-            cache.truncate(first, keep_from=stop)
-            self._cache, self._rows, self._span = cache, rows, span
-            self._window_hidden = hidden[:, self.window_start:]
-            self._steps_since_refresh = 1
+        own, due = self._own.index_select(0, active), self._due.index_select(0, active)
+        if self._cache is not None and self._kept_rows is not None:  # rows left or joined the cached ones
+            self._cache.keep_rows(self._kept_rows)
+            self._window_hidden = self._window_hidden.index_select(0, self._kept_rows)
+        if self._in_step:  # every row writes the columns the step runs: no row keeps others'
+            fresh = written = None
         else:
-            assert self._window_hidden is not None
-            if self._kept_rows is not None:  # rows finished: the others keep their keys, as if alone
-                self._cache.keep_rows(self._kept_rows)
-                self._window_hidden = self._window_hidden.index_select(0, self._kept_rows)
-                self._rows = rows
+            columns = torch.arange(ids.shape[1], device=ids.device) - self.window_start  # window offsets
+            fresh = (columns >= own[:, :1]) & (columns < own[:, 1:])  # [rows, canvas]: each row's own span
+            # a model with shifted outputs also runs the column before it, whose key is then fresh too
+            written = fresh | (columns == own[:, :1] - 1) if shifted else fresh
+        if self._cache is None or self._any_due:
+            if self._cache is None:
+                self._cache = model.new_kv_cache(ids.shape[0], ids.shape[1])
+            self._cache.reset()
+            if fresh is not None and written is not None:
+                fresh, written = fresh | due[:, None], written | due[:, None]
+            self._cache.write_only = written
+            hidden = model.final_hidden(ids, attention_mask=attention_mask, positions=positions,
+                                        kv_cache=self._cache, **options)
+            placed = (read_from_previous_position(hidden, positions) if shifted else hidden)[:, self.window_start:]
+        else:
+            start, stop = span
+            first = max(start - 1, 0) if shifted else start
+            self._cache.truncate(first, keep_from=stop)
+            self._cache.write_only = None if written is None else written[:, first:stop]
             ran = model.final_hidden(ids[:, first:stop], attention_mask=attention_mask[:, first:stop],
                                      positions=positions[:, first:stop], kv_cache=self._cache, write_cache=False,
                                      **options)
             if shifted:
-                ran = read_from_previous_position(ran, positions[:, first:stop])[:, start - first:]
+                ran = read_from_previous_position(ran, positions[:, first:stop])
             kept = self._window_hidden
-            self._window_hidden = torch.cat([kept[:, :start - self.window_start], ran,
-                                             kept[:, stop - self.window_start:]], dim=1)
-            self._steps_since_refresh += 1
+            assert kept is not None
+            placed = torch.cat([kept[:, :start - self.window_start], ran[:, start - first:],
+                                kept[:, stop - self.window_start:]], dim=1)
+        self._cache.write_only = None
+        if self._window_hidden is None or fresh is None:
+            self._window_hidden = placed
+        else:
+            self._window_hidden = torch.where(fresh[:, self.window_start:, None], placed, self._window_hidden)
+        self._kept_span = torch.where(self._due[:, None], self._own, self._kept_span)
+        self._since = torch.where(self._due, 1, self._since + 1)
         return torch.nn.functional.linear(self._window_hidden, model.lm_head_weight)
