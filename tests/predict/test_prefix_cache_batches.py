@@ -37,21 +37,19 @@ def two_layers():
     dict(max_steps=6, temperature=0.7, confidence="top_prob", entropy_budget=0.5, block_size=2, dual_cache=True),
 ])
 def test_a_row_decodes_in_a_batch_as_alone(options):
-    predictor = UnmaskingPredictor(max_new_tokens=6, tokenizer=LetterTokenizer(), prefix_cache=True, seed=3,
-                                   **options)
-    model = two_layers()
-    indices = torch.arange(10, 10 + len(PROMPTS))
-    together = predictor.predict(prompt_batch(PROMPTS, sample_index=indices), model=model)
-    alone = [predictor.predict(prompt_batch([prompt], sample_index=indices[row:row + 1]), model=model)
-             for row, prompt in enumerate(PROMPTS)]
-    assert together["text"] == [prediction["text"][0] for prediction in alone]
+    _assert_rows_decode_as_alone(UnmaskingPredictor(max_new_tokens=6, tokenizer=LetterTokenizer(), prefix_cache=True,
+                                                    seed=3, **options))
 
 
 def test_remdm_rows_decode_in_a_batch_as_alone():
     """ReMDM runs the model only for the rows that reveal at a step: a row that runs again
     refreshes its own keys, not its neighbours'."""
-    predictor = MDLMPredictor(max_steps=12, max_new_tokens=6, tokenizer=LetterTokenizer(), sampler="remdm",
-                              confidence=None, remdm_eta=0.2, temperature=1.0, prefix_cache=True, seed=1)
+    _assert_rows_decode_as_alone(MDLMPredictor(max_steps=12, max_new_tokens=6, tokenizer=LetterTokenizer(),
+                                               sampler="remdm", confidence=None, remdm_eta=0.2, temperature=1.0,
+                                               prefix_cache=True, seed=1))
+
+
+def _assert_rows_decode_as_alone(predictor):
     model = two_layers()
     indices = torch.arange(10, 10 + len(PROMPTS))
     together = predictor.predict(prompt_batch(PROMPTS, sample_index=indices), model=model)
