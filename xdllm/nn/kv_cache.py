@@ -19,7 +19,9 @@ overwrites them.
 A cache may also keep a *suffix* (:meth:`KVCache.truncate` with ``keep_from``): slots after a
 gap that reading forwards fill exactly, so that their tokens attend to the prefix, to each
 other and to the kept suffix, still one contiguous view (the predictor's approximate dual cache,
-:mod:`xdllm.predict.prefix_cache`).
+:mod:`xdllm.predict.prefix_cache`). There :attr:`KVCache.write_only` lets each row write the new
+keys and values of some slots only and keep what the others hold (each row keeping its own), and
+:meth:`KVCache.keep_rows` drops the rows of a batch that finished.
 """
 
 from __future__ import annotations
