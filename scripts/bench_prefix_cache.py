@@ -9,6 +9,8 @@ tokens the two agree on, and, for a trained run, exact match and token accuracy 
     python scripts/bench_prefix_cache.py --random-model --prompt-len 256        # a long prompt
     python scripts/bench_prefix_cache.py --ckpt runs/sort_mlm --block-sizes 3 --dual   # the dual cache too
     python scripts/bench_prefix_cache.py --ckpt runs/sort_mlm --threshold 0.9   # rows finishing at their own steps
+    python scripts/bench_prefix_cache.py --random-model --weight-std 0.3 --threshold 0.5 --block-sizes 16 --dual
+        # peaked outputs: under the threshold rows go at their own paces, block by block
 
 The last line printed is one JSON object with every row.
 """
@@ -97,9 +99,20 @@ def main() -> None:
                         help="with block sizes: also the dual cache (the later blocks' keys kept too)")
     parser.add_argument("--threshold", type=float, default=None,
                         help="confidence threshold (top_prob) for both decodings: rows then finish at their own steps")
+    parser.add_argument("--weight-std", type=float, default=None,
+                        help="random model: redraw its matrices from N(0, std^2) (0.3: peaked outputs, rows at "
+                             "their own paces under a threshold; the init's 0.02 gives near-uniform ones)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
     model, tokenizer, batches, max_new_tokens = load_source(args)
+    if args.weight_std is not None:
+        if args.ckpt:
+            parser.error("--weight-std redraws a random model's weights; not with --ckpt")
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.dim() == 2:
+                    parameter.normal_(0.0, args.weight_std)
     model = model.to(args.device)
     batches = [{key: value.to(args.device) if isinstance(value, torch.Tensor) else value
                 for key, value in batch.items()} for batch in batches]
@@ -111,7 +124,8 @@ def main() -> None:
     prompt_len = batches[0]["input_ids"].shape[1]
     print(f"source={args.ckpt or 'random-model'} batch_size={args.batch_size} batches={len(batches)} "
           f"prompt columns={prompt_len} max_new_tokens={max_new_tokens} max_steps={max_steps} "
-          f"threshold={args.threshold} device={args.device} threads={torch.get_num_threads()} repeats={args.repeats}")
+          f"threshold={args.threshold} weight_std={args.weight_std}\n"
+          f"device={args.device} threads={torch.get_num_threads()} repeats={args.repeats}")
     print(f"{'block':>6} {'refresh':>7} {'dual':>4} {'plain s':>8} {'cached s':>9} {'speed-up':>8} {'agree':>6} "
           f"{'exact plain':>11} {'exact cached':>12}")
     for row in rows:
@@ -121,7 +135,8 @@ def main() -> None:
               f"{row['cached_s']:9.3f} {row['speedup']:7.2f}x {row['agreement']:6.3f} {exact[0]:>11} {exact[1]:>12}")
     print(json.dumps({"benchmark": "prefix_cache", "source": args.ckpt or "random-model",
                       "batch_size": args.batch_size, "batches": len(batches), "prompt_columns": prompt_len,
-                      "max_new_tokens": max_new_tokens, "max_steps": max_steps, "threshold": args.threshold,
+                      "max_new_tokens": max_new_tokens, "max_steps": max_steps,
+                      "threshold": args.threshold, "weight_std": args.weight_std,
                       "device": args.device, "threads": torch.get_num_threads(), "rows": rows}))
 
 

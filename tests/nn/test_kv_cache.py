@@ -182,9 +182,10 @@ def test_a_kept_prefix_and_suffix_around_a_gap_give_the_full_forward_when_nothin
     assert cache.length == 0 and cache.suffix is None
 
 
-def test_write_only_keeps_the_other_slots_and_keep_rows_selects_rows():
+def test_write_only_keeps_the_other_slots_and_rows_run_apart():
     """``write_only``: a forward writes the new keys of the marked slots only (per row), the
-    others keep theirs; ``keep_rows``: the rows asked for, in that order, with their fill."""
+    others keep theirs; ``take_rows`` copies the rows asked for (in that order, with the fill),
+    ``put_rows`` writes them back."""
     model = make_model()
     ids, real, positions = left_padded_prompts(block_size=1)
     rule = StalePrefixMask()
@@ -199,10 +200,17 @@ def test_write_only_keeps_the_other_slots_and_keep_rows_selects_rows():
         cache.write_only[0] = True  # row 0 writes its new keys, the other rows keep theirs
         model(changed[:, 3:5], attention_mask=real[:, 3:5], positions=positions[:, 3:5], mask_rule=rule,
               kv_cache=cache, write_cache=False)
-    for old, new in zip(before, cache.keys):
-        assert not torch.equal(new[0, :, 3:5], old[0, :, 3:5]) and torch.equal(new[1:], old[1:])
-    cache.keep_rows(torch.tensor([2, 0]))
-    assert cache.batch_size == 2 and cache.length == 3 and cache.suffix == (5, ids.shape[1])
-    assert torch.equal(cache.keys[0][0], before[0][2])  # row 2 kept all its keys
-    assert torch.equal(cache.keys[0][1][:, :3], before[0][0][:, :3])  # row 0 rewrote slots 3..5 only
-    assert torch.equal(cache.keys[0][1][:, 5:], before[0][0][:, 5:])
+        cache.write_only = None
+        for old, new in zip(before, cache.keys):
+            assert not torch.equal(new[0, :, 3:5], old[0, :, 3:5]) and torch.equal(new[1:], old[1:])
+        taken = cache.take_rows(torch.tensor([2, 0]))
+        assert taken.batch_size == 2 and taken.length == 3 and taken.suffix == (5, ids.shape[1])
+        assert torch.equal(taken.keys[0][0], before[0][2]) and torch.equal(taken.keys[0][1], cache.keys[0][0])
+        taken.reset()  # rows 2 and 0 refresh apart from row 1: a full forward of their changed canvases
+        model(changed[[2, 0]], attention_mask=real[[2, 0]], positions=positions[[2, 0]], mask_rule=rule,
+              kv_cache=taken)
+        cache.put_rows(torch.tensor([2, 0]), taken)
+    assert cache.length == ids.shape[1] and cache.suffix is None
+    assert torch.equal(cache.keys[0][2], taken.keys[0][0]) and not torch.equal(cache.keys[0][2], before[0][2])
+    assert torch.equal(cache.keys[0][0], taken.keys[0][1])
+    assert torch.equal(cache.keys[0][1], before[0][1])  # row 1 was not taken

@@ -21,11 +21,12 @@ gap that reading forwards fill exactly, so that their tokens attend to the prefi
 other and to the kept suffix, still one contiguous view (the predictor's approximate dual cache,
 :mod:`xdllm.predict.prefix_cache`). There :attr:`KVCache.write_only` lets each row write the new
 keys and values of some slots only and keep what the others hold (each row keeping its own), and
-:meth:`KVCache.keep_rows` drops the rows of a batch that finished.
+:meth:`KVCache.take_rows` and :meth:`KVCache.put_rows` run some rows apart from the others.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Optional
 
@@ -81,15 +82,26 @@ class KVCache:
         self.length = length
         self.suffix = None if keep_from is None or keep_from == filled else (keep_from, filled)
 
-    def keep_rows(self, index: Integer[Tensor, " rows"]) -> None:
-        """Keep only the rows ``index`` (in that order) of every buffer, the fill length and any
-        kept suffix as they were: rows of a batch that finished leave the cache, the others keep
-        what they had."""
-        self.keys = tuple(keys.index_select(0, index) for keys in self.keys)
-        self.values = tuple(values.index_select(0, index) for values in self.values)
-        self.document = self.document.index_select(0, index)
-        self.position = self.position.index_select(0, index)
-        self.batch_size = index.shape[0]
+    def take_rows(self, index: Integer[Tensor, " rows"]) -> KVCache:
+        """A cache of the rows ``index`` (in that order): copies of their buffers, with this
+        cache's fill length and kept suffix (rows of a batch that finished leave a cache, rows
+        that run apart from the others take theirs)."""
+        taken = copy.copy(self)
+        taken.keys = tuple(keys.index_select(0, index) for keys in self.keys)
+        taken.values = tuple(values.index_select(0, index) for values in self.values)
+        taken.document = self.document.index_select(0, index)
+        taken.position = self.position.index_select(0, index)
+        taken.batch_size = index.shape[0]
+        return taken
+
+    def put_rows(self, index: Integer[Tensor, " rows"], rows: KVCache) -> None:
+        """Write the buffers of ``rows`` (a :meth:`take_rows` cache, run since) back at ``index``;
+        the fill length becomes theirs."""
+        for mine, theirs in zip((*self.keys, *self.values), (*rows.keys, *rows.values)):
+            mine.index_copy_(0, index, theirs)
+        self.document.index_copy_(0, index, rows.document)
+        self.position.index_copy_(0, index, rows.position)
+        self.length, self.filled, self.suffix = rows.length, rows.filled, rows.suffix
 
     def key_tokens(self, new: Tokens) -> Tokens:
         """Document ids and positions of the keys a forward of ``new`` tokens attends to: the

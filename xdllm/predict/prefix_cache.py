@@ -20,9 +20,11 @@ N steps after its last refresh (staler keys cost more accuracy: the trade is mea
 ``docs/predictor.md``). Between its refreshes a step writes the keys and values of its own span
 only, attending to the ones it kept everywhere else.
 
-A step runs the columns spanning every running row's own span; when any running row is due for
-a refresh it runs the whole canvas, the rows due keeping every column's keys and the others
-their own spans' (a masked write, ``KVCache.write_only``). Rows that finish leave the cache.
+At a step the rows due run the whole canvas and keep every column's keys; the others run the
+columns spanning their own spans, each writing its own span's keys only (a masked write,
+``KVCache.write_only``, skipped when their spans are the same): one forward each, the two sets
+of rows taken apart from the cache and put back (``KVCache.take_rows``, ``put_rows``). Rows that
+finish leave the cache.
 Window columns outside a row's own span keep the outputs of its last refresh: no step writes
 them (except padding after a settled EOS, whose kept keys stay those of the masks until the
 row's next refresh), and the history's top-k there shows those.
@@ -94,17 +96,18 @@ class PrefixCache:
         self._kept_span: Tensor | None = None
         self._since: Tensor | None = None
         # what poll found for window_logits: per row of the batch, its own span and whether it is
-        # due; whether any running row is due; where the running rows sit among the cached ones
+        # due; how many running rows are due; whether the others share one span; where the
+        # running rows sit among the cached ones
         self._own: Tensor | None = None
         self._due: Tensor | None = None
-        self._any_due = True
+        self._due_rows = 0
         self._in_step = True
         self._kept_rows: Tensor | None = None
 
     def poll(self, unfinished: Bool[Tensor, " batch"], ids: Integer[Tensor, "batch seq_len"]
              ) -> tuple[Integer[Tensor, " active"], tuple[int, int]]:
-        """The rows that run this step and the columns a step without a refresh runs, ``(start,
-        stop)``: every running row's own span; read from the device in one host sync (the step's
+        """The rows that run this step and the columns the rows that do not refresh run, ``(start,
+        stop)``: every such row's own span; read from the device in one host sync (the step's
         only one, as without the cache)."""
         window = ids[:, self.window_start:]
         rows, width = window.shape
@@ -126,78 +129,107 @@ class PrefixCache:
         if self.refresh_every is not None:
             due = due | (self._since >= self.refresh_every)
         due = due & unfinished
-        # a row that no longer runs counts as past the end (before the start), so it never holds
-        # the prefix (the suffix) back
-        start = torch.cat([torch.where(unfinished, block_start, width), offsets.new_full((1,), width)]).amin()
-        stop = torch.cat([torch.where(unfinished, block_stop, 0), offsets.new_zeros(1)]).amax()
-        gone = previous & ~unfinished
-        # rows in step (the same own span, all due or none): a step writes every row's keys alike
-        in_step = ((block_start == start) & (block_stop == stop) & ((due == due.any()) | ~unfinished)
-                   | ~unfinished).all()
-        running, start, stop, any_due, moved, in_step = torch.stack(
-            [unfinished.sum(), start, stop, due.any(), (came | gone).any(), in_step]).tolist()
+        # the rows that step (run, not due) span the columns from the earliest of their blocks to
+        # the end (with dual: to the end of the latest); a row that does not step never holds that
+        # span back
+        stepping = unfinished & ~due
+        start = torch.cat([torch.where(stepping, block_start, width), offsets.new_full((1,), width)]).amin()
+        stop = torch.cat([torch.where(stepping, block_stop, 0), offsets.new_zeros(1)]).amax()
+        # stepping rows in step (every one's own span is that span): each writes every column run
+        in_step = ((block_start == start) & (block_stop == stop) | ~stepping).all()
+        moved = (came | (previous & ~unfinished)).any()
+        running, start, stop, due_rows, moved, in_step = torch.stack(
+            [unfinished.sum(), start, stop, due.sum(), moved, in_step]).tolist()
         # the running rows in order, found on the device: a host list copied over would sync again
         active = torch.argsort((~unfinished).to(torch.uint8), stable=True)[:running]
         # where each sits among the cached rows (a row that joins them: anywhere, it is due)
         self._kept_rows = (previous.cumsum(0) - 1).clamp(min=0).index_select(0, active) if moved else None
         self._cached, self._own, self._due = unfinished, own, due
-        self._any_due, self._in_step = bool(any_due), bool(in_step)
+        self._due_rows, self._in_step = int(due_rows), bool(in_step)
         return active, (self.window_start + start, self.window_start + stop)
 
     def window_logits(self, model: nn.Module, ids: Integer[Tensor, "rows seq_len"],
                       attention_mask: Bool[Tensor, "rows seq_len"], positions: Integer[Tensor, "rows seq_len"],
                       span: tuple[int, int], active: Integer[Tensor, " rows"]) -> Float[Tensor, "rows region vocab"]:
-        """The logits of the running rows' (``active``) output windows: when a row is due, a
-        forward of the whole canvas, whose keys and values the rows due keep in full and the
-        others over their own spans; else a forward of the columns in ``span``, each row keeping
-        those of its own span.
+        """The logits of the running rows' (``active``) output windows: the rows due refresh (a
+        forward of the whole canvas, whose keys and values they keep), the others step (a forward
+        of the columns in ``span``, each keeping those of its own span): one forward each.
 
         A model with shifted outputs reads column ``j``'s logits from the state at ``j - 1``, so
-        for it a step also runs the column before a row's own span (its key is not kept) and the
+        for it a step also runs the column before a row's own span (its key is fresh too) and the
         cache moves the states itself (``final_hidden(unshifted=True)``)."""
         assert self._own is not None and self._due is not None and self._since is not None
-        shifted = _shifts(model)
-        options = {"mask_rule": StalePrefixMask(), **({"unshifted": True} if shifted else {})}
-        own, due = self._own.index_select(0, active), self._due.index_select(0, active)
         if self._cache is not None and self._kept_rows is not None:  # rows left or joined the cached ones
-            self._cache.keep_rows(self._kept_rows)
+            assert self._window_hidden is not None
+            self._cache = self._cache.take_rows(self._kept_rows)
             self._window_hidden = self._window_hidden.index_select(0, self._kept_rows)
-        if self._in_step:  # every row writes the columns the step runs: no row keeps others'
-            fresh = written = None
-        else:
-            columns = torch.arange(ids.shape[1], device=ids.device) - self.window_start  # window offsets
-            fresh = (columns >= own[:, :1]) & (columns < own[:, 1:])  # [rows, canvas]: each row's own span
-            # a model with shifted outputs also runs the column before it, whose key is then fresh too
-            written = fresh | (columns == own[:, :1] - 1) if shifted else fresh
-        if self._cache is None or self._any_due:
+        rows = ids.shape[0]
+        own = self._own.index_select(0, active)
+        if self._cache is None or self._due_rows == rows:
             if self._cache is None:
-                self._cache = model.new_kv_cache(ids.shape[0], ids.shape[1])
-            self._cache.reset()
-            if fresh is not None and written is not None:
-                fresh, written = fresh | due[:, None], written | due[:, None]
-            self._cache.write_only = written
-            hidden = model.final_hidden(ids, attention_mask=attention_mask, positions=positions,
-                                        kv_cache=self._cache, **options)
-            placed = (read_from_previous_position(hidden, positions) if shifted else hidden)[:, self.window_start:]
-        else:
-            start, stop = span
-            first = max(start - 1, 0) if shifted else start
-            self._cache.truncate(first, keep_from=stop)
-            self._cache.write_only = None if written is None else written[:, first:stop]
-            ran = model.final_hidden(ids[:, first:stop], attention_mask=attention_mask[:, first:stop],
-                                     positions=positions[:, first:stop], kv_cache=self._cache, write_cache=False,
-                                     **options)
-            if shifted:
-                ran = read_from_previous_position(ran, positions[:, first:stop])
-            kept = self._window_hidden
-            assert kept is not None
-            placed = torch.cat([kept[:, :start - self.window_start], ran[:, start - first:],
-                                kept[:, stop - self.window_start:]], dim=1)
-        self._cache.write_only = None
-        if self._window_hidden is None or fresh is None:
-            self._window_hidden = placed
-        else:
-            self._window_hidden = torch.where(fresh[:, self.window_start:, None], placed, self._window_hidden)
+                self._cache = model.new_kv_cache(rows, ids.shape[1])
+            self._window_hidden = self._refreshed(model, self._cache, ids, attention_mask, positions)
+        elif self._due_rows == 0:
+            assert self._window_hidden is not None
+            self._window_hidden = self._stepped(model, self._cache, (ids, attention_mask, positions), span, own,
+                                                self._window_hidden)
+        else:  # the rows due refresh apart from the others, so that these run their spans only
+            assert self._window_hidden is not None
+            order = torch.argsort((~self._due.index_select(0, active)).to(torch.uint8), stable=True)
+            refreshing, stepping = order[:self._due_rows], order[self._due_rows:]
+            refreshed_cache, stepped_cache = self._cache.take_rows(refreshing), self._cache.take_rows(stepping)
+            refreshed = self._refreshed(model, refreshed_cache, ids[refreshing], attention_mask[refreshing],
+                                        positions[refreshing])
+            stepped = self._stepped(model, stepped_cache, (ids[stepping], attention_mask[stepping],
+                                                           positions[stepping]),
+                                    span, own[stepping], self._window_hidden[stepping])
+            self._cache.put_rows(refreshing, refreshed_cache)
+            self._cache.put_rows(stepping, stepped_cache)
+            self._window_hidden = self._window_hidden.index_copy(0, refreshing, refreshed).index_copy(
+                0, stepping, stepped)
         self._kept_span = torch.where(self._due[:, None], self._own, self._kept_span)
         self._since = torch.where(self._due, 1, self._since + 1)
         return torch.nn.functional.linear(self._window_hidden, model.lm_head_weight)
+
+    def _refreshed(self, model: nn.Module, cache: KVCache, ids: Tensor, attention_mask: Tensor,
+                   positions: Tensor) -> Tensor:
+        """A forward of the whole canvas whose keys and values ``cache`` keeps: the window's
+        final states."""
+        shifted = _shifts(model)
+        cache.reset()
+        hidden = model.final_hidden(ids, attention_mask=attention_mask, positions=positions, kv_cache=cache,
+                                    **_options(shifted))
+        return (read_from_previous_position(hidden, positions) if shifted else hidden)[:, self.window_start:]
+
+    def _stepped(self, model: nn.Module, cache: KVCache, inputs: tuple[Tensor, Tensor, Tensor], span: tuple[int, int],
+                 own: Tensor, kept: Tensor) -> Tensor:
+        """A forward of the columns in ``span`` over ``cache``'s kept keys, each row writing the
+        keys and values of its ``own`` span only (all of them when the rows are in step): the
+        window's final states, this step's in each row's own span and ``kept`` elsewhere."""
+        ids, attention_mask, positions = inputs
+        shifted = _shifts(model)
+        start, stop = span
+        first = max(start - 1, 0) if shifted else start
+        fresh = None
+        cache.truncate(first, keep_from=stop)
+        if not self._in_step:
+            columns = torch.arange(ids.shape[1], device=ids.device) - self.window_start  # window offsets
+            fresh = (columns >= own[:, :1]) & (columns < own[:, 1:])  # [rows, canvas]: each row's own span
+            written = fresh | (columns == own[:, :1] - 1) if shifted else fresh
+            cache.write_only = written[:, first:stop]
+        try:
+            ran = model.final_hidden(ids[:, first:stop], attention_mask=attention_mask[:, first:stop],
+                                     positions=positions[:, first:stop], kv_cache=cache, write_cache=False,
+                                     **_options(shifted))
+        finally:
+            cache.write_only = None
+        if shifted:
+            ran = read_from_previous_position(ran, positions[:, first:stop])
+        placed = torch.cat([kept[:, :start - self.window_start], ran[:, start - first:],
+                            kept[:, stop - self.window_start:]], dim=1)
+        return placed if fresh is None else torch.where(fresh[:, self.window_start:, None], placed, kept)
+
+
+def _options(shifted: bool) -> dict[str, object]:
+    """``final_hidden``'s options for a forward over kept keys."""
+    return {"mask_rule": StalePrefixMask(), **({"unshifted": True} if shifted else {})}
