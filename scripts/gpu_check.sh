@@ -222,6 +222,8 @@ stage_open() {
   record block_decoding_bd3lm "$py" scripts/bench_block_decoding.py --family bd3lm --device "$device"
   record prefix_cache "$py" scripts/bench_prefix_cache.py --random-model --device "$device" --batch-size 64 \
     --batches 4 --prompt-len 256 --max-new-tokens 32 --block-sizes 0 8 --refresh 0 4
+  record prefix_cache_paces "$py" scripts/bench_prefix_cache.py --random-model --weight-std 0.3 --threshold 0.5 \
+    --device "$device" --batch-size 64 --batches 2 --prompt-len 112 --max-new-tokens 64 --block-sizes 0 16 --dual
   record bench_125m_plain_loss "$py" scripts/bench_gpu_training.py --configs 125m --loss plain
 }
 
