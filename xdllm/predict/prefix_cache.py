@@ -20,11 +20,11 @@ N steps after its last refresh (staler keys cost more accuracy: the trade is mea
 ``docs/predictor.md``). Between its refreshes a step writes the keys and values of its own span
 only, attending to the ones it kept everywhere else.
 
-At a step the rows due run the whole canvas and keep every column's keys; the others run the
-columns spanning their own spans, each writing its own span's keys only (a masked write,
-``KVCache.write_only``, skipped when their spans are the same): one forward each, the two sets
-of rows taken apart from the cache and put back (``KVCache.take_rows``, ``put_rows``). Rows that
-finish leave the cache.
+At a step the rows due run the whole canvas in a cache of their own, whose keys replace theirs
+(``KVCache.put_rows``); the others run the columns spanning their own spans, each writing its
+own span's keys only (a masked write, ``KVCache.write_only``, skipped when their spans are the
+same and no row is due; the rows due ride along writing nothing, so that no copy of the others'
+keys is made). Rows that finish leave the cache (``KVCache.take_rows``).
 Window columns outside a row's own span keep the outputs of its last refresh: no step writes
 them (except padding after a settled EOS, whose kept keys stay those of the masks until the
 row's next refresh), and the history's top-k there shows those.
@@ -173,20 +173,17 @@ class PrefixCache:
             assert self._window_hidden is not None
             self._window_hidden = self._stepped(model, self._cache, (ids, attention_mask, positions), span, own,
                                                 self._window_hidden)
-        else:  # the rows due refresh apart from the others, so that these run their spans only
+        else:  # the rows due refresh apart, in a cache of their own; the others run their spans only
             assert self._window_hidden is not None
-            order = torch.argsort((~self._due.index_select(0, active)).to(torch.uint8), stable=True)
-            refreshing, stepping = order[:self._due_rows], order[self._due_rows:]
-            refreshed_cache, stepped_cache = self._cache.take_rows(refreshing), self._cache.take_rows(stepping)
+            due = self._due.index_select(0, active)
+            refreshing = torch.argsort((~due).to(torch.uint8), stable=True)[:self._due_rows]
+            stepped = self._stepped(model, self._cache, (ids, attention_mask, positions), span, own,
+                                    self._window_hidden, skip=due)
+            refreshed_cache = model.new_kv_cache(self._due_rows, ids.shape[1])
             refreshed = self._refreshed(model, refreshed_cache, ids[refreshing], attention_mask[refreshing],
                                         positions[refreshing])
-            stepped = self._stepped(model, stepped_cache, (ids[stepping], attention_mask[stepping],
-                                                           positions[stepping]),
-                                    span, own[stepping], self._window_hidden[stepping])
             self._cache.put_rows(refreshing, refreshed_cache)
-            self._cache.put_rows(stepping, stepped_cache)
-            self._window_hidden = self._window_hidden.index_copy(0, refreshing, refreshed).index_copy(
-                0, stepping, stepped)
+            self._window_hidden = stepped.index_copy(0, refreshing, refreshed)
         self._kept_span = torch.where(self._due[:, None], self._own, self._kept_span)
         self._since = torch.where(self._due, 1, self._since + 1)
         return torch.nn.functional.linear(self._window_hidden, model.lm_head_weight)
@@ -202,20 +199,23 @@ class PrefixCache:
         return (read_from_previous_position(hidden, positions) if shifted else hidden)[:, self.window_start:]
 
     def _stepped(self, model: nn.Module, cache: KVCache, inputs: tuple[Tensor, Tensor, Tensor], span: tuple[int, int],
-                 own: Tensor, kept: Tensor) -> Tensor:
+                 own: Tensor, kept: Tensor, skip: Tensor | None = None) -> Tensor:
         """A forward of the columns in ``span`` over ``cache``'s kept keys, each row writing the
-        keys and values of its ``own`` span only (all of them when the rows are in step): the
-        window's final states, this step's in each row's own span and ``kept`` elsewhere."""
+        keys and values of its ``own`` span only (all of them when the rows are in step; none for
+        the rows ``skip`` marks, which refresh apart): the window's final states, this step's in
+        each row's own span and ``kept`` elsewhere."""
         ids, attention_mask, positions = inputs
         shifted = _shifts(model)
         start, stop = span
         first = max(start - 1, 0) if shifted else start
         fresh = None
         cache.truncate(first, keep_from=stop)
-        if not self._in_step:
+        if not self._in_step or skip is not None:
             columns = torch.arange(ids.shape[1], device=ids.device) - self.window_start  # window offsets
             fresh = (columns >= own[:, :1]) & (columns < own[:, 1:])  # [rows, canvas]: each row's own span
-            written = fresh | (columns == own[:, :1] - 1) if shifted else fresh
+            if skip is not None:
+                fresh = fresh & ~skip[:, None]
+            written = fresh | (columns == own[:, :1] - 1) & fresh.any(1, keepdim=True) if shifted else fresh
             cache.write_only = written[:, first:stop]
         try:
             ran = model.final_hidden(ids[:, first:stop], attention_mask=attention_mask[:, first:stop],
