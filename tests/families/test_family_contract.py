@@ -10,7 +10,6 @@ needs frozen models (``ModelFamily.frozen_models``, e.g. a drafter's target) get
 run of each named family, shrunk the same way.
 """
 
-import inspect
 import json
 import random
 from pathlib import Path
@@ -21,6 +20,7 @@ from tiny_run import TINY_RUN
 
 import xdllm
 from xdllm.cli.main import main
+from xdllm.config.components import refuses_argument
 from xdllm.errors import XdllmError
 from xdllm.registry import discover_families
 from xdllm.run.checkpoint import load_trained
@@ -188,24 +188,11 @@ DECODING_VALUES = {  # drawn for each option the family's predictor takes (its c
 }
 
 
-def _taken_options(predictor: object) -> set[str]:
-    """The arguments ``predictor``'s class takes: its ``__init__``'s, and its base's where it
-    passes ``**kwargs`` on."""
-    taken = set()
-    for cls in type(predictor).__mro__:
-        if "__init__" in vars(cls):
-            parameters = inspect.signature(cls.__init__).parameters.values()
-            taken |= {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-            if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-                return taken
-    return taken
-
-
-def _decoding_options(predictor: object, rng: random.Random) -> dict:
-    """A random setting of about half the options ``predictor``'s class takes."""
-    taken = _taken_options(predictor)
+def _decoding_options(predictor_target: str, rng: random.Random) -> dict:
+    """A random setting of about half the options the predictor class ``predictor_target`` takes
+    (those the config check accepts for it)."""
     return {name: rng.choice(values) for name, values in DECODING_VALUES.items()
-            if name in taken and rng.random() < 0.5}
+            if not refuses_argument(predictor_target, name) and rng.random() < 0.5}
 
 
 def test_family_decodes_a_row_alone_as_in_a_batch_whatever_its_options(trained):
@@ -219,7 +206,7 @@ def test_family_decodes_a_row_alone_as_in_a_batch_whatever_its_options(trained):
     prompts = ["3 1 2", "9 0 4 4 1", "5 5", "8 1 1 0 7 2"]
     rng, decoded = random.Random(family), 0
     for _ in range(40):
-        options = _decoding_options(run.components.predictor, rng)
+        options = _decoding_options(run.config.predictor._target_, rng)
         try:
             together = xdllm.complete(run, prompts, predictor=options, batch_size=len(prompts))
         except XdllmError:  # a combination the family refuses
