@@ -1,7 +1,7 @@
 """Every discovered model family passes the same checks, so a new family is tested the day it
 is registered: a few training steps from the CLI, generation with history and TensorBoard
 views, a checkpoint round trip, and predictions and a validation loss that do not depend on
-the batch size, whatever the decoding options.
+the batch size, whatever the decoding options, and exact resume.
 
 A family's model config must accept ``model.d_model``, ``model.n_layers`` and ``model.n_heads``
 (the tests shrink the network with them) and train on the built-in ``varlen_sort`` task (answers
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tiny_run import TINY_RUN
 
 import xdllm
@@ -133,6 +134,30 @@ def test_family_trains_under_cpu_mixed_precision_with_a_weight_average(family, t
     assert average["updates"] == 2 and set(average["weights"]) == trainable
     state = run.model.state_dict()
     assert all(torch.equal(state[name], value) for name, value in average["weights"].items())
+
+
+def _logged_losses(run_dir: Path) -> dict[str, dict[int, float]]:
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: {event.step: event.value for event in events.Scalars(tag)} for tag in ("train/loss", "val/loss")}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_resumes_the_loss_curve_of_an_uninterrupted_run(family, tmp_path):
+    """``resume=<step checkpoint>`` continues the very curve the uninterrupted run drew: the
+    weights, the optimizer, the weight average, the data order and the family's corruption
+    draws all come back (docs/training.md "Exact resume")."""
+    common = [*TINY_FAMILY, f"model={family}", *frozen_runs(family, tmp_path), "trainer.max_steps=6",
+              "trainer.val_check_interval=3", "checkpoint.save_every_n_steps=3", "optim.ema_decay=0.5"]
+    assert main(["train", *common, f"run_dir={tmp_path / 'full'}"]) == 0
+    assert main(["train", *common, f"run_dir={tmp_path / 'resumed'}",
+                 f"resume={tmp_path / 'full' / 'checkpoints' / 'step0000003.ckpt'}"]) == 0
+    uninterrupted, resumed = _logged_losses(tmp_path / "full"), _logged_losses(tmp_path / "resumed")
+    assert sorted(resumed["train/loss"]) == [4, 5, 6] and sorted(resumed["val/loss"]) == [6]
+    for tag, curve in resumed.items():
+        for step, loss in curve.items():
+            assert loss == pytest.approx(uninterrupted[tag][step], abs=1e-6), (tag, step)
+    assert len({round(loss, 6) for loss in resumed["train/loss"].values()}) == 3  # the curve moves
 
 
 def test_family_validation_loss_does_not_depend_on_the_batch_split(trained, capsys):
