@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from xdllm.config.schema import COMPONENT_NODES, TYPE_WORDS, did_you_mean
+from xdllm.config.signatures import argument_chain, named_arguments
 from xdllm.errors import XdllmError
 
 
@@ -54,33 +55,14 @@ def _value_matches(value: Any, allowed: tuple[tuple[type, ...], tuple[Any, ...] 
     return isinstance(value, kinds)
 
 
-_SPREAD = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-
-
 def _arguments(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
-    """The named arguments ``target`` takes, their type hints, and whether it takes any keyword
-    besides. A class whose ``__init__`` passes ``**kwargs`` on to its base's
-    (``MDLMPredictor(UnmaskingPredictor)``) takes the base's arguments too, and
-    any keyword only if the last ``__init__`` in that chain does."""
-    if not inspect.isclass(target):
-        parameters = inspect.signature(target).parameters
-        return ({name: p for name, p in parameters.items() if p.kind not in _SPREAD}, typing.get_type_hints(target),
-                any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()))
-    named: dict[str, inspect.Parameter] = {}
+    """The named arguments ``target`` takes, their type hints (the first function of the chain
+    to annotate one winning), and whether it takes any keyword besides."""
+    chain, takes_any = argument_chain(target)
     hints: dict[str, Any] = {}
-    for cls in target.__mro__:
-        init = cls.__dict__.get("__init__")
-        if init is None:
-            continue
-        if cls is object:
-            return named, hints, False
-        parameters = inspect.signature(init).parameters
-        hints = {**typing.get_type_hints(init), **hints}
-        named.update({name: p for name, p in parameters.items()
-                      if name != "self" and p.kind not in _SPREAD and name not in named})
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            return named, hints, False
-    return named, hints, True
+    for function in reversed(chain):
+        hints.update(typing.get_type_hints(function))
+    return named_arguments(chain), hints, takes_any
 
 
 def refuses_argument(target_name: str, argument: str) -> bool:

@@ -15,7 +15,6 @@ on the batch it is in, its row, or the padding layout.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -25,6 +24,7 @@ import torch
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor, nn
 
+from xdllm.config.signatures import argument_chain, named_arguments
 from xdllm.diffusion.schedules import NoiseSchedule, make_noise_schedule
 from xdllm.interfaces import HistoryRecorder, PredictionDict, Tokenizer
 from xdllm.predict import blocks, streams
@@ -137,16 +137,7 @@ class UnmaskingPredictor(nn.Module):
         threshold=0.9)`` (an ``nn.Module`` without submodules printed as ``MLMPredictor()``
         otherwise). A subclass's own ``__init__`` names them; one that passes ``**kwargs`` on
         adds its base's."""
-        names: list[str] = []
-        for cls in type(self).__mro__:
-            init = cls.__dict__.get("__init__")
-            if init is None:
-                continue
-            parameters = inspect.signature(init).parameters.values()
-            names += [p.name for p in parameters if p.name not in (*names, "self", "tokenizer", "model")
-                      and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-            if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-                break
+        names = [name for name in named_arguments(argument_chain(type(self))[0]) if name not in ("tokenizer", "model")]
         return ", ".join(f"{name}={getattr(self, name)!r}" for name in names if hasattr(self, name))
 
     # ------------------------------------------------------------------ setup
