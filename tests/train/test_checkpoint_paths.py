@@ -7,7 +7,7 @@ import torch
 
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import resume_point
-from xdllm.run.run_checkpoint import resolve_checkpoint, run_dir_of
+from xdllm.run.run_checkpoint import read_run_checkpoint, resolve_checkpoint, run_dir_of
 from xdllm.temporary_files import remove_stale_temporaries
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file, save_checkpoint_file
 
@@ -74,6 +74,38 @@ def test_a_flipped_byte_is_caught_on_every_read(tmp_path):
     torch.save({"global_step": 1}, path)
     with pytest.raises(CheckpointError, match="no content digest"):
         read_checkpoint_file(path)
+
+
+def test_an_unreadable_checkpoint_says_what_is_wrong_with_the_file(tmp_path):
+    path = tmp_path / "x.ckpt"
+    save_checkpoint_file(_checkpoint(3), path)
+    whole = path.read_bytes()
+    cases = {whole[:len(whole) // 2]: f"cut short: {len(whole) // 2:,} bytes of a torch zip archive without its end",
+             b"": "an empty file, 0 bytes",
+             b"garbage": "not a torch checkpoint: its 7 bytes are not a torch zip archive"}
+    for content, reason in cases.items():
+        path.write_bytes(content)
+        with pytest.raises(CheckpointError) as raised:
+            read_checkpoint_file(path)
+        assert str(raised.value) == f"could not read checkpoint {path}: {reason}"
+        (tmp_path / "checkpoints").mkdir(exist_ok=True)
+        (tmp_path / "checkpoints" / "last.ckpt").write_bytes(content)
+        with pytest.raises(XdllmError) as raised:
+            resume_point(tmp_path)
+        assert str(raised.value).endswith(f"last.ckpt (unreadable: {reason})")
+
+
+def test_a_run_whose_best_checkpoint_is_unreadable_names_its_other_checkpoints(tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "best.ckpt").write_bytes(b"")
+    save_checkpoint_file(_checkpoint(4), checkpoints / "last.ckpt")
+    save_checkpoint_file(_checkpoint(2), checkpoints / "step0000002.ckpt")
+    with pytest.raises(CheckpointError, match=f"0 bytes; {checkpoints} also holds last.ckpt, step0000002.ckpt: "
+                                              "give one of them by its path$"):
+        read_run_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="0 bytes$"):  # the file given is the one wanted
+        read_run_checkpoint(checkpoints / "best.ckpt")
 
 
 def test_missing_checkpoints_are_user_errors(tmp_path):

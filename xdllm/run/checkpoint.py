@@ -22,7 +22,7 @@ from xdllm.run.frozen_models import frozen_missing, load_frozen_models, relocate
 from xdllm.run.generation_record import predictor_config
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, read_run_checkpoint, run_dir_of
 from xdllm.run.stored_tokenizer import TOKENIZER_KEY, stored_tokenizer
-from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
+from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file, why_unreadable
 from xdllm.train.latest_checkpoint import LAST_NAME
 from xdllm.train.module import FROZEN_SOURCES_KEY
 
@@ -61,7 +61,7 @@ def resume_point(path: str | Path) -> ResumePoint:
         try:
             candidates.append((_global_step(file), file.name == LAST_NAME, file))
         except Exception as error:
-            problems.append(f"{file.name} (unreadable: {' '.join(str(error).split())[:120]})")
+            problems.append(f"{file.name} (unreadable: {why_unreadable(file, error)})")
     if not candidates and not problems:
         raise XdllmError(f"resume: run directory {path} has no checkpoint in {CHECKPOINT_DIR}/ (its run never "
                          "saved one); start it over without resume=, with existing_run_dir=move_aside")

@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xdllm.errors import XdllmError
 from xdllm.registry import discover_families
-from xdllm.train.checkpoint_io import read_checkpoint_file
+from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
 from xdllm.train.latest_checkpoint import LAST_NAME
 from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import averaged_state_dict
@@ -78,7 +78,14 @@ class RunCheckpoint:
 def read_run_checkpoint(path: str | Path, map_location: str = "cpu") -> RunCheckpoint:
     """The checkpoint ``path`` names (a file, or a run directory's best), checked as xdllm's."""
     checkpoint_path = resolve_checkpoint(path)
-    content = read_checkpoint_file(checkpoint_path, map_location)
+    try:
+        content = read_checkpoint_file(checkpoint_path, map_location)
+    except CheckpointError as error:
+        others = sorted(other.name for other in checkpoint_path.parent.glob("*.ckpt") if other != checkpoint_path)
+        if checkpoint_path == Path(path).expanduser() or not others:
+            raise
+        raise CheckpointError(f"{error}; {checkpoint_path.parent} also holds {', '.join(others)}: give one of "
+                              "them by its path") from error
     if CONFIG_KEY not in content or "state_dict" not in content:
         raise XdllmError(f"{checkpoint_path} is not an xdllm checkpoint (no {CONFIG_KEY} or state_dict)")
     config = OmegaConf.create(content[CONFIG_KEY])

@@ -58,13 +58,33 @@ def save_checkpoint_file(checkpoint: Mapping[str, Any], path: str | os.PathLike)
     torch_save_atomically({**checkpoint, DIGEST_KEY: content_digest(checkpoint)}, path)
 
 
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def why_unreadable(path: Path, error: Exception) -> str:
+    """What is wrong with a file ``torch.load`` failed on, in the user's words: empty, cut short
+    (a torch zip archive without its end), not a torch file at all, or else torch's own first
+    sentence."""
+    size = path.stat().st_size
+    if size == 0:
+        return "an empty file, 0 bytes"
+    with path.open("rb") as file:
+        is_zip = file.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
+    if not is_zip:
+        return f"not a torch checkpoint: its {size:,} bytes are not a torch zip archive"
+    message = " ".join(str(error).split())
+    if "central directory" in message:
+        return f"cut short: {size:,} bytes of a torch zip archive without its end"
+    return message.split(". ")[0]
+
+
 def read_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
     """Load a checkpoint and check its digest; :class:`CheckpointError` names the file otherwise."""
     path = Path(path)
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as error:
-        raise CheckpointError(f"could not read checkpoint {path}: {error}") from error
+        raise CheckpointError(f"could not read checkpoint {path}: {why_unreadable(path, error)}") from error
     if not isinstance(checkpoint, dict) or DIGEST_KEY not in checkpoint:
         raise CheckpointError(f"{path} has no content digest: not a checkpoint written by this "
                               "version of xdllm")
