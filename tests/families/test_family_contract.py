@@ -23,6 +23,7 @@ import xdllm
 from xdllm.cli.main import main
 from xdllm.config.components import refuses_argument
 from xdllm.errors import XdllmError
+from xdllm.history import iter_samples
 from xdllm.registry import discover_families
 from xdllm.run.checkpoint import load_trained
 
@@ -72,8 +73,15 @@ def test_family_generates_with_history_and_views(trained, capsys):
     records = [json.loads(line) for line in (output / "predictions.jsonl").read_text().splitlines()]
     assert len(records) == summary["num_samples"] == 6
     assert 0.0 <= summary["exact_match"] <= 1.0 and all("target" in r for r in records)
-    assert list((output / "history").glob("history-*.pt"))
     assert list((output / "tensorboard").rglob("events.*"))
+    recorded = {sample.sample_id: sample for sample in iter_samples(output / "history")}
+    assert sorted(recorded) == [record["sample_index"] for record in records]
+    for record in records:  # the history tells the story of the predictions written
+        sample = recorded[record["sample_index"]]
+        assert sample.output_ids[:len(record["ids"])].tolist() == record["ids"]
+        last_commit = [max((int(step) for step, done in zip(sample.steps, column) if done), default=-1)
+                       for column in sample.committed.T]
+        assert sample.commit_step.tolist() == last_commit
 
 
 def test_family_checkpoint_round_trip(trained):
