@@ -5,6 +5,10 @@ the reader of its output goes away."""
 import subprocess
 import sys
 
+from tiny_run import TINY
+
+from xdllm.cli.main import main
+
 
 def test_the_parser_and_the_history_views_load_neither_lightning_nor_dynamo():
     probe = ("import sys; import xdllm.cli.main as cli; cli._parser(); import xdllm.history; "
@@ -26,10 +30,27 @@ def test_matplotlib_loads_when_a_view_is_drawn_not_before():
     assert result.stdout.split("\n")[:2] == ["False", "True xdllm.history.figures"]
 
 
+def test_generate_and_eval_load_neither_lightning_nor_dynamo_nor_sympy(tmp_path):
+    """Generation and evaluation read a checkpoint, held-out data and the losses without Lightning
+    (a second to import), torch._dynamo (half a second, through activation checkpointing) or
+    DTensor's sympy (a fifth): ``xdllm generate`` of 16 samples took 3.0 s with them, 1.6 s without."""
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=2", f"run_dir={run_dir}"]) == 0
+    probe = ("import sys; from xdllm.cli.main import main; "
+             f"main(['generate', 'ckpt={run_dir}', 'num_samples=4', 'output_dir={tmp_path / 'out'}']); "
+             f"main(['eval', 'ckpt={run_dir}', 'num_samples=4']); "
+             "print(sorted(name for name in ('lightning', 'torch._dynamo', 'sympy') if name in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "out" / "predictions.jsonl").is_file()
+
+
 def test_the_data_package_still_exports_its_names():
     from xdllm import data
 
     assert data.DiffusionDataModule.__name__ == "DiffusionDataModule"
+    assert issubclass(data.DiffusionDataModule, data.DiffusionData)
     assert data.load_tokenizer("builtin").vocab_size == data.builtin_tokenizer().vocab_size
     assert "SortTask" in dir(data) and set(data.__all__) <= set(dir(data))
 

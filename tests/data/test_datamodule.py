@@ -5,7 +5,8 @@ import lightning as L
 import pytest
 import torch
 
-from xdllm.data.datamodule import DiffusionDataModule, TrainStream
+from xdllm.data.datamodule import TrainStream
+from xdllm.data.lightning_datamodule import DiffusionDataModule
 from xdllm.data.samplers import StreamIndex, TrainStreamBatchSampler, even_shard_batches
 from xdllm.data.tasks import SortTask, example
 from xdllm.data.tokenizer import builtin_tokenizer

@@ -15,8 +15,8 @@ import torch.multiprocessing as mp
 from prepared_data_helpers import documents_of, prepare_documents
 
 from xdllm.cli.main import main
-from xdllm.data.datamodule import DiffusionDataModule
 from xdllm.data.epoch_order import EpochOrder, EpochPermutation
+from xdllm.data.lightning_datamodule import DiffusionDataModule
 from xdllm.data.prepared_store import PreparedData
 from xdllm.data.prepared_task import PreparedTask
 from xdllm.data.tokenizer import builtin_tokenizer, load_tokenizer

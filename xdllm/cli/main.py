@@ -388,7 +388,7 @@ def _interrupted_run_hint(interrupt: KeyboardInterrupt) -> str:
     if training is None or not isinstance(interrupt, training.TrainingInterrupted):
         return ""
     from xdllm.run.run_checkpoint import CHECKPOINT_DIR
-    from xdllm.train.latest_checkpoint import LAST_NAME
+    from xdllm.train.checkpoint_layout import LAST_NAME
 
     last = interrupt.run_dir / CHECKPOINT_DIR / LAST_NAME
     if not last.exists():

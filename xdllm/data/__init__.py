@@ -10,7 +10,8 @@ import importlib
 from typing import Any
 
 _MODULE_OF = {
-    "DiffusionDataModule": "datamodule",
+    "DiffusionData": "datamodule",
+    "DiffusionDataModule": "lightning_datamodule",
     "TrainStream": "datamodule",
     "FixedBatchSampler": "samplers",
     "StreamIndex": "samplers",

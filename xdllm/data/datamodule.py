@@ -1,4 +1,8 @@
-"""The Lightning datamodule of a synthetic task: an exact-resume training stream and held-out splits.
+"""A task's data: an exact-resume training stream and held-out splits, without Lightning.
+
+:class:`DiffusionData` is what generation and evaluation read held-out splits from (loading it
+does not load Lightning, a second of every ``xdllm generate``); training hands Lightning its
+subclass :class:`xdllm.data.lightning_datamodule.DiffusionDataModule`.
 
 Training reads an infinite stream (:mod:`xdllm.data.samplers`): which samples an optimizer step
 sees depends only on the step, so resuming from a checkpoint continues the stream exactly, and
@@ -10,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import lightning as L
 from torch.utils.data import DataLoader, Dataset
 
 from xdllm.data.fd_sharing import quiet_sharer_resets
@@ -52,7 +55,7 @@ class TrainStream(Dataset):
                        exclude=self.exclude)
 
 
-class DiffusionDataModule(L.LightningDataModule):
+class DiffusionData:
     """Train / validation / test loaders for a :class:`~xdllm.data.tasks.Task`.
 
     - ``train_dataloader``: one item per optimizer step, the list of this rank's
@@ -67,8 +70,12 @@ class DiffusionDataModule(L.LightningDataModule):
     - ``test_dataloader`` / ``predict_dataloader``: ``num_predict_samples`` test samples through
       ``prediction_collator``.
 
-    Evaluation loaders shard by rank with :func:`~xdllm.data.samplers.even_shard_batches`.
+    Evaluation loaders shard by rank with :func:`~xdllm.data.samplers.even_shard_batches`; the
+    rank, the world size and the step the stream starts at are the attached ``trainer``'s (none:
+    one process from step 0).
     """
+
+    trainer = None
 
     def __init__(self, task: Task | TokenizedTask | PreparedTask, tokenizer: Tokenizer, train_collator: Collator,
                  val_collator: Collator, prediction_collator: Collator, batch_size: int = 64,
@@ -80,17 +87,17 @@ class DiffusionDataModule(L.LightningDataModule):
         for name, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
                             ("accumulate_grad_batches", accumulate_grad_batches)):
             if value < 1:
-                raise ValueError(f"DiffusionDataModule: {name} must be >= 1, got {value}")
+                raise ValueError(f"{type(self).__name__}: {name} must be >= 1, got {value}")
         for name, value in (("num_val_samples", num_val_samples), ("num_predict_samples", num_predict_samples),
                             ("seed", seed), ("num_workers", num_workers)):
             if value < 0:
-                raise ValueError(f"DiffusionDataModule: {name} must be >= 0, got {value}")
+                raise ValueError(f"{type(self).__name__}: {name} must be >= 0, got {value}")
         if isinstance(task, PreparedTask):
             task.check_held_out("validation", num_val_samples, "data.num_val_samples")
             task.check_held_out("test", num_predict_samples, "data.num_test_samples")
         unknown = [role for role in validation_roles if role not in ("loss", "prediction")]
         if unknown or not validation_roles or len(set(validation_roles)) != len(validation_roles):
-            raise ValueError(f"DiffusionDataModule: validation_roles must be distinct entries of "
+            raise ValueError(f"{type(self).__name__}: validation_roles must be distinct entries of "
                              f"'loss' and 'prediction', got {list(validation_roles)}")
         self.validation_roles = tuple(validation_roles)
         self.task = task
@@ -153,7 +160,7 @@ class DiffusionDataModule(L.LightningDataModule):
     def _held_out_count(self, split: str) -> int:
         counts = {"validation": self.num_val_samples, "test": self.num_predict_samples}
         if split not in counts:
-            raise ValueError(f"DiffusionDataModule: held-out split must be 'validation' or 'test', got {split!r}")
+            raise ValueError(f"{type(self).__name__}: held-out split must be 'validation' or 'test', got {split!r}")
         return counts[split]
 
     def _held_out_draws(self, split: str) -> list[tuple[list, list]]:
@@ -195,7 +202,7 @@ class DiffusionDataModule(L.LightningDataModule):
         collators = {"loss": NamedCollate(self.val_collator, "collator.val"),
                      "prediction": NamedCollate(self.prediction_collator, "collator.prediction")}
         if role not in collators:
-            raise ValueError(f"DiffusionDataModule: role must be 'loss' or 'prediction', got {role!r}")
+            raise ValueError(f"{type(self).__name__}: role must be 'loss' or 'prediction', got {role!r}")
         examples = self.held_out_examples(split)
         rank, world_size = self._rank_and_world_size()
         batches = even_shard_batches(len(examples), self.eval_batch_size, rank, world_size)

@@ -34,12 +34,16 @@ def chunked_token_nll(
 ) -> Float[Tensor, " tokens"]:
     """``-log softmax(hidden @ weight.T)[targets]`` in float32, ``chunk_size`` rows at a time.
 
-    Each chunk runs under ``torch.utils.checkpoint``: autograd keeps only its inputs and
-    recomputes its logits in backward.
+    Each chunk runs under ``torch.utils.checkpoint`` where autograd records it: autograd keeps
+    only its inputs and recomputes its logits in backward. Without a graph to record (validation,
+    ``xdllm eval``) the chunks run as they are: nothing is kept either way, and checkpointing's
+    first call would load ``torch._dynamo`` (about half a second).
     """
     if chunk_size < 1:
         raise ValueError(f"chunked_token_nll: chunk_size must be >= 1, got {chunk_size}")
-    chunks = [checkpoint(_chunk_nll, hidden_chunk, weight, target_chunk, use_reentrant=False)
+    records = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    chunks = [checkpoint(_chunk_nll, hidden_chunk, weight, target_chunk, use_reentrant=False) if records
+              else _chunk_nll(hidden_chunk, weight, target_chunk)
               for hidden_chunk, target_chunk in zip(hidden.split(chunk_size), targets.split(chunk_size))]
     return torch.cat(chunks)
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
-
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:  # torch built without distributed support: no DTensor can reach us
-    DTensor = None
 
 Count = int | float | Tensor
 """A denominator argument: a Python number or a (possibly all-reduced) scalar tensor."""
@@ -37,9 +34,12 @@ _compute_per_token_nll = per_token_nll
 def gather_vocab_shards(logits: Tensor) -> Tensor:
     """A plain tensor holding the full logits; a (vocab-sharded) DTensor is all-gathered.
 
-    The gather is differentiable: the gradient flows back to the shards.
+    The gather is differentiable: the gradient flows back to the shards. A DTensor exists only
+    once ``torch.distributed.tensor`` is loaded, so the check does not load it (with sympy, a
+    fifth of a second of every ``xdllm generate``).
     """
-    if DTensor is not None and isinstance(logits, DTensor):
+    dtensors = sys.modules.get("torch.distributed.tensor")
+    if dtensors is not None and isinstance(logits, dtensors.DTensor):
         return logits.full_tensor()
     return logits
 

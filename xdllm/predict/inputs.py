@@ -3,6 +3,7 @@ the rows' sample indices, positions within the model's range."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,12 @@ from xdllm.interfaces import Tokenizer
 from xdllm.predict.sampling import check_sampling_options
 
 PROMPT_KEYS = ("input_ids", "attention_mask")
+
+
+def takes_frozen(predictor: Any) -> bool:
+    """Whether the predictor's ``predict`` has a ``frozen`` parameter: it is then called with the
+    run's frozen models (``frozen=<name -> model>``), as a drafter's needs its target."""
+    return "frozen" in inspect.signature(predictor.predict).parameters
 
 
 def require_tokenizer(owner: str, tokenizer: Tokenizer | None) -> Tokenizer:

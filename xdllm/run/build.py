@@ -10,7 +10,7 @@ receive the tokenizer object as ``tokenizer=``. A family without an ``evaluator`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from hydra.errors import InstantiationException
@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import MissingMandatoryValue
 
 from xdllm.config.components import check_components
-from xdllm.data import DiffusionDataModule, example, get_task, load_tokenizer
+from xdllm.data import example, get_task, load_tokenizer
+from xdllm.data.datamodule import DiffusionData
 from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError
 from xdllm.evaluate import AnswerEvaluator
@@ -185,16 +186,21 @@ def build_evaluator(config: DictConfig, tokenizer: Tokenizer, task: object) -> E
     return evaluator
 
 
-def build_datamodule(components: RunComponents) -> DiffusionDataModule:
+D = TypeVar("D", bound=DiffusionData)
+
+
+def build_datamodule(components: RunComponents, kind: type[D] = DiffusionData) -> D:
+    """The run's data as ``kind``: :class:`DiffusionData` to read held-out splits, training's
+    Lightning :class:`~xdllm.data.lightning_datamodule.DiffusionDataModule`."""
     try:
-        return _datamodule(components)
+        return _datamodule(components, kind)
     except ValueError as error:
         raise XdllmError(str(error)) from error
 
 
-def _datamodule(components: RunComponents) -> DiffusionDataModule:
+def _datamodule(components: RunComponents, kind: type[D]) -> D:
     config = components.config
-    return DiffusionDataModule(
+    return kind(
         accumulate_grad_batches=config.optim.get("accumulate_grad_batches", 1),
         validation_roles=tuple(config.data.get("validation_roles", ("loss", "prediction"))),
         task=components.task,

@@ -12,7 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.components import check_component
-from xdllm.data import DiffusionDataModule
+from xdllm.data.datamodule import DiffusionData
 from xdllm.errors import XdllmError
 from xdllm.evaluate.evaluation_loss import EvaluationLoss
 from xdllm.interfaces import Tokenizer
@@ -23,8 +23,7 @@ from xdllm.run.generation_record import predictor_config
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, read_run_checkpoint, run_dir_of
 from xdllm.run.stored_tokenizer import TOKENIZER_KEY, stored_tokenizer
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file, why_unreadable
-from xdllm.train.latest_checkpoint import LAST_NAME
-from xdllm.train.module import FROZEN_SOURCES_KEY
+from xdllm.train.checkpoint_layout import FROZEN_SOURCES_KEY, LAST_NAME
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ class TrainedRun:
     def max_new_tokens(self) -> int:
         return int(self.config.derived.max_new_tokens)
 
-    def datamodule(self) -> DiffusionDataModule:
+    def datamodule(self) -> DiffusionData:
         return build_datamodule(self.components)
 
     def predictor(self, **overrides: Any) -> Any:

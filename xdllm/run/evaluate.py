@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.config.compose import ROOT_CONFIG_DIR
 from xdllm.config.override_text import command, override
 from xdllm.config.schema import check_values
-from xdllm.data.datamodule import DiffusionDataModule
+from xdllm.data.datamodule import DiffusionData
 from xdllm.data.named_collate import NamedCollate
 from xdllm.errors import XdllmError
 from xdllm.evaluate import MetricTotals
@@ -173,7 +173,7 @@ def _check_choice_records(options: DictConfig) -> None:
         raise XdllmError(f"choice_records={records}: {parent} is a file, not a folder; name another file")
 
 
-def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionDataModule | None = None) -> dict[str, float]:
+def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionData | None = None) -> dict[str, float]:
     """The evaluator's loss metrics (deterministic corruption) on the ``options.split`` (drawn by
     ``data`` when given)."""
     if data is None:

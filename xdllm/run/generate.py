@@ -32,6 +32,7 @@ from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
 from xdllm.history.tensorboard import remove_event_files
 from xdllm.interfaces import Evaluator, HistoryRecorder, PredictionDict
+from xdllm.predict.inputs import takes_frozen
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, autocast_dtype, batch_to, resolve_device
 from xdllm.run.free_text import ONE_TEXT_WARNING, is_free_text, same_rows
@@ -65,7 +66,6 @@ from xdllm.run.partial_generation import (
 )
 from xdllm.run.run_checkpoint import RUN_CONFIG, resolve_checkpoint, run_dir_of
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
-from xdllm.train.module import takes_frozen
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.override_text import command, override
-from xdllm.data.datamodule import DiffusionDataModule
+from xdllm.data.datamodule import DiffusionData
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.run.checkpoint import TrainedRun
@@ -74,7 +74,7 @@ class CheckedGeneration:
         return None if self.prompts is None else self.prompts.sha256
 
 
-def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionDataModule | None = None,
+def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionData | None = None,
                      judges: dict[str, GenerativeJudge] | None = None) -> CheckedGeneration:
     """Refuse a composed ``configs/generate.yaml`` that ``generate`` would refuse (predictor
     options, canvas length, held-out samples, the judge), drawing, writing and generating

@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from xdllm.data.datamodule import DiffusionDataModule
+from xdllm.data.datamodule import DiffusionData
 from xdllm.data.named_collate import NamedCollate
 from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError
@@ -220,7 +220,7 @@ def _check_held_out(run: TrainedRun, options: DictConfig, role: str) -> None:
                          f"out of training: set num_samples to at most {held_out}")
 
 
-def held_out_data(run: TrainedRun, options: DictConfig, role: str) -> DiffusionDataModule:
+def held_out_data(run: TrainedRun, options: DictConfig, role: str) -> DiffusionData:
     """The datamodule of the run's ``options.split`` (its first ``num_samples``) for ``role``,
     checked; it draws the split only when a loader is asked of it."""
     if options.split not in SPLIT_SIZES:
@@ -233,7 +233,7 @@ def held_out_data(run: TrainedRun, options: DictConfig, role: str) -> DiffusionD
     return build_datamodule(replace(run.components, config=config))
 
 
-def drawn_when_iterated(data: DiffusionDataModule, split: str) -> Iterator[Mapping[str, Any]]:
+def drawn_when_iterated(data: DiffusionData, split: str) -> Iterator[Mapping[str, Any]]:
     """The prediction batches of ``split``, drawn when first iterated: a checked generation that
     has not run yet holds no samples."""
     yield from data.held_out_dataloader(split, "prediction")

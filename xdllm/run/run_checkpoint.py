@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.errors import XdllmError
 from xdllm.registry import discover_families
 from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
-from xdllm.train.latest_checkpoint import LAST_NAME
+from xdllm.train.checkpoint_layout import LAST_NAME
 from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import averaged_state_dict
 

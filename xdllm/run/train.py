@@ -29,6 +29,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.run_paths import record_absolute_paths
+from xdllm.data.lightning_datamodule import DiffusionDataModule
 from xdllm.errors import CollateError, XdllmError, os_error_text
 from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import ResumePoint, resume_point
@@ -43,10 +44,11 @@ from xdllm.run.run_directory import claim_run_dir, prepare_run_dir, resolve_run_
 from xdllm.run.run_lock import RunDirLock, refuse_if_training
 from xdllm.run.run_overrides import continue_command
 from xdllm.run.stored_tokenizer import resumed_tokenizer, tokenizer_record
+from xdllm.train.atomic_checkpoint_io import AtomicCheckpointIO
 from xdllm.train.best_checkpoint import NewestOnTieCheckpoint
-from xdllm.train.checkpoint_io import AtomicCheckpointIO
+from xdllm.train.checkpoint_layout import LAST_NAME
 from xdllm.train.history_hook import ValidationHistory
-from xdllm.train.latest_checkpoint import LAST_NAME, LatestCheckpoint
+from xdllm.train.latest_checkpoint import LatestCheckpoint
 from xdllm.train.metric_lines import MetricLines
 from xdllm.train.model_summary import ModelSizeLine
 from xdllm.train.module import DiffusionLMModule
@@ -257,7 +259,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     apply_task_defaults(config, components.task)
     config.run_dir = str(run_dir)
     resolved = OmegaConf.to_container(config, resolve=True)
-    datamodule = build_datamodule(components)
+    datamodule = build_datamodule(components, DiffusionDataModule)
     try:
         datamodule.check_training_stream()
     except ValueError as error:

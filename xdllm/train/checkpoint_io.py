@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from xdllm.errors import XdllmError
 from xdllm.temporary_files import torch_save_atomically
@@ -92,15 +91,3 @@ def read_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
         raise CheckpointError(f"checkpoint {path} is corrupt: its content does not match the digest "
                               "written with it")
     return checkpoint
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning checkpoint IO: digest-carrying atomic saves, digest-checked loads (resume)."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
-        if storage_options is not None:
-            raise TypeError(f"AtomicCheckpointIO takes no storage_options, got {storage_options!r}")
-        save_checkpoint_file(checkpoint, path)
-
-    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict[str, Any]:
-        return read_checkpoint_file(path, map_location if map_location is not None else "cpu")

@@ -10,12 +10,7 @@ from typing import Any
 import lightning as L
 
 from xdllm.temporary_files import temporary_path
-
-LAST_NAME = "last.ckpt"
-
-
-def step_checkpoint_name(step: int) -> str:
-    return f"step{step:07d}.ckpt"
+from xdllm.train.checkpoint_layout import LAST_NAME, step_checkpoint_name
 
 
 class LatestCheckpoint(L.Callback):

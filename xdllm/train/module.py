@@ -10,7 +10,6 @@ over every micro-batch and every process before the first backward pass; see
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -36,6 +35,8 @@ from xdllm.interfaces import (
     Predictor,
     is_loss_share,
 )
+from xdllm.predict.inputs import takes_frozen
+from xdllm.train.checkpoint_layout import FROZEN_SOURCES_KEY
 from xdllm.train.curves import write_curves
 from xdllm.train.optim import OptimConfig, build_optimizer
 from xdllm.train.processes import Processes
@@ -43,16 +44,8 @@ from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import WeightAverage
 
 VALIDATION_ROLES = ("loss", "prediction")
-FROZEN_SOURCES_KEY = "xdllm_frozen_sources"
-"""Where a checkpoint records each frozen model's source: its checkpoint file, step and family."""
 
 log = logging.getLogger(__name__)
-
-
-def takes_frozen(predictor: Predictor) -> bool:
-    """Whether the predictor's ``predict`` has a ``frozen`` parameter: it is then called with the
-    run's frozen models (``frozen=<name -> model>``), as a drafter's needs its target."""
-    return "frozen" in inspect.signature(predictor.predict).parameters
 
 
 class DiffusionLMModule(L.LightningModule):
