@@ -46,6 +46,15 @@ def test_generate_and_eval_load_neither_lightning_nor_dynamo_nor_sympy(tmp_path)
     assert (tmp_path / "out" / "predictions.jsonl").is_file()
 
 
+def test_train_answers_cfg_and_a_bad_override_before_loading_lightning():
+    probe = ("import sys; from xdllm.cli.main import main; main(['train', '--cfg', 'experiment=sort_mlm']); "
+             "main(['train', 'experiment=sort_mlm', 'optim.lrr=3']); print('lightning' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "name: sort_mlm" in result.stdout and "unknown key 'optim.lrr'" in result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "False"
+
+
 def test_the_data_package_still_exports_its_names():
     from xdllm import data
 

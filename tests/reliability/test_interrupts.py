@@ -287,7 +287,7 @@ def test_under_ddp_a_sigterm_to_the_launching_process_alone_stops_both(tmp_path)
 def test_a_dead_worker_reported_while_a_line_is_written_is_raised_not_printed(monkeypatch):
     """Seen in the suite: the report came inside the metric line's write, and logging printed a
     "--- Logging error ---" traceback instead of raising it."""
-    from xdllm.cli.main import _StderrHandler
+    from xdllm.cli.stderr_handler import StderrHandler
 
     class DiesOnFirstWrite:
         def __init__(self) -> None:
@@ -306,7 +306,7 @@ def test_a_dead_worker_reported_while_a_line_is_written_is_raised_not_printed(mo
     monkeypatch.setattr("sys.stderr", stderr)
     logger = logging.getLogger("xdllm.test_dead_worker_in_a_write")
     logger.propagate = False
-    monkeypatch.setattr(logger, "handlers", [_StderrHandler()])
+    monkeypatch.setattr(logger, "handlers", [StderrHandler()])
     with pytest.raises(RuntimeError, match="DataLoader worker"):
         logger.warning("step 7")
     assert stderr.written == []  # no "--- Logging error ---" traceback

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from xdllm.cli.stderr_handler import StderrHandler
 from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
 from xdllm.errors import XdllmError, os_error_text
 from xdllm.event_files import quiet_event_writer_threads
@@ -143,29 +144,31 @@ def refuse_several_values(command: str, overrides: Sequence[str]) -> None:
 def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool = False) -> int:
     from xdllm.cli.config_help import composed_yaml
     from xdllm.config.compose import compose_config
-    from xdllm.run.after_training import finish_training
     from xdllm.run.run_overrides import with_stored_overrides
-    from xdllm.run.train import train
-    from xdllm.run.train_sweep import continue_train_sweep, is_train_sweep, run_train_sweep, sweep_run_configs
 
     overrides, resume = _split_resume(overrides)
-    if resume is not None and is_train_sweep(resume):
-        if overrides or print_config:
-            raise XdllmError(f"resume={resume} continues a stopped training sweep as it started: give it alone")
-        return _sweep_done(continue_train_sweep(Path(resume).expanduser()))
-    if sweep and resume is not None:
-        raise XdllmError(f"-m starts a sweep; resume={resume} is not a sweep's folder (it has no sweep.yaml)")
-    if sweep and print_config:  # one YAML document per run
-        print("---\n".join(composed_yaml(config) for config in sweep_run_configs(overrides)), end="")
-        return 0
-    if sweep:
-        return _sweep_done(run_train_sweep(overrides))
+    if sweep or resume is not None:  # Lightning loads here, not before --cfg or a bad override is answered
+        from xdllm.run.train_sweep import continue_train_sweep, is_train_sweep, run_train_sweep, sweep_run_configs
+        if resume is not None and is_train_sweep(resume):
+            if overrides or print_config:
+                raise XdllmError(f"resume={resume} continues a stopped training sweep as it started: give it alone")
+            return _sweep_done(continue_train_sweep(Path(resume).expanduser()))
+        if sweep and resume is not None:
+            raise XdllmError(f"-m starts a sweep; resume={resume} is not a sweep's folder (it has no sweep.yaml)")
+        if sweep and print_config:  # one YAML document per run
+            print("---\n".join(composed_yaml(config) for config in sweep_run_configs(overrides)), end="")
+            return 0
+        if sweep:
+            return _sweep_done(run_train_sweep(overrides))
     refuse_several_values("train", overrides)
     overrides = with_stored_overrides(resume, overrides)  # resume=<run> alone continues it as it was
     config = compose_config("train", overrides)
     if print_config:
         print(composed_yaml(config), end="")
         return 0
+    from xdllm.run.after_training import finish_training
+    from xdllm.run.train import train
+
     result = train(config, resume=resume, overrides=overrides)
     if not result.is_global_zero:
         return 0
@@ -234,9 +237,8 @@ def _continue_generation(folder: str, overrides: Sequence[str], print_config: bo
     if others:
         allowed = ", ".join("+frozen.NAME=" if key == "frozen" else f"{key}=" for key in RESUME_OPTIONS)
         raise XdllmError(f"resume= continues a generation with the options it started with (in {folder}); "
-                         f"only {allowed} may be given with it, not "
-                         f"{' '.join(others)}: start a "
-                         "new generation for other options")
+                         f"only {allowed} may be given with it, not {' '.join(others)}: start a new generation "
+                         "for other options")
     print(json.dumps(continue_stopped(Path(folder), overrides), indent=2))
     return 0
 
@@ -269,25 +271,6 @@ def _cmd_models() -> int:
     return 0
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is at the time of each record, not the stream that was
-    current when the handler was made (a redirected or replaced stderr keeps working)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
-        """Raise the error writing the line met, rather than print logging's "--- Logging error ---"
-        traceback and go on: the DataLoader reports a dead worker from a signal handler, inside
-        whatever runs at that moment, a write of this handler included, and would be swallowed."""
-        raise  # called inside emit's ``except``: the error being handled
-
-
 def _configure_output() -> None:
     """xdllm's own INFO lines on stderr; Lightning keeps its own handler; no warning spam; a
     TensorBoard writing thread's failed write is reported once, by the writer's caller."""
@@ -300,7 +283,7 @@ def _configure_output() -> None:
     for name in ("xdllm", "xdllm_models"):
         logger = logging.getLogger(name)
         if not logger.handlers:
-            handler = _StderrHandler()
+            handler = StderrHandler()
             handler.setFormatter(logging.Formatter("%(message)s"))
             logger.addHandler(handler)
             logger.setLevel(logging.INFO)
