@@ -1,5 +1,6 @@
 """Real text from a local file: documents, splitting of long lines, held-out exclusion, training."""
 
+import codecs
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,15 @@ def test_each_line_is_a_document_and_long_lines_are_split_not_dropped(corpus):
     expected = [t for line in CORPUS.splitlines() if line for t in tokenizer.encode(line)]
     assert flat == expected
     assert task.max_target_len == 5 and task.max_prompt_len == 0
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_document(corpus, tmp_path):
+    """Windows editors start UTF-8 files with a byte-order mark; it used to be tokenized into the
+    first document (three byte tokens of a byte-level BPE, an unknown word here)."""
+    path, tokenizer = corpus
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(codecs.BOM_UTF8 + CORPUS.replace("\n", "\r\n").encode("utf-8"))
+    assert TextFileTask(marked, tokenizer).documents == TextFileTask(path, tokenizer).documents
 
 
 @pytest.mark.parametrize("documents, lengths", [("paragraph", [9, 15]), ("file", [24])])

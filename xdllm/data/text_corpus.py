@@ -48,7 +48,7 @@ class TextFileTask:
     def _read_documents(self, tokenizer: Tokenizer, unit: str) -> list[tuple[int, ...]]:
         documents = []
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            lines = self.path.read_text(encoding="utf-8-sig").splitlines()  # without a byte-order mark
         except UnicodeDecodeError as error:
             raise ValueError(f"{self.path} is not UTF-8 text ({error})") from error
         unknown, unknown_count, first_unknown_line = getattr(tokenizer, "unk_token_id", None), 0, None

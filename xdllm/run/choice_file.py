@@ -47,7 +47,7 @@ def is_choice_file(path: Path) -> bool:
     """Whether ``path`` is a ``.jsonl`` file whose first non-blank line holds ``choices``."""
     if path.suffix != ".jsonl" or not path.is_file():
         return False
-    with path.open(encoding="utf-8", errors="replace") as lines:
+    with path.open(encoding="utf-8-sig", errors="replace") as lines:
         for line in lines:
             if line.strip():
                 try:

@@ -71,13 +71,14 @@ PROMPT_FIELD, RESPONSE_FIELD, CHOICES_FIELD = "prompt", "response", "choices"
 
 
 def text_file_lines(path: Path, what: str) -> tuple[list[str], str]:
-    """The lines of a UTF-8 file and the SHA-256 of its bytes; a missing file or other bytes are
+    """The lines of a UTF-8 file (a byte-order mark before the first line, as Windows editors
+    write, is not part of it) and the SHA-256 of its bytes; a missing file or other bytes are
     refused naming ``what`` it is."""
     if not path.is_file():
         raise XdllmError(f"{what} not found: {path}")
     content = path.read_bytes()
     try:
-        return content.decode("utf-8").splitlines(), hashlib.sha256(content).hexdigest()
+        return content.decode("utf-8-sig").splitlines(), hashlib.sha256(content).hexdigest()
     except UnicodeDecodeError as error:
         raise XdllmError(f"{what} {path} is not UTF-8 text: {error}") from error
 
