@@ -65,7 +65,7 @@ def test_an_existing_tokenizer_is_not_overwritten_silently(corpus, tmp_path, cap
 @pytest.mark.parametrize("setup, arguments, message", [
     (None, ["missing.txt", "-o", "t.json"], "corpus file not found"),
     ("folder", ["texts", "-o", "t.json"], "texts is a folder: give the text files in it"),
-    ("bytes", ["bad.txt", "-o", "t.json"], "is not UTF-8 text"),
+    ("bytes", ["bad.txt", "-o", "t.json"], "bad.txt:2: not UTF-8 text (byte 0xe9 at byte offset 7 of the file)"),
     ("empty", ["empty.txt", "-o", "t.json"], "holds no text"),
     ("text", ["ok.txt", "-o", "t.txt"], "must be a .json file"),
     ("text", ["ok.txt", "-o", "t.json", "--vocab-size", "100"], "is too small for a bpe tokenizer"),
@@ -73,7 +73,7 @@ def test_an_existing_tokenizer_is_not_overwritten_silently(corpus, tmp_path, cap
 def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, setup, arguments, message):
     monkeypatch.chdir(tmp_path)
     if setup == "bytes":
-        (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n")
+        (tmp_path / "bad.txt").write_bytes(b"tea\ncaf\xe9\n")
     elif setup == "folder":
         (tmp_path / "texts").mkdir()
     elif setup == "empty":

@@ -89,7 +89,7 @@ def test_missing_empty_or_non_utf8_files_are_clear_errors(tmp_path, corpus):
     with pytest.raises(ValueError, match="no non-empty line"):
         TextFileTask(tmp_path / "blank.txt", tokenizer)
     (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
-    with pytest.raises(ValueError, match="not UTF-8"):
+    with pytest.raises(ValueError, match=r"latin1.txt:1: not UTF-8 text \(byte 0xe9 at byte offset 3 of the file\)"):
         TextFileTask(tmp_path / "latin1.txt", tokenizer)
     with pytest.raises(ValueError, match="needs the run's tokenizer"):
         get_task("text_file", path=str(tmp_path / "blank.txt"))

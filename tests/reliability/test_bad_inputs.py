@@ -81,8 +81,9 @@ GENERATE = [
     ("history=all", "history must be topk (or null)"),
     ("predictor.max_new_tokens=100000", "plus predictor.max_new_tokens=100000 needs 100005 positions; the model "
                                         "has max_positions=512"),
-    ("prompts_file={latin1}", "is not UTF-8 text"),
+    ("prompts_file={latin1}", "latin1.txt:1: not UTF-8 text (byte 0xe9 at byte offset 3 of the file)"),
     ("prompts_file={missing}", "prompts_file not found"),
+    ("prompts_file={folder}", "/folder is a folder: give the file itself"),
     ("prompts_file={not_json}", "not_json.jsonl:1: not valid JSON (Extra data at column 3); a .jsonl prompts_file "
                                 "holds a JSON object per line ({\"prompt\": ...}), a file of another name a plain "
                                 "prompt per line"),
@@ -124,13 +125,14 @@ def _fill(argument: str, tmp_path: Path) -> str:
     (tmp_path / "broken.json").write_text('{"model": ')
     (tmp_path / "file").write_text("x")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 1 2\n".encode("latin-1"))
+    (tmp_path / "folder").mkdir(exist_ok=True)
     jsonl = {"not_json": "1 2 3\n", "no_prompt": '{"text": "1 2"}\n',
              "some_responses": '{"prompt": "1 2", "response": "1 2"}\n{"prompt": "2 1"}\n',
              "long_response": '{"prompt": "1 2", "response": "1 2 3 4 5 6"}\n'}
     for name, text in jsonl.items():
         (tmp_path / f"{name}.jsonl").write_text(text)
     return argument.format(broken=tmp_path / "broken.json", file=tmp_path / "file",
-                           latin1=tmp_path / "latin1.txt", missing=tmp_path / "missing.txt",
+                           latin1=tmp_path / "latin1.txt", missing=tmp_path / "missing.txt", folder=tmp_path / "folder",
                            **{name: tmp_path / f"{name}.jsonl" for name in jsonl})
 
 

@@ -16,13 +16,13 @@ holds a non-string there) is an :class:`~xdllm.errors.XdllmError` naming the fil
 
 from __future__ import annotations
 
-import codecs
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
+from xdllm.data.utf8_text import decode_utf8
 from xdllm.errors import XdllmError
 
 FORMATS = ("text", "jsonl", "prompt_response")
@@ -111,15 +111,7 @@ def chunk_lines(chunk: Chunk) -> Iterator[tuple[int, str]]:
     with open(chunk.path, "rb") as handle:
         handle.seek(chunk.start)
         data = handle.read(chunk.end - chunk.start)
-    skip = len(codecs.BOM_UTF8) if chunk.start == 0 and data.startswith(codecs.BOM_UTF8) else 0
-    try:
-        text = data[skip:].decode("utf-8")
-    except UnicodeDecodeError as error:
-        bad = skip + error.start
-        line = chunk.first_line + data.count(b"\n", 0, bad)
-        raise XdllmError(f"{chunk.path}:{line}: not UTF-8 text (byte 0x{data[bad]:02x} at byte offset "
-                         f"{chunk.start + bad} of the file)") from error
-    lines = text.split("\n")
+    lines = decode_utf8(data, chunk.path, chunk.start, chunk.first_line).split("\n")
     if lines[-1] == "":
         lines.pop()
     for number, line in enumerate(lines, start=chunk.first_line):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from xdllm.data.source_records import DOCUMENTS, split_documents
+from xdllm.data.utf8_text import decode_utf8
 from xdllm.interfaces import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -47,10 +48,7 @@ class TextFileTask:
 
     def _read_documents(self, tokenizer: Tokenizer, unit: str) -> list[tuple[int, ...]]:
         documents = []
-        try:
-            lines = self.path.read_text(encoding="utf-8-sig").splitlines()  # without a byte-order mark
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{self.path} is not UTF-8 text ({error})") from error
+        lines = decode_utf8(self.path.read_bytes(), self.path).splitlines()
         unknown, unknown_count, first_unknown_line = getattr(tokenizer, "unk_token_id", None), 0, None
         for number, text in split_documents(list(enumerate(lines, start=1)), unit)[0]:
             ids = tokenizer.encode(text)

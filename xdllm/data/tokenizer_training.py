@@ -22,6 +22,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from xdllm.data.tokenizer import SPECIAL_TOKENS, HFTokenizerFile
+from xdllm.data.utf8_text import NotUTF8Text, decode_utf8
 from xdllm.errors import XdllmError
 from xdllm.temporary_files import written_atomically
 
@@ -48,8 +49,12 @@ def _check_corpus(paths: Sequence[Path]) -> int:
         try:
             with open(path, encoding="utf-8") as handle:
                 lines += sum(1 for line in handle if line.strip())
-        except UnicodeDecodeError as error:
-            raise XdllmError(f"tokenizer train: {path} is not UTF-8 text: {error}") from error
+        except UnicodeDecodeError:  # read again whole, to name the line and the byte
+            try:
+                decode_utf8(path.read_bytes(), path)
+            except NotUTF8Text as error:
+                raise XdllmError(f"tokenizer train: {error}") from None
+            raise
     if lines == 0:
         raise XdllmError(f"tokenizer train: the corpus ({', '.join(map(str, paths))}) holds no text")
     return lines

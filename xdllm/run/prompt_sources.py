@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from xdllm.data.datamodule import DiffusionData
 from xdllm.data.named_collate import NamedCollate
 from xdllm.data.prepared_task import PreparedTask
+from xdllm.data.utf8_text import NotUTF8Text, decode_utf8
 from xdllm.errors import XdllmError
 from xdllm.interfaces import Example, Tokenizer
 from xdllm.run.build import build_datamodule, position_overflow
@@ -74,13 +75,15 @@ def text_file_lines(path: Path, what: str) -> tuple[list[str], str]:
     """The lines of a UTF-8 file (a byte-order mark before the first line, as Windows editors
     write, is not part of it) and the SHA-256 of its bytes; a missing file or other bytes are
     refused naming ``what`` it is."""
+    if path.is_dir():
+        raise XdllmError(f"{what} {path} is a folder: give the file itself")
     if not path.is_file():
         raise XdllmError(f"{what} not found: {path}")
     content = path.read_bytes()
     try:
-        return content.decode("utf-8-sig").splitlines(), hashlib.sha256(content).hexdigest()
-    except UnicodeDecodeError as error:
-        raise XdllmError(f"{what} {path} is not UTF-8 text: {error}") from error
+        return decode_utf8(content, path).splitlines(), hashlib.sha256(content).hexdigest()
+    except NotUTF8Text as error:
+        raise XdllmError(f"{what} {error}") from None
 
 
 def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
