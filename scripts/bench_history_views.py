@@ -31,7 +31,8 @@ import torch
 from xdllm.data.tasks import draw_sample, get_task
 from xdllm.data.tokenizer import SymbolTokenizer, builtin_tokenizer
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
-from xdllm.history.tensorboard import DEFAULT_MAX_FRAMES, frame_rows
+from xdllm.history.tensorboard import frame_rows
+from xdllm.history.view_defaults import DEFAULT_MAX_FRAMES
 from xdllm_models.mlm.collator import MLMSeq2SeqPredCollator
 from xdllm_models.mlm.model import RotaryTransformerMLMModel
 from xdllm_models.mlm.predictor import MLMPredictor

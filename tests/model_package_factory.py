@@ -62,7 +62,7 @@ def write_model_package(root: Path, package: str, family_name: str) -> Path:
     (package_dir / "configs" / "model").mkdir(parents=True)
     (package_dir / "__init__.py").write_text(textwrap.dedent(f'''
         from pathlib import Path
-        from xdllm.interfaces import ModelFamily
+        from xdllm.model_family import ModelFamily
         FAMILY = ModelFamily(name="{family_name}", description="throwaway test family",
                              config_dir=Path(__file__).parent / "configs")
     '''))

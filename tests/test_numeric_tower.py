@@ -4,7 +4,7 @@ xdllm runs: a config value typed ``0`` or ``1`` (Hydra reads it as an int) works
 from tiny_run import TINY
 
 from xdllm.cli.main import main
-from xdllm.train.optim import OptimConfig
+from xdllm.train.optim_config import OptimConfig
 
 
 def test_whole_numbers_pass_for_float_options(tmp_path):

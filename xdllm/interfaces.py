@@ -21,13 +21,15 @@ found on the model search path, see :mod:`xdllm.registry`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
 import torch
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
+
+from xdllm.model_family import ModelFamily  # noqa: F401 (re-exported: the contract's one place)
+from xdllm.tokenizer_protocol import Tokenizer  # noqa: F401 (re-exported, as ModelFamily)
 
 
 class Example(TypedDict):
@@ -61,28 +63,6 @@ class PredictionDict(TypedDict):
     time_taken: list[float]
     output_start_idx: Integer[Tensor, " batch"]
     steps_taken: list[int]
-
-
-@runtime_checkable
-class Tokenizer(Protocol):
-    """What xdllm needs from a tokenizer (built-in or a local Hugging Face JSON)."""
-
-    pad_token_id: int
-    mask_token_id: int
-    bos_token_id: int
-    eos_token_id: int
-
-    @property
-    def vocab_size(self) -> int: ...
-
-    @property
-    def special_token_ids(self) -> frozenset[int]: ...
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
-
-    def id_to_token(self, token_id: int) -> str: ...
 
 
 @runtime_checkable
@@ -148,23 +128,6 @@ class Predictor(Protocol):
         model: torch.nn.Module | None = None,
         history: HistoryRecorder | None = None,
     ) -> PredictionDict: ...
-
-
-@dataclass(frozen=True)
-class ModelFamily:
-    """What a model package registers under the ``xdllm.models`` entry-point group.
-
-    ``config_dir`` is joined to Hydra's search path, so the package's ``model/<name>.yaml``
-    (and any experiments it ships) become selectable from the command line.
-    ``frozen_models``: the frozen models the family's runs need, as ``frozen.<name>`` -> the
-    family whose checkpoint to give (a drafter needs its ``arlm`` target, say); the family
-    contract tests train a tiny run of that family first and pass it.
-    """
-
-    name: str
-    description: str
-    config_dir: Path
-    frozen_models: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 MetricSums = Mapping[str, tuple[Tensor, Tensor]]

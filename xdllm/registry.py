@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from xdllm.interfaces import ModelFamily
+from xdllm.model_family import ModelFamily
 
 ENTRY_POINT_GROUP = "xdllm.models"
 SEARCH_PATH_ENV = "XDLLM_MODEL_PATH"

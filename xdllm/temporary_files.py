@@ -14,8 +14,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
 TEMPORARY_MARK = ".tmp-"
 
 
@@ -68,6 +66,8 @@ def write_jsonl_atomically(path: str | os.PathLike, records: Iterable[Any]) -> N
 def torch_save_atomically(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to ``path``, flushed to disk before the rename: ``path`` is either the old
     file or the complete new one, even after a power cut."""
+    import torch  # here: the module's other writers serve commands that never load torch
+
     with written_atomically(path) as temporary, open(temporary, "wb") as handle:
         try:
             torch.save(obj, handle)

@@ -11,7 +11,7 @@ token accuracy of generated answers; the NLL per token and perplexity), ``predic
 
 from pathlib import Path
 
-from xdllm.interfaces import ModelFamily
+from xdllm.model_family import ModelFamily
 
 FAMILY = ModelFamily(
     name="arlm",

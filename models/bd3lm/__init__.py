@@ -11,7 +11,7 @@ The network is the shared :class:`~xdllm.nn.RotaryTransformer`; Hydra configs in
 
 from pathlib import Path
 
-from xdllm.interfaces import ModelFamily
+from xdllm.model_family import ModelFamily
 
 FAMILY = ModelFamily(
     name="bd3lm",

@@ -14,7 +14,7 @@ length), ``acceptance`` (the verification rules), ``predictor`` (speculative dec
 
 from pathlib import Path
 
-from xdllm.interfaces import ModelFamily
+from xdllm.model_family import ModelFamily
 
 FAMILY = ModelFamily(
     name="dflash",

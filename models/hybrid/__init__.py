@@ -13,7 +13,7 @@ Hydra configs in ``configs/``.
 
 from pathlib import Path
 
-from xdllm.interfaces import ModelFamily
+from xdllm.model_family import ModelFamily
 
 FAMILY = ModelFamily(
     name="hybrid",

@@ -10,7 +10,7 @@ shared bidirectional :class:`~xdllm.nn.RotaryTransformer`; Hydra configs in ``co
 
 from pathlib import Path
 
-from xdllm.interfaces import ModelFamily
+from xdllm.model_family import ModelFamily
 
 FAMILY = ModelFamily(
     name="mdlm",

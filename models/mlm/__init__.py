@@ -8,7 +8,7 @@ Roles, each in its own module: ``model`` (RotaryTransformerMLMModel), ``loss`` (
 
 from pathlib import Path
 
-from xdllm.interfaces import ModelFamily
+from xdllm.model_family import ModelFamily
 
 FAMILY = ModelFamily(
     name="mlm",

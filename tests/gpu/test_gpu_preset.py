@@ -7,7 +7,8 @@ from tiny_run import TINY
 from xdllm.cli.main import main
 from xdllm.config.compose import compose_config
 from xdllm.errors import XdllmError
-from xdllm.train.optim import OptimConfig, build_optimizer, uses_fused_adamw
+from xdllm.train.optim import build_optimizer, uses_fused_adamw
+from xdllm.train.optim_config import OptimConfig
 
 
 def test_the_gpu_preset_is_the_default_trainer_in_bf16_on_one_gpu():

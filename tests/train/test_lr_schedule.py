@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from xdllm.cli.main import main
-from xdllm.train.optim import OptimConfig, build_optimizer, lr_multiplier
+from xdllm.train.optim import build_optimizer
+from xdllm.train.optim_config import OptimConfig, lr_multiplier
 
 
 def _multipliers(schedule: str, total: int = 100, **options) -> list[float]:

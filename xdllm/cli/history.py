@@ -10,32 +10,16 @@ corrupt file, index out of range) print one line on stderr and return 1; a close
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
-from xdllm.cli.history_play import add_play_parser, run_play
-from xdllm.config.override_text import shell_word
-from xdllm.counted import counted
-from xdllm.history.format import HistoryError
-from xdllm.history.reader import iter_samples
-from xdllm.history.render import DEFAULT_MASKED_POSITIONS
-from xdllm.history.revisions import count_revisions
-from xdllm.history.selection import Selection, select, select_sample
-from xdllm.history.show import format_replay
-from xdllm.history.storage import HISTORY_SUBDIR
-from xdllm.history.tensorboard import (
+from xdllm.cli.history_play import add_play_parser
+from xdllm.history.view_defaults import (
+    DEFAULT_MASKED_POSITIONS,
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_SAMPLES,
     DEFAULT_STEPS_PER_CARD,
-    VIEW_COMMAND,
-    TextOptions,
-    remove_event_files,
-    write_tensorboard,
 )
-
-TENSORBOARD_SUBDIR = Path("tensorboard") / "history"
 
 DESCRIPTION = """\
 View recorded denoising histories.
@@ -129,8 +113,14 @@ def _add_paths(parser: argparse.ArgumentParser) -> None:
 
 
 def run_history_command(args: argparse.Namespace) -> int:
-    """Run a parsed ``history`` command; return the process exit status."""
-    commands = {"tensorboard": _tensorboard, "show": _show, "play": run_play, "revisions": _revisions}
+    """Run a parsed ``history`` command; return the process exit status. The commands load torch
+    (and the views matplotlib) here, not when the command line is built."""
+    from xdllm.cli.history_commands import revisions_command, show_command, tensorboard_command
+    from xdllm.cli.history_play import run_play
+    from xdllm.history.format import HistoryError
+
+    commands = {"tensorboard": tensorboard_command, "show": show_command, "play": run_play,
+                "revisions": revisions_command}
     try:
         return commands[args.history_command](args)
     except BrokenPipeError:
@@ -145,89 +135,6 @@ def _grid_shape(value: str) -> tuple[int, int]:
     if not sep or not rows.isdigit() or not cols.isdigit() or int(rows) < 1 or int(cols) < 1:
         raise argparse.ArgumentTypeError(f"expected ROWSxCOLS such as 9x9, got {value!r}")
     return int(rows), int(cols)
-
-
-def _tensorboard(args: argparse.Namespace) -> int:
-    selections = select(args.paths, args.all)
-    logdirs = _logdirs(selections, args.logdir)
-    text = TextOptions(steps_per_card=args.steps_per_card, masked_positions=args.positions)
-    failed = False
-    for selection, logdir in zip(selections, logdirs):
-        print(selection.describe())
-        removed = remove_event_files(logdir)
-        if removed:
-            print(f"replacing the views written before: removed {counted(removed, 'history event file')} in {logdir}")
-        report = write_tensorboard(selection.files, logdir, max_samples=args.max_samples,
-                                   max_frames=args.max_frames, text=text, grid=args.grid)
-        print(f"wrote {report.written} samples to {logdir}")
-        for path, reason in report.bad_files:
-            print(f"xdllm history: error: skipped {path}: {reason}", file=sys.stderr)
-        failed = failed or bool(report.bad_files)
-    common = args.logdir if args.logdir is not None else Path(os.path.commonpath(logdirs))
-    print("view: " + VIEW_COMMAND.format(logdir=shell_word(str(common))))
-    return 1 if failed else 0
-
-
-def _show(args: argparse.Namespace) -> int:
-    sample = select_sample(args.paths, args.all, args.sample, say=print)
-    print(format_replay(sample, step=args.step, k=args.k, color=_use_color(args.color),
-                        masked_positions=args.positions))
-    return 0
-
-
-def _revisions(args: argparse.Namespace) -> int:
-    selections = select(args.paths, args.all)
-    for selection in selections:
-        print(selection.describe(), file=sys.stderr)
-    files = [file for selection in selections for file in selection.files]
-    counts = count_revisions(sample for file in files for sample in iter_samples(file))
-    print(json.dumps(counts.summary(), indent=2))
-    return 0
-
-
-def _logdirs(selections: list[Selection], logdir: Path | None) -> list[Path]:
-    """Each selection's event folder: ``logdir`` for one, ``logdir/<folder label>`` for several,
-    and without ``logdir`` each folder's own ``<run>/tensorboard/history[/<label>]``."""
-    if logdir is not None:
-        if len(selections) == 1:
-            return [logdir]
-        return [logdir / label for label in _labels(selections)]
-    defaults = [default_logdir(selection.folder) for selection in selections]
-    if len(set(defaults)) == len(defaults):
-        return defaults
-    return [base / label for base, label in zip(defaults, _labels(selections))]
-
-
-def _labels(selections: list[Selection]) -> list[str]:
-    """A distinct short name per folder: ``val-step0000100``, a generation folder's name."""
-    labels: list[str] = []
-    for selection in selections:
-        folder = selection.folder
-        label = folder.parent.name if folder.name == HISTORY_SUBDIR else folder.name
-        candidate, number = label, 1
-        while candidate in labels:
-            number += 1
-            candidate = f"{label}-{number}"
-        labels.append(candidate)
-    return labels
-
-
-def default_logdir(path: Path) -> Path:
-    """``<run>/tensorboard/history`` for a run directory, its ``history`` folder, or anything
-    below that folder (``history/val-step<N>/``, a single file)."""
-    path = path.resolve()
-    if (path / HISTORY_SUBDIR).is_dir():
-        return path / TENSORBOARD_SUBDIR
-    for ancestor in (path, *path.parents):
-        if ancestor.name == HISTORY_SUBDIR:
-            return ancestor.parent / TENSORBOARD_SUBDIR
-    raise HistoryError(f"{path}: not inside a run directory (<run>/history); pass --logdir")
-
-
-def _use_color(mode: str) -> bool:
-    if mode != "auto":
-        return mode == "always"
-    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
 
 def _non_negative(text: str) -> int:

@@ -11,10 +11,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from xdllm.history.format import HistoryError
-from xdllm.history.live import play
-from xdllm.history.selection import select_sample
-
 
 class _Console(Console):
     def on_broken_pipe(self) -> None:  # rich exits with 1; end as every history command does
@@ -45,6 +41,10 @@ def add_play_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentPa
 
 
 def run_play(args: argparse.Namespace, console: Console | None = None) -> int:
+    from xdllm.history.format import HistoryError  # torch: loaded when a history is played
+    from xdllm.history.live import play
+    from xdllm.history.selection import select_sample
+
     if args.sample < 0:
         raise HistoryError(f"--sample must be >= 0, got {args.sample}")
     console = console or _Console()

@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.errors import XdllmError
-from xdllm.train.optim import SCHEDULES
+from xdllm.train.optim_config import SCHEDULES
 
 
 @dataclass(frozen=True)

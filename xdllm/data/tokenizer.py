@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tokenizers
 
-from xdllm.interfaces import Tokenizer
+from xdllm.tokenizer_protocol import Tokenizer
 
 PAD_TOKEN = "<pad>"
 MASK_TOKEN = "<mask>"

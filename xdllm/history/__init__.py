@@ -10,40 +10,34 @@ File format and usage: ``docs/history.md``.
 
 import importlib
 
-from xdllm.history.format import FORMAT_NAME, FORMAT_VERSION, HistoryError, HistoryFormatError
-from xdllm.history.reader import HistoryFile, SampleHistory, iter_samples, load_history
-from xdllm.history.recorder import HistoryTopKPlugin
-from xdllm.history.show import format_replay
-from xdllm.history.storage import find_history_files, read_history_file
-from xdllm.history.tensorboard import write_tensorboard
+_MODULE_OF = {
+    "FORMAT_NAME": "format",
+    "FORMAT_VERSION": "format",
+    "HistoryError": "format",
+    "HistoryFormatError": "format",
+    "HistoryFile": "reader",
+    "SampleHistory": "reader",
+    "iter_samples": "reader",
+    "load_history": "reader",
+    "HistoryTopKPlugin": "recorder",
+    "format_replay": "show",
+    "find_history_files": "storage",
+    "read_history_file": "storage",
+    "write_tensorboard": "tensorboard",
+    "DenoisingFigure": "figures",
+}
+"""Each name loads its module on first use (PEP 562): the package's light modules (the views'
+defaults, which ``xdllm --help`` shows) load without torch, and :class:`DenoisingFigure` loads
+matplotlib only where a view is drawn (recording and reading history never need it)."""
 
-_DRAWING = {"DenoisingFigure": "xdllm.history.figures"}
-"""Imported on first use: it loads matplotlib (a third of ``xdllm --help``'s start), which
-recording and reading history never need; :func:`write_tensorboard` loads it when it draws."""
-
-__all__ = [
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "DenoisingFigure",
-    "HistoryError",
-    "HistoryFile",
-    "HistoryFormatError",
-    "HistoryTopKPlugin",
-    "SampleHistory",
-    "find_history_files",
-    "format_replay",
-    "iter_samples",
-    "load_history",
-    "read_history_file",
-    "write_tensorboard",
-]
+__all__ = sorted(_MODULE_OF)
 
 
 def __getattr__(name: str) -> object:
-    if name not in _DRAWING:
+    if name not in _MODULE_OF:
         raise AttributeError(f"module 'xdllm.history' has no attribute {name!r}")
-    return getattr(importlib.import_module(_DRAWING[name]), name)
+    return getattr(importlib.import_module(f"xdllm.history.{_MODULE_OF[name]}"), name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_DRAWING})
+    return sorted({*globals(), *_MODULE_OF})

@@ -18,9 +18,9 @@ from typing import Literal
 
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
+from xdllm.history.view_defaults import DEFAULT_MASKED_POSITIONS
 
 CellState = Literal["masked", "committed", "changed", "fixed"]
-DEFAULT_MASKED_POSITIONS = 8
 WRONG_MARK = "✗"
 
 

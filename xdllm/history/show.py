@@ -18,7 +18,6 @@ from xdllm.counted import counted
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import (
-    DEFAULT_MASKED_POSITIONS,
     WRONG_MARK,
     Cell,
     StepView,
@@ -26,6 +25,7 @@ from xdllm.history.render import (
     step_views,
     visible_token,
 )
+from xdllm.history.view_defaults import DEFAULT_MASKED_POSITIONS
 
 _BOLD_GREEN = "\033[1;32m"
 _BOLD_RED = "\033[1;31m"

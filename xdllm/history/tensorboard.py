@@ -52,7 +52,6 @@ from xdllm.history.format import HistoryError
 from xdllm.history.image_summaries import ImageSummaryQueue
 from xdllm.history.reader import SampleHistory, load_history
 from xdllm.history.render import (
-    DEFAULT_MASKED_POSITIONS,
     WRONG_MARK,
     Cell,
     PositionView,
@@ -63,18 +62,20 @@ from xdllm.history.render import (
 )
 from xdllm.history.statistics import DenoisingStatistics
 from xdllm.history.storage import find_history_files
+from xdllm.history.view_defaults import (
+    DEFAULT_MASKED_POSITIONS,
+    DEFAULT_MAX_FRAMES,
+    DEFAULT_MAX_SAMPLES,
+    DEFAULT_STEPS_PER_CARD,
+)
 from xdllm.interfaces import Tokenizer
 from xdllm.temporary_files import write_bytes_atomically
 
 if TYPE_CHECKING:  # drawing loads matplotlib: imported where a view is drawn
     from xdllm.history.figures import DenoisingFigure
 
-DEFAULT_MAX_SAMPLES = 16
-DEFAULT_MAX_FRAMES = 32
-DEFAULT_STEPS_PER_CARD = 2
 MAX_STEP_CARDS = 16
 UNKNOWN_SPLIT = "generation"
-VIEW_COMMAND = "tensorboard --logdir {logdir} --samples_per_plugin=images=1000"
 EVENT_FILE_SUFFIX = ".history"  # marks the event files of these views among a folder's others
 NBSP = "\u00a0"  # keeps a token and its probability on one line
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")

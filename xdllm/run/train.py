@@ -52,7 +52,7 @@ from xdllm.train.latest_checkpoint import LatestCheckpoint
 from xdllm.train.metric_lines import MetricLines
 from xdllm.train.model_summary import ModelSizeLine
 from xdllm.train.module import DiffusionLMModule
-from xdllm.train.optim import OptimConfig
+from xdllm.train.optim_config import OptimConfig
 from xdllm.train.progress_bar import training_progress_bar
 from xdllm.train.step_logger import OptimizerStepLogger
 from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt

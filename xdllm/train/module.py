@@ -38,7 +38,8 @@ from xdllm.interfaces import (
 from xdllm.predict.inputs import takes_frozen
 from xdllm.train.checkpoint_layout import FROZEN_SOURCES_KEY
 from xdllm.train.curves import write_curves
-from xdllm.train.optim import OptimConfig, build_optimizer
+from xdllm.train.optim import build_optimizer
+from xdllm.train.optim_config import OptimConfig
 from xdllm.train.processes import Processes
 from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import WeightAverage
