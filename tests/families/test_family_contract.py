@@ -251,3 +251,26 @@ def test_family_decodes_a_row_alone_as_in_a_batch_whatever_its_options(trained):
         if decoded == 6:
             break
     assert decoded == 6
+
+
+def test_family_decodes_the_same_whether_it_records_history_or_not(trained, tmp_path):
+    """Recording the denoising history (top-k, canvases, commits) only watches: under random
+    settings of the family's options every row decodes the same tokens in the same steps."""
+    family, run_dir = trained
+    run = load_trained(run_dir)
+    prompts = ["3 1 2", "9 0 4 4 1", "5 5"]
+    rng, decoded = random.Random(f"{family}-history"), 0
+    for attempt in range(40):
+        options = _decoding_options(run.config.predictor._target_, rng)
+        try:
+            plain = xdllm.complete(run, prompts, predictor=options, batch_size=2)
+        except XdllmError:  # a combination the family refuses
+            continue
+        recorded = xdllm.complete(run, prompts, predictor=options, batch_size=2, history_dir=tmp_path / str(attempt))
+        assert [(r["ids"], r["steps_taken"]) for r in plain] == [(r["ids"], r["steps_taken"]) for r in recorded], \
+            options
+        assert list((tmp_path / str(attempt)).glob("history-*.pt"))
+        decoded += 1
+        if decoded == 3:
+            break
+    assert decoded == 3
