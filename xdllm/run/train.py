@@ -326,6 +326,10 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         refuse_if_training(run_dir)  # again: one may have started since
         claim_run_dir(run_dir, point, config.get("existing_run_dir", "refuse"))
         lock = RunDirLock(run_dir)
+        if config.trainer.val_check_interval > config.trainer.max_steps:  # said once the run is sure to start
+            log.warning("trainer.val_check_interval=%d is more than trainer.max_steps=%d: the run never validates "
+                        "(no val/ metrics, no validation history, no best.ckpt; what follows training uses "
+                        "last.ckpt)", config.trainer.val_check_interval, config.trainer.max_steps)
     stopped_at_step, stopped_by = None, ""
     try:
         if launching:
