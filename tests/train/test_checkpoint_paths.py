@@ -93,6 +93,8 @@ def test_an_unreadable_checkpoint_says_what_is_wrong_with_the_file(tmp_path):
         with pytest.raises(XdllmError) as raised:
             resume_point(tmp_path)
         assert str(raised.value).endswith(f"last.ckpt (unreadable: {reason})")
+    with pytest.raises(CheckpointError, match="could not read checkpoint .*gone.ckpt: no such file$"):
+        read_checkpoint_file(tmp_path / "gone.ckpt")
 
 
 def test_a_run_whose_best_checkpoint_is_unreadable_names_its_other_checkpoints(tmp_path):

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from xdllm.errors import XdllmError
+from xdllm.errors import XdllmError, os_error_text
 from xdllm.temporary_files import torch_save_atomically
 
 DIGEST_KEY = "xdllm_digest"
@@ -64,11 +64,16 @@ def why_unreadable(path: Path, error: Exception) -> str:
     """What is wrong with a file ``torch.load`` failed on, in the user's words: empty, cut short
     (a torch zip archive without its end), not a torch file at all, or else torch's own first
     sentence."""
+    if not path.is_file():
+        return "no such file" if not path.exists() else "not a file"
     size = path.stat().st_size
     if size == 0:
         return "an empty file, 0 bytes"
-    with path.open("rb") as file:
-        is_zip = file.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
+    try:
+        with path.open("rb") as file:
+            is_zip = file.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
+    except OSError as unreadable:  # no permission, say
+        return os_error_text(unreadable)
     if not is_zip:
         return f"not a torch checkpoint: its {size:,} bytes are not a torch zip archive"
     message = " ".join(str(error).split())
