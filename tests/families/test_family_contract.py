@@ -10,6 +10,7 @@ needs frozen models (``ModelFamily.frozen_models``, e.g. a drafter's target) get
 run of each named family, shrunk the same way.
 """
 
+import functools
 import json
 import random
 from pathlib import Path
@@ -25,6 +26,7 @@ from xdllm.config.components import refuses_argument
 from xdllm.errors import XdllmError
 from xdllm.history import iter_samples
 from xdllm.registry import discover_families
+from xdllm.run import generation_check
 from xdllm.run.checkpoint import load_trained
 
 REGISTERED = discover_families()
@@ -274,3 +276,47 @@ def test_family_decodes_the_same_whether_it_records_history_or_not(trained, tmp_
         if decoded == 3:
             break
     assert decoded == 3
+
+
+def _stopping_at_batch(monkeypatch, batches: list[int | None]) -> None:
+    """The generation's predictor raises KeyboardInterrupt at its ``batches[0]``-th batch (None:
+    never), as Ctrl-C would; its signature is kept (a drafter's ``frozen`` parameter)."""
+    build = generation_check._build_predictor
+
+    def stopping(run, options):
+        predictor, calls = build(run, options), [0]
+        predict = predictor.predict
+
+        @functools.wraps(predict)
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == batches[0]:
+                raise KeyboardInterrupt
+            return predict(*args, **kwargs)
+
+        predictor.predict = counted
+        return predictor
+
+    monkeypatch.setattr(generation_check, "_build_predictor", stopping)
+
+
+def test_family_generation_stopped_and_resumed_writes_what_an_uninterrupted_one_does(trained, monkeypatch, capsys):
+    """Ctrl-C during the second of three batches, then ``resume=``: the same predictions as a
+    generation that ran through, sampling included (every draw is keyed by the sample)."""
+    _, run_dir = trained
+    common = [f"ckpt={run_dir}", "num_samples=12", "batch_size=4", "predictor.temperature=1.0"]
+    batches: list[int | None] = [None]
+    _stopping_at_batch(monkeypatch, batches)
+    through, stopped = run_dir.parent / "through", run_dir.parent / "stopped"
+    assert main(["generate", *common, f"output_dir={through}"]) == 0
+    batches[0] = 2
+    assert main(["generate", *common, f"output_dir={stopped}"]) == 130
+    batches[0] = None
+    assert main(["generate", f"resume={stopped}"]) == 0
+    capsys.readouterr()
+
+    def written(folder: Path) -> list[tuple]:
+        records = map(json.loads, (folder / "predictions.jsonl").read_text().splitlines())
+        return [(r["sample_index"], r["ids"], r["steps_taken"]) for r in records]
+
+    assert len(written(through)) == 12 and written(stopped) == written(through)
