@@ -98,7 +98,8 @@ def test_errors_are_one_line(run_dir, capsys, argv, message):
     if message is None:  # truncate the file first
         path = run_dir / "history" / "history-00000.pt"
         path.write_bytes(path.read_bytes()[:200])
-        message = "history-00000.pt: cannot be read as a history file (corrupt or truncated?)"
+        message = ("history-00000.pt: cannot be read as a history file (cut short: 200 bytes of a torch zip "
+                   "archive without its end)")
     assert _run("history", *argv) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("xdllm history: error: ") and message in err
@@ -109,7 +110,9 @@ def test_a_file_that_is_no_torch_archive_is_named_as_not_a_history_file(tmp_path
     predictions.write_text('{"sample_index": 0}\n')
     assert _run("history", "show", str(predictions)) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "predictions.jsonl: not a history file (not a torch archive;" in err
+    assert err.count("\n") == 1 and ("predictions.jsonl: cannot be read as a history file (not a torch file: its 20 "
+                                     "bytes are not a torch zip archive); history files are the history-NNNNN.pt"
+                                     in err)
 
 
 def test_an_empty_file_is_named_as_empty(tmp_path, capsys):
@@ -117,7 +120,7 @@ def test_an_empty_file_is_named_as_empty(tmp_path, capsys):
     empty.write_bytes(b"")
     assert _run("history", "show", str(empty)) == 1
     err = capsys.readouterr().err
-    assert err == f"xdllm history: error: {empty}: an empty file (0 bytes), not a history file\n"
+    assert err.startswith(f"xdllm history: error: {empty}: cannot be read as a history file (an empty file, 0 bytes);")
 
 
 @pytest.mark.parametrize("command", [["show"], ["play", "--delay", "0"], ["revisions"]])

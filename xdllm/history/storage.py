@@ -17,8 +17,7 @@ import torch
 
 from xdllm.history.format import HistoryError, HistoryFormatError, payload_checksums, validate_payload
 from xdllm.temporary_files import torch_save_atomically
-
-TORCH_ARCHIVE_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
+from xdllm.torch_files import why_unreadable
 
 HISTORY_SUBDIR = "history"
 FILE_PATTERN = re.compile(r"^history-(\d{5,})\.pt$")
@@ -69,19 +68,12 @@ def read_history_file(path: Path | str) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise HistoryError(f"{path}: no such history file")
-    with path.open("rb") as file:
-        start = file.read(len(TORCH_ARCHIVE_MAGIC))
-        if not start:
-            raise HistoryFormatError(f"{path}: an empty file (0 bytes), not a history file")
-        if len(start) == len(TORCH_ARCHIVE_MAGIC) and start != TORCH_ARCHIVE_MAGIC:  # shorter: truncated
-            raise HistoryFormatError(f"{path}: not a history file (not a torch archive; history files are the "
-                                     "history-NNNNN.pt that generate history=topk and validation write)")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # any failure to unpickle means the file is unusable
-        detail = ": ".join([type(error).__name__, *str(error).splitlines()[:1]])
-        raise HistoryFormatError(f"{path}: cannot be read as a history file (corrupt or truncated?): "
-                                 f"{detail}") from error
+        raise HistoryFormatError(f"{path}: cannot be read as a history file ({why_unreadable(path, error)}); "
+                                 "history files are the history-NNNNN.pt that generate history=topk and "
+                                 "validation write") from error
     validate_payload(payload, path)
     return payload
 

@@ -22,7 +22,8 @@ from xdllm.run.frozen_models import frozen_missing, load_frozen_models, relocate
 from xdllm.run.generation_record import predictor_config
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, read_run_checkpoint, run_dir_of
 from xdllm.run.stored_tokenizer import TOKENIZER_KEY, stored_tokenizer
-from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file, why_unreadable
+from xdllm.torch_files import why_unreadable
+from xdllm.train.checkpoint_io import CheckpointError, read_checkpoint_file
 from xdllm.train.checkpoint_layout import FROZEN_SOURCES_KEY, LAST_NAME
 
 

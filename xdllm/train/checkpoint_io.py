@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from xdllm.errors import XdllmError, os_error_text
+from xdllm.errors import XdllmError
 from xdllm.temporary_files import torch_save_atomically
+from xdllm.torch_files import why_unreadable
 
 DIGEST_KEY = "xdllm_digest"
 
@@ -55,31 +56,6 @@ def content_digest(checkpoint: Mapping[str, Any]) -> str:
 def save_checkpoint_file(checkpoint: Mapping[str, Any], path: str | os.PathLike) -> None:
     """Write ``checkpoint`` with its content digest, atomically."""
     torch_save_atomically({**checkpoint, DIGEST_KEY: content_digest(checkpoint)}, path)
-
-
-_ZIP_MAGIC = b"PK\x03\x04"
-
-
-def why_unreadable(path: Path, error: Exception) -> str:
-    """What is wrong with a file ``torch.load`` failed on, in the user's words: empty, cut short
-    (a torch zip archive without its end), not a torch file at all, or else torch's own first
-    sentence."""
-    if not path.is_file():
-        return "no such file" if not path.exists() else "not a file"
-    size = path.stat().st_size
-    if size == 0:
-        return "an empty file, 0 bytes"
-    try:
-        with path.open("rb") as file:
-            is_zip = file.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
-    except OSError as unreadable:  # no permission, say
-        return os_error_text(unreadable)
-    if not is_zip:
-        return f"not a torch checkpoint: its {size:,} bytes are not a torch zip archive"
-    message = " ".join(str(error).split())
-    if "central directory" in message:
-        return f"cut short: {size:,} bytes of a torch zip archive without its end"
-    return message.split(". ")[0]
 
 
 def read_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
