@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xdllm.counted import counted
 from xdllm.errors import os_error_text
 
 TORCH_ARCHIVE_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
@@ -25,7 +26,7 @@ def why_unreadable(path: Path, error: Exception) -> str:
     except OSError as unreadable:  # no permission, say
         return os_error_text(unreadable)
     if not is_archive:
-        return f"not a torch file: its {size:,} bytes are not a torch zip archive"
+        return f"not a torch file: {counted(size, 'byte')}, not a torch zip archive"
     message = " ".join(str(error).split())
     if "central directory" in message:
         return f"cut short: {size:,} bytes of a torch zip archive without its end"

@@ -110,8 +110,8 @@ def test_a_file_that_is_no_torch_archive_is_named_as_not_a_history_file(tmp_path
     predictions.write_text('{"sample_index": 0}\n')
     assert _run("history", "show", str(predictions)) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and ("predictions.jsonl: cannot be read as a history file (not a torch file: its 20 "
-                                     "bytes are not a torch zip archive); history files are the history-NNNNN.pt"
+    assert err.count("\n") == 1 and ("predictions.jsonl: cannot be read as a history file (not a torch file: 20 bytes, "
+                                     "not a torch zip archive); history files are the history-NNNNN.pt"
                                      in err)
 
 

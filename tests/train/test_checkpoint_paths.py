@@ -82,7 +82,7 @@ def test_an_unreadable_checkpoint_says_what_is_wrong_with_the_file(tmp_path):
     whole = path.read_bytes()
     cases = {whole[:len(whole) // 2]: f"cut short: {len(whole) // 2:,} bytes of a torch zip archive without its end",
              b"": "an empty file, 0 bytes",
-             b"garbage": "not a torch file: its 7 bytes are not a torch zip archive"}
+             b"garbage": "not a torch file: 7 bytes, not a torch zip archive"}
     for content, reason in cases.items():
         path.write_bytes(content)
         with pytest.raises(CheckpointError) as raised:
