@@ -117,7 +117,6 @@ class DenoisingFigure:
         self.canvas.draw()
         self.figure.set_layout_engine("none")
         self._background = self.canvas.copy_from_bbox(self.figure.bbox)
-        self.shown_through = steps - 1
 
     @property
     def num_steps(self) -> int:
@@ -137,7 +136,6 @@ class DenoisingFigure:
         self.cover.set_height(self.num_steps - 1 - row)
         self.current.set_y(row - 0.5)
         self.title.set_text(self.titles[row])
-        self.shown_through = row
         self.canvas.restore_region(self._background)
         for artist in self._changing:
             self.figure.draw_artist(artist)
