@@ -158,3 +158,22 @@ def test_text_experiments_leave_validation_roles_to_the_default(family):
     # null: the loss alone, or the loss and generation when a judge= scores what validation generates
     config = compose_config("train", [f"experiment=text_{family}"])
     assert config.data.validation_roles is None
+
+
+@pytest.mark.slow
+def test_more_text_samples_than_a_prepared_test_split_holds_are_refused_before_training(text_folder, capsys):
+    """They were generated from the test split's empty prompts after training, and failed there
+    (with advice to lower data.num_test_samples, already at the split's size)."""
+    assert main(["data", "prepare", "corpus.txt", "-o", "prepared", "--tokenizer", "tokenizer.json",
+                 "--test-fraction", "0.02"]) == 0
+    samples = json.loads(capsys.readouterr().out)["samples"]
+    test_samples = samples["test"]
+    assert 0 < test_samples < 8
+    assert main(["train", "task=prepared", "task.params.path=prepared", "tokenizer=tokenizer.json",
+                 f"data.num_val_samples={samples['validation']}", f"data.num_test_samples={test_samples}",
+                 "run_dir=run"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"xdllm: error: text_samples_after_train=8 is more than the {test_samples} samples of the prepared data's "
+        f"test split, whose empty prompts they are generated from: set text_samples_after_train to at most "
+        f"{test_samples}"]
+    assert not (text_folder / "run").exists()

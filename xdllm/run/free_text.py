@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from xdllm.collate.prompts import without_target_ids
+from xdllm.errors import XdllmError
 
 ANSWER_ROLES = ["loss", "prediction"]
 FREE_TEXT_ROLES = ["loss"]
@@ -55,6 +56,21 @@ def apply_task_defaults(config: DictConfig, task: Any) -> None:
         config.checkpoint.monitor = "val/exact_match" if scores_answers else "val/loss"
     if config.checkpoint.get("mode") is None:
         config.checkpoint.mode = "max" if config.checkpoint.monitor in HIGHER_IS_BETTER else "min"
+
+
+def check_text_samples_fit(config: DictConfig, task: Any) -> None:
+    """The free-text samples generated after training (``text_samples_after_train``) come from the
+    test split's (empty) prompts: a prepared dataset must hold that many test samples, or the run
+    would fail only once training is over."""
+    split_size = getattr(task, "split_size", None)  # prepared data: held-out splits of fixed size
+    wanted = config.text_samples_after_train
+    if not (config.generate_after_train and is_free_text(task) and split_size is not None):
+        return
+    available = split_size("test")
+    if wanted > available:
+        raise XdllmError(f"text_samples_after_train={wanted} is more than the {available} samples of the prepared "
+                         f"data's test split, whose empty prompts they are generated from: set "
+                         f"text_samples_after_train to {f'at most {available}' if available else 0}")
 
 
 def without_targets(batches: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
