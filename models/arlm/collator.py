@@ -20,6 +20,7 @@ from itertools import chain
 import torch
 
 from xdllm.collate import check_examples, check_length, longest_row, place_rows, supervised_tail
+from xdllm.collate.examples import warn_split_documents
 from xdllm.data.packing import plan_packing
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.arlm.types import ARLMBatch
@@ -91,6 +92,7 @@ class PackedARLMCollator:
 
     def __call__(self, examples: Sequence[Example]) -> ARLMBatch:
         rows, supervised = documents(examples, self.tokenizer, self.target_length, type(self).__name__)
+        warn_split_documents([len(row) for row in rows], self.row_length, type(self).__name__)
         plan = plan_packing([len(row) for row in rows], self.row_length, self.num_rows)
         tokens = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)
         is_supervised = torch.tensor(list(chain.from_iterable(supervised)), dtype=torch.bool)

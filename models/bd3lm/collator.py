@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
+from xdllm.collate import warn_split_documents
 from xdllm.data.packing import plan_packing
 from xdllm.interfaces import Example, Tokenizer
 from xdllm_models.bd3lm.layout import BlockDocuments
@@ -85,6 +86,7 @@ class PackedBD3LMCollator:
 
     def __call__(self, examples: Sequence[Example]) -> BD3LMBatch:
         docs = self.documents(examples, type(self).__name__)
+        warn_split_documents(docs.lengths, self.row_length, type(self).__name__)
         plan = plan_packing(docs.lengths, self.row_length, self.num_rows)
         pad_id = self.tokenizer.pad_token_id
         return BD3LMBatch(

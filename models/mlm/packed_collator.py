@@ -21,7 +21,7 @@ from itertools import chain
 
 import torch
 
-from xdllm.collate import check_examples, supervised_tail, warn_unfilled_answers
+from xdllm.collate import check_examples, supervised_tail, warn_split_documents, warn_unfilled_answers
 from xdllm.collate.attention_annealing import annealing_entries, check_annealing_steps
 from xdllm.collate.prompt_dropout import check_prompt_dropout, dropped_prompts
 from xdllm.data.packing import plan_packing
@@ -107,6 +107,7 @@ class PackedMLMCollator:
             in_prompt = (offset >= bos) & (offset < bos + prompt_lengths[token_document])
             dropped = dropped_prompts(examples, self.seed, self.prompt_dropout)[token_document]
             noisy = noisy.masked_fill(in_prompt & dropped, self.tokenizer.pad_token_id)
+        warn_split_documents(lengths.tolist(), self.row_length, type(self).__name__)
         plan = plan_packing(lengths.tolist(), self.row_length, self.num_rows)
         pad_id = self.tokenizer.pad_token_id
         return PackedFlexMLMBatch(

@@ -7,6 +7,7 @@ from xdllm.collate.examples import (
     longest_row,
     place_rows,
     supervised_tail,
+    warn_split_documents,
     warn_unfilled_answers,
 )
 from xdllm.collate.prompts import PromptBatch, PromptCollator
@@ -21,5 +22,6 @@ __all__ = [
     "longest_row",
     "place_rows",
     "supervised_tail",
+    "warn_split_documents",
     "warn_unfilled_answers",
 ]

@@ -96,6 +96,24 @@ def warn_unfilled_answers(examples: Sequence[Example], target_length: int | None
                 "fill)", where, min(lengths), max(lengths), knob, knob)
 
 
+_warned_split: set[str] = set()  # the collators warned about in this process
+
+
+def warn_split_documents(lengths: Sequence[int], row_length: int, where: str) -> None:
+    """Warn once per process and collator (``where``) when a document is longer than the packed
+    rows: packing then trains it as chunks of at most ``row_length`` tokens, each attending only
+    within itself with positions from 0, so the model never sees it whole, nor the later
+    positions a generation of that length reads."""
+    longest = max(lengths)
+    if where in _warned_split or longest <= row_length:
+        return
+    _warned_split.add(where)
+    log.warning("%s: a document of %d tokens (bos and eos included) is longer than the packed rows (row_length=%d): "
+                "it is trained as chunks of at most %d tokens, each attending only within itself; to train on whole "
+                "documents set collator.train.row_length and collator.val.row_length to at least the longest "
+                "document's length", where, longest, row_length, row_length)
+
+
 def longest_row(rows: Sequence[Sequence[int]]) -> int:
     return max(len(row) for row in rows)
 
