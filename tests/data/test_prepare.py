@@ -163,6 +163,28 @@ def test_the_suggested_train_line_trains(tmp_path, capsys):
     assert config.collator.train.target_length == config.collator.val.target_length == 2  # response "6" + EOS
 
 
+@pytest.mark.slow
+def test_the_suggested_train_line_fits_long_pieces_and_a_small_test_split(tmp_path, capsys):
+    """Pieces of 600 tokens (602 with bos and eos) outgrow the packed rows (128), the model's
+    positions (512) and, with 3 test samples, the 8 free-text samples generated after training:
+    the printed line raises each, and trains and generates as printed (it stopped at the
+    positions before, and a cut row length trained every piece as chunks of 128)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    source = tmp_path / "books.txt"
+    source.write_text("".join(" ".join(letters[(i + j) % 26] for j in range(600)) + "\n" for i in range(150)))
+    prepared = tmp_path / "prepared"
+    assert main(["data", "prepare", str(source), "-o", str(prepared), "--tokenizer", "builtin", "--max-tokens", "600",
+                 "--workers", "1"]) == 0
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    overrides = shlex.split(line.removeprefix("train on it: xdllm train "))
+    assert overrides[4:] == ["collator.train.row_length=602", "collator.val.row_length=602", "data.num_val_samples=2",
+                             "data.num_test_samples=2", "text_samples_after_train=2", "model.max_positions=602"]
+    assert main(["train", *overrides, "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "data.batch_size=2",
+                 "trainer.max_steps=1", "trainer.val_check_interval=1", "history.num_samples=0",
+                 "predictor.max_steps=2", "trainer.enable_model_summary=false", f"run_dir={tmp_path / 'run'}"]) == 0
+    assert json.loads(capsys.readouterr().out.split("\n", 1)[1])["text_samples"] == 2
+
+
 def test_line_numbers_count_across_chunks(tmp_path):
     source = tmp_path / "docs.jsonl"
     source.write_text("".join(json.dumps({"text": "a b"}) + "\n" for _ in range(40)) + "{oops\n")

@@ -78,21 +78,34 @@ def run_data_command(arguments: argparse.Namespace) -> int:
 def train_command(summary: dict, tokenizer: str) -> str:
     """The ``xdllm train`` line for a prepared dataset: packed rows for text, EOS fill of the
     responses for pairs (answers of varying length, generated on a canvas of max_new_tokens masks),
-    and the held-out sample counts where a split is smaller than ``configs/train.yaml`` asks for
-    by default."""
+    and wherever the data outgrows a default (``configs/train.yaml``, the mlm family's configs):
+    the held-out sample counts and free-text samples where a split is smaller, the packed rows'
+    length where a text (with bos and eos) is longer than a row (it would be trained in pieces),
+    and the model's positions where the longest sequence needs more."""
     from omegaconf import OmegaConf
 
     from xdllm.config.compose import ROOT_CONFIG_DIR
     from xdllm.config.override_text import command, override
+    from xdllm.data.prepared_store import read_manifest
+    from xdllm.registry import discover_families
 
-    defaults = OmegaConf.load(ROOT_CONFIG_DIR / "train.yaml").data
+    defaults = OmegaConf.load(ROOT_CONFIG_DIR / "train.yaml")
+    mlm_configs = discover_families()["mlm"].family.config_dir
+    splits = read_manifest(summary["output"])["splits"].values()
+    longest = 2 + max(split["longest_prompt"] for split in splits) + max(split["longest_target"] for split in splits)
     words = ["xdllm", "train", "task=prepared", override("task.params.path", summary["output"]),
              override("tokenizer", tokenizer)]
     if summary["kind"] == "text":
         words.append("collator=packed_mlm")
+        if longest > OmegaConf.load(mlm_configs / "collator" / "packed_mlm.yaml").train.row_length:
+            words += [f"collator.train.row_length={longest}", f"collator.val.row_length={longest}"]
     else:
         words.append("mlm.target_length=${derived.max_new_tokens}")
     for split, key in (("validation", "num_val_samples"), ("test", "num_test_samples")):
-        if 0 < summary["samples"][split] < defaults[key]:
+        if 0 < summary["samples"][split] < defaults.data[key]:
             words.append(f"data.{key}={summary['samples'][split]}")
+    if summary["kind"] == "text" and 0 < summary["samples"]["test"] < defaults.text_samples_after_train:
+        words.append(f"text_samples_after_train={summary['samples']['test']}")
+    if longest > OmegaConf.load(mlm_configs / "model" / "mlm.yaml").model.max_positions:
+        words.append(f"model.max_positions={longest}")
     return command(*words)
