@@ -181,6 +181,23 @@ def test_more_held_out_samples_than_the_split_holds_is_refused(prepared, tmp_pat
     assert code == 2 and "holds 5 samples, fewer than data.num_val_samples=6" in error
 
 
+def test_generate_and_eval_name_num_samples_past_a_split_s_size(prepared, tmp_path, capsys):
+    """They said ``fewer than data.num_test_samples=6: set data.num_test_samples (num_samples= for
+    xdllm generate and eval)``, an option of training, for the num_samples=6 the command was given."""
+    run = tmp_path / "run"
+    assert main(["train", "task=prepared", f"task.params.path={prepared}", "data.num_val_samples=5",
+                 "data.num_test_samples=5", "model.d_model=16", "model.n_layers=1", "model.n_heads=2",
+                 "trainer.max_steps=1", "trainer.val_check_interval=1", "history.num_samples=0",
+                 "generate_after_train=false", "trainer.enable_model_summary=false", f"run_dir={run}"]) == 0
+    capsys.readouterr()
+    for command, split in (("generate", "test"), ("eval", "validation")):
+        assert main([command, f"ckpt={run}", f"split={split}", "num_samples=6"]) == 2
+        fraction = "--test-fraction" if split == "test" else "--val-fraction"
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"xdllm: error: the {split} split of prepared data {prepared} holds 5 samples, fewer than num_samples=6: "
+            f"set num_samples to at most 5, or prepare the data with a larger {fraction}"]
+
+
 def test_prepared_data_without_a_validation_split_says_to_prepare_it_again(tmp_path, capsys):
     folder = tmp_path / "no_validation"
     prepare_documents(folder, 20, val_fraction=0.0, test_fraction=0.0)

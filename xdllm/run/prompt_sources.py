@@ -217,6 +217,11 @@ def _check_held_out(run: TrainedRun, options: DictConfig, role: str) -> None:
     held_out = run.config.data[count_key]
     task = run.components.task
     scored = role == "loss" or not is_free_text(task)
+    if isinstance(task, PreparedTask) and options.num_samples is not None:
+        try:  # named as the command takes it, before the datamodule checks its own count
+            task.check_held_out(options.split, options.num_samples, "num_samples")
+        except ValueError as error:
+            raise XdllmError(str(error)) from error
     if (options.num_samples is not None and options.num_samples > held_out
             and scored and not isinstance(task, PreparedTask)):
         raise XdllmError(f"num_samples={options.num_samples} is more than the run's {held_out} held-out "
