@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from xdllm.run.evaluate import evaluate_run, held_out_loss
 from xdllm.run.generate import checkpoint_fields, generate, generate_from_config
 from xdllm.run.generation_record import write_scalars
 from xdllm.run.train import TrainResult
+
+log = logging.getLogger(__name__)
 
 
 def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int,
@@ -65,12 +68,17 @@ def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] |
         return None
     again = command("xdllm", "generate", override("ckpt", result.run_dir))
     try:
-        summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train,
-                                          config.text_samples_temperature, config.get("judge"))
+        summary: dict[str, Any] = {}
+        if config.data.num_test_samples == 0:  # prepared data without a test split, say
+            log.info("no generation after training: data.num_test_samples=0 keeps no test samples (generate on the "
+                     "validation split with: %s split=validation)", again)
+        else:
+            summary = generate_after_training(checkpoint, result.free_text, config.text_samples_after_train,
+                                              config.text_samples_temperature, config.get("judge"))
         if config.get("validation_choices"):
             scores = evaluate_run(checkpoint, prompts_file=config.validation_choices)
             summary["validation_choices"] = {key: scores[key] for key in ("questions", *CHOICE_FIGURES)}
-        return summary
+        return summary or None
     except XdllmError as error:
         raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
                          f"training failed: {error}. Generate again with {again} once that is fixed") from error

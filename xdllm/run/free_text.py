@@ -64,7 +64,8 @@ def check_text_samples_fit(config: DictConfig, task: Any) -> None:
     would fail only once training is over."""
     split_size = getattr(task, "split_size", None)  # prepared data: held-out splits of fixed size
     wanted = config.text_samples_after_train
-    if not (config.generate_after_train and is_free_text(task) and split_size is not None):
+    generates = config.generate_after_train and config.data.num_test_samples > 0
+    if not (generates and is_free_text(task) and split_size is not None):
         return
     available = split_size("test")
     if wanted > available:

@@ -216,6 +216,9 @@ def _check_held_out(run: TrainedRun, options: DictConfig, role: str) -> None:
     count_key = SPLIT_SIZES[options.split]
     held_out = run.config.data[count_key]
     task = run.components.task
+    if options.num_samples is None and held_out == 0:  # num_samples=0 is refused with the options
+        raise XdllmError(f"the run kept no {options.split} samples (data.{count_key}=0): give split=validation, "
+                         "or prompts with prompts_file=...")
     scored = role == "loss" or not is_free_text(task)
     if isinstance(task, PreparedTask) and options.num_samples is not None:
         try:  # named as the command takes it, before the datamodule checks its own count
