@@ -185,6 +185,15 @@ def test_the_suggested_train_line_fits_long_pieces_and_a_small_test_split(tmp_pa
     assert json.loads(capsys.readouterr().out.split("\n", 1)[1])["text_samples"] == 2
 
 
+def test_the_suggested_train_line_of_data_without_a_test_split_keeps_no_test_samples(tmp_path, capsys):
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n".join(_lines(100)) + "\n")
+    assert main(["data", "prepare", str(source), "-o", str(tmp_path / "out"), "--tokenizer", "builtin",
+                 "--val-fraction", "0.05", "--test-fraction", "0", "--workers", "1"]) == 0
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.endswith(" collator=packed_mlm data.num_val_samples=5 data.num_test_samples=0")  # trains as printed
+
+
 def test_line_numbers_count_across_chunks(tmp_path):
     source = tmp_path / "docs.jsonl"
     source.write_text("".join(json.dumps({"text": "a b"}) + "\n" for _ in range(40)) + "{oops\n")

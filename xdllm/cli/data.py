@@ -79,9 +79,10 @@ def train_command(summary: dict, tokenizer: str) -> str:
     """The ``xdllm train`` line for a prepared dataset: packed rows for text, EOS fill of the
     responses for pairs (answers of varying length, generated on a canvas of max_new_tokens masks),
     and wherever the data outgrows a default (``configs/train.yaml``, the mlm family's configs):
-    the held-out sample counts and free-text samples where a split is smaller, the packed rows'
-    length where a text (with bos and eos) is longer than a row (it would be trained in pieces),
-    and the model's positions where the longest sequence needs more."""
+    the held-out sample counts and free-text samples where a split is smaller (0 test samples
+    without a test split), the packed rows' length where a text (with bos and eos) is longer than
+    a row (it would be trained in pieces), and the model's positions where the longest sequence
+    needs more."""
     from omegaconf import OmegaConf
 
     from xdllm.config.compose import ROOT_CONFIG_DIR
@@ -102,8 +103,8 @@ def train_command(summary: dict, tokenizer: str) -> str:
     else:
         words.append("mlm.target_length=${derived.max_new_tokens}")
     for split, key in (("validation", "num_val_samples"), ("test", "num_test_samples")):
-        if 0 < summary["samples"][split] < defaults.data[key]:
-            words.append(f"data.{key}={summary['samples'][split]}")
+        if 0 < summary["samples"][split] < defaults.data[key] or (split == "test" and not summary["samples"][split]):
+            words.append(f"data.{key}={summary['samples'][split]}")  # no test split: no generation after training
     if summary["kind"] == "text" and 0 < summary["samples"]["test"] < defaults.text_samples_after_train:
         words.append(f"text_samples_after_train={summary['samples']['test']}")
     if longest > OmegaConf.load(mlm_configs / "model" / "mlm.yaml").model.max_positions:
