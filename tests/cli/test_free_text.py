@@ -13,6 +13,7 @@ from tiny_run import TINY_TEXT
 
 from xdllm.cli.main import main
 from xdllm.config.compose import compose_config
+from xdllm.errors import XdllmError
 from xdllm.run.free_text import apply_task_defaults
 
 
@@ -151,6 +152,16 @@ def test_null_defaults_follow_the_task():
     assert judged["data"]["validation_roles"] == ["loss", "prediction"]
     assert judged["checkpoint"]["monitor"] == "val/loss"
     assert _defaults(roles=["loss"], judge="arlm")["data"]["validation_roles"] == ["loss"]  # given: kept
+    assert _defaults(roles=["prediction"], judge="arlm")["data"]["validation_roles"] == ["prediction"]
+    assert _defaults(roles=["prediction"], prompt_len=3)["checkpoint"]["monitor"] == "val/exact_match"
+
+
+def test_validating_free_text_by_unjudged_generations_alone_is_refused():
+    """It trained to the first validation, logged no metric, and stopped there on the monitor."""
+    with pytest.raises(XdllmError, match=r"^data\.validation_roles=\[prediction\] logs no metric on free text: its "
+                                         r"generations have no reference to score \(and no judge= scores them\); add "
+                                         r"loss, or give judge=<an arlm run with the same tokenizer>$"):
+        _defaults(roles=["prediction"])
 
 
 @pytest.mark.parametrize("family", ["arlm", "mdlm", "bd3lm", "udlm", "hybrid"])

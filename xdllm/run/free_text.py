@@ -48,9 +48,14 @@ def apply_task_defaults(config: DictConfig, task: Any) -> None:
     """Fill ``data.validation_roles``, ``checkpoint.monitor`` and ``checkpoint.mode`` where they
     are null, for a task with answers or for free text (module doc)."""
     free_text = is_free_text(task)
+    judged = config.get("judge") is not None  # a judge scores the texts validation generates
     if config.data.get("validation_roles") is None:
-        judged = config.get("judge") is not None  # a judge scores the texts validation generates
         config.data.validation_roles = FREE_TEXT_ROLES if free_text and not judged else ANSWER_ROLES
+    if free_text and not judged and "loss" not in config.data.validation_roles:
+        roles = ", ".join(config.data.validation_roles)
+        raise XdllmError(f"data.validation_roles=[{roles}] logs no metric on free text: its generations have no "
+                         "reference to score (and no judge= scores them); add loss, or give judge=<an arlm run with "
+                         "the same tokenizer>")
     if config.checkpoint.get("monitor") is None:
         scores_answers = "prediction" in config.data.validation_roles and not free_text
         config.checkpoint.monitor = "val/exact_match" if scores_answers else "val/loss"
