@@ -14,6 +14,8 @@ tokenizer than the run's is refused (their fingerprints differ).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import ClassVar
 
@@ -41,6 +43,13 @@ class PreparedTask:
             raise ValueError(f"prepared data {self.data.folder} has an empty train split")
         self._order: EpochOrder | None = None
         self._order_seed: int | None = None
+
+    @property
+    def source_sha256(self) -> str:
+        """The digest of the manifest but its creation time (tokenizer, sources, options, each
+        split's counts): a resumed run whose data was prepared differently reads other samples."""
+        manifest = {key: value for key, value in self.data.manifest.items() if key != "created"}
+        return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
     @property
     def max_prompt_len(self) -> int:

@@ -12,6 +12,7 @@ Nothing is downloaded: the path must name a local file.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from pathlib import Path
@@ -42,13 +43,16 @@ class TextFileTask:
         if not self.path.is_file():
             raise FileNotFoundError(f"no such file {self.path}")
         self.max_tokens = max_tokens
-        self.documents = self._read_documents(tokenizer, documents)
+        raw = self.path.read_bytes()
+        self.source_sha256 = hashlib.sha256(raw).hexdigest()
+        """The file's digest: a resumed run whose corpus changed reads other samples."""
+        self.documents = self._read_documents(raw, tokenizer, documents)
         if not self.documents:
             raise ValueError(f"{self.path} has no non-empty line")
 
-    def _read_documents(self, tokenizer: Tokenizer, unit: str) -> list[tuple[int, ...]]:
+    def _read_documents(self, raw: bytes, tokenizer: Tokenizer, unit: str) -> list[tuple[int, ...]]:
         documents = []
-        lines = decode_utf8(self.path.read_bytes(), self.path).splitlines()
+        lines = decode_utf8(raw, self.path).splitlines()
         unknown, unknown_count, first_unknown_line = getattr(tokenizer, "unk_token_id", None), 0, None
         for number, text in split_documents(list(enumerate(lines, start=1)), unit)[0]:
             ids = tokenizer.encode(text)

@@ -146,13 +146,16 @@ def progress_as_lines(progress: str, bar_enabled: bool = True) -> bool:
 
 CHOICES_SHA256_KEY = "xdllm_validation_choices_sha256"
 """The checkpoint entry holding the SHA-256 of the run's ``validation_choices`` file."""
+TASK_DATA_SHA256_KEY = "xdllm_task_data_sha256"
+"""The checkpoint entry holding the digest of the task's data (a text file, a prepared dataset)."""
 
 
 def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig,
-                         choices_sha256: str | None = None) -> None:
+                         choices_sha256: str | None = None, data_sha256: str | None = None) -> None:
     """The checkpoint must hold this model: same family, same parameter names and shapes. A
-    ``validation_choices`` file that changed since the checkpoint (``choices_sha256``: its
-    digest now) is said: the figures from here on score other questions."""
+    ``validation_choices`` file or task data that changed since the checkpoint (``choices_sha256``,
+    ``data_sha256``: their digests now) is said: the figures from here on score other questions,
+    the training stream reads other samples."""
     checkpoint = torch.load(point.checkpoint, map_location="cpu", weights_only=False, mmap=True)
     recorded = checkpoint.get(CHOICES_SHA256_KEY)
     if choices_sha256 is not None and recorded is not None and recorded != choices_sha256:
@@ -160,6 +163,12 @@ def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: Dic
                     "val/choice_* figures from step %d on score other questions than those before",
                     config.validation_choices, point.checkpoint, recorded[:12], choices_sha256[:12],
                     point.global_step)
+    recorded = checkpoint.get(TASK_DATA_SHA256_KEY)
+    if data_sha256 is not None and recorded is not None and recorded != data_sha256:
+        log.warning("the data of task %s (task.params.path=%s) has changed since %s was saved (sha256 %s..., now "
+                    "%s...): from step %d on the run trains and validates on other samples than the run it "
+                    "continues", config.task.name, config.task.params.get("path"), point.checkpoint, recorded[:12],
+                    data_sha256[:12], point.global_step)
     family = checkpoint.get("xdllm_config", {}).get("model_family")
     if family != config.model_family:
         raise XdllmError(f"resume: {point.checkpoint} holds a {family} model, this run builds "
@@ -271,8 +280,10 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         grid=getattr(components.task, "grid_shape", None))
     probe = (ChoiceProbe(config.validation_choices, components, config.data.eval_batch_size)
              if config.get("validation_choices") is not None else None)
+    data_sha256 = getattr(components.task, "source_sha256", None)  # generated tasks: none
     if point is not None:
-        check_resume_matches(point, components.model, config, probe.choices.sha256 if probe is not None else None)
+        check_resume_matches(point, components.model, config, probe.choices.sha256 if probe is not None else None,
+                             data_sha256)
         if launching:
             log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
     frozen, frozen_sources = load_frozen_models(config)
@@ -289,7 +300,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         frozen=frozen,
         frozen_sources=frozen_sources,
         checkpoint_extras={**tokenizer_record(components.tokenizer), **started_from,
-                           **({CHOICES_SHA256_KEY: probe.choices.sha256} if probe is not None else {})},
+                           **({CHOICES_SHA256_KEY: probe.choices.sha256} if probe is not None else {}),
+                           **({TASK_DATA_SHA256_KEY: data_sha256} if data_sha256 is not None else {})},
         judge=judge,
         free_text=is_free_text(components.task),
         validation_probe=probe,
