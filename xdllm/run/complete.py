@@ -25,6 +25,7 @@ from xdllm.interfaces import Example
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, batch_to
 from xdllm.run.generate import place_run, predict_batch
+from xdllm.run.generation_check import check_history_k
 from xdllm.run.prompt_sources import (
     check_canvas_fits,
     check_responses_fit,
@@ -57,6 +58,8 @@ def complete(run: TrainedRun | str | Path, prompts: Iterable[str], *, predictor:
                          f"history_dir {history_dir} is a file, not a folder")
     if not isinstance(run, TrainedRun):
         run = load_trained(run)
+    if history_dir is not None:
+        check_history_k(history_k, run.tokenizer, "history_k")
     chosen = run.predictor(**(predictor or {}))
     places = [f"prompts[{index}]" for index in range(len(prompts))]
     examples = [prompt_example(run.tokenizer, text, index, place)

@@ -20,6 +20,7 @@ from xdllm.config.override_text import command, override
 from xdllm.data.datamodule import DiffusionData
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
+from xdllm.interfaces import Tokenizer
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.device import resolve_device
 from xdllm.run.free_text import is_free_text, without_targets
@@ -51,6 +52,13 @@ def generation_options(config: DictConfig) -> DictConfig:
         raise XdllmError(f"batch_size must be >= 1, got {config.batch_size}")
     resolve_device(config.get("device", "auto"))  # a bad or unavailable device fails before loading
     return config
+
+
+def check_history_k(k: int, tokenizer: Tokenizer, option: str) -> None:
+    """A recorded step keeps the top ``k`` tokens of each position: at most the vocabulary."""
+    if k > tokenizer.vocab_size:
+        raise XdllmError(f"{option}={k} is more than the tokenizer's {tokenizer.vocab_size} tokens, the most a step's "
+                         f"top-k can hold: set {option} to at most {tokenizer.vocab_size}")
 
 
 def _build_predictor(run: TrainedRun, options: DictConfig):
@@ -94,6 +102,8 @@ def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionData | 
                          f"{command('xdllm', 'eval', override('ckpt', options.ckpt))} "
                          "prompts_file=<questions .jsonl> choice_records=...")
     predictor = _build_predictor(run, options)
+    if options.history:
+        check_history_k(options.history_k, run.tokenizer, "history_k")
     warn_of_untrained_canvas(run, predictor)
     if options.prompts_file:
         prompts = read_prompts_file(run, Path(options.prompts_file))

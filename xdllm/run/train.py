@@ -36,6 +36,7 @@ from xdllm.run.checkpoint import ResumePoint, resume_point
 from xdllm.run.choice_scores import ChoiceProbe
 from xdllm.run.free_text import apply_task_defaults, check_text_samples_fit, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
+from xdllm.run.generation_check import check_history_k
 from xdllm.run.initial_weights import initial_weights, shape_misfits
 from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
@@ -264,6 +265,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     # training rows and the validation / after-training generations, as the predictor places them
     # (a loaded checkpoint's generation is checked with its own predictor options: check_canvas_fits)
     check_positions(components.model, components.task, int(config.derived.max_new_tokens), components.predictor)
+    if config.history.num_samples > 0:
+        check_history_k(config.history.k, components.tokenizer, "history.k")
     OmegaConf.set_struct(config, False)
     apply_task_defaults(config, components.task)
     config.run_dir = str(run_dir)
