@@ -92,8 +92,9 @@ class PackedARLMCollator:
 
     def __call__(self, examples: Sequence[Example]) -> ARLMBatch:
         rows, supervised = documents(examples, self.tokenizer, self.target_length, type(self).__name__)
-        warn_split_documents([len(row) for row in rows], self.row_length, type(self).__name__)
-        plan = plan_packing([len(row) for row in rows], self.row_length, self.num_rows)
+        lengths = [len(row) for row in rows]
+        warn_split_documents(lengths, self.row_length, type(self).__name__)
+        plan = plan_packing(lengths, self.row_length, self.num_rows)
         tokens = torch.tensor(list(chain.from_iterable(rows)), dtype=torch.long)
         is_supervised = torch.tensor(list(chain.from_iterable(supervised)), dtype=torch.bool)
         loss_mask = plan.gather(is_supervised, False) & (plan.positions > 0)  # a chunk's first token has no context

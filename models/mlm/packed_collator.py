@@ -107,8 +107,9 @@ class PackedMLMCollator:
             in_prompt = (offset >= bos) & (offset < bos + prompt_lengths[token_document])
             dropped = dropped_prompts(examples, self.seed, self.prompt_dropout)[token_document]
             noisy = noisy.masked_fill(in_prompt & dropped, self.tokenizer.pad_token_id)
-        warn_split_documents(lengths.tolist(), self.row_length, type(self).__name__)
-        plan = plan_packing(lengths.tolist(), self.row_length, self.num_rows)
+        document_lengths = lengths.tolist()
+        warn_split_documents(document_lengths, self.row_length, type(self).__name__)
+        plan = plan_packing(document_lengths, self.row_length, self.num_rows)
         pad_id = self.tokenizer.pad_token_id
         return PackedFlexMLMBatch(
             input_ids=plan.gather(noisy, pad_id),

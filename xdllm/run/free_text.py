@@ -72,11 +72,11 @@ def check_text_samples_fit(config: DictConfig, task: Any) -> None:
     generates = config.generate_after_train and config.data.num_test_samples > 0
     if not (generates and is_free_text(task) and split_size is not None):
         return
-    available = split_size("test")
+    available = split_size("test")  # at least 1: the datamodule refused an empty split it was asked samples of
     if wanted > available:
         raise XdllmError(f"text_samples_after_train={wanted} is more than the {available} samples of the prepared "
                          f"data's test split, whose empty prompts they are generated from: set "
-                         f"text_samples_after_train to {f'at most {available}' if available else 0}")
+                         f"text_samples_after_train to at most {available}")
 
 
 def without_targets(batches: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
