@@ -70,10 +70,9 @@ class PreparedTask:
             raise ValueError(f"prepared data {self.data.folder} has no {split} split (prepared with {fraction} 0): "
                              f"prepare it again with {fraction} above 0")
         if count > available:
-            elsewhere = " (num_samples= for xdllm generate and eval)" if option.startswith("data.") else ""
             raise ValueError(f"the {split} split of prepared data {self.data.folder} holds {available} samples, "
-                             f"fewer than {option}={count}: set {option}{elsewhere} to at most {available}, or "
-                             f"prepare the data with a larger {fraction}")
+                             f"fewer than {option}={count}: set {option} to at most {available}, or prepare the "
+                             f"data with a larger {fraction}")
 
     def sample_of(self, split: str, index: int, seed: int) -> int:
         """The stored sample read at ``index``: the training position's place in its epoch's

@@ -26,9 +26,19 @@ from jaxtyping import Integer
 from torch import Tensor
 
 from xdllm.data.tokenizer import token_display
+from xdllm.errors import XdllmError
 from xdllm.history.format import FORMAT_NAME, FORMAT_VERSION, HistoryError
 from xdllm.history.storage import history_file_name, next_file_index, write_history_file
 from xdllm.interfaces import DenoisingStep, PredictionDict, Tokenizer
+
+
+def check_history_k(k: int, tokenizer: Tokenizer, option: str) -> None:
+    """Before a run: a recorded step keeps the top ``k`` tokens of each position, at most the
+    vocabulary (the predictor refuses more only once it records); ``option`` names ``k`` as the
+    caller took it."""
+    if k > tokenizer.vocab_size:
+        raise XdllmError(f"{option}={k} is more than the tokenizer's {tokenizer.vocab_size} tokens, the most a step's "
+                         f"top-k can hold: set {option} to at most {tokenizer.vocab_size}")
 
 
 class HistoryTopKPlugin:

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from xdllm.interfaces import DenoisingStep
 from xdllm.predict.canvas import Canvas
+from xdllm.predict.step_record import top_k
 
 
 class PassTally:
@@ -40,18 +41,14 @@ def block_step_state(step: int, ids: Integer[Tensor, "batch seq_len"], canvas: C
     """What a history recorder keeps of one step: the top-k of the ``width`` distributions the
     step computed (from the block's first offset), the block's commits and scores; zeros (False)
     at every other offset and in the rows that did not run. No host transfer."""
-    vocab = probs.shape[-1]
-    if not 1 <= k <= vocab:
-        raise ValueError(f"history recorder asks for the top k={k} tokens per position; "
-                         f"k must be in 1..{vocab} (the vocabulary size)")
     n_rows, region = canvas.window_valid.shape
     width, size = probs.shape[1], committed.shape[1]
-    top = probs.topk(k, dim=-1)
+    top_probs, top_ids = top_k(probs, k)
     ran = active[:, None, None]
     topk_ids = torch.zeros((n_rows, region, k), dtype=torch.long, device=ids.device)
     topk_probs = torch.zeros((n_rows, region, k), dtype=probs.dtype, device=ids.device)
-    topk_ids[:, block_start:block_start + width] = torch.where(ran, top.indices, 0)
-    topk_probs[:, block_start:block_start + width] = torch.where(ran, top.values, 0.0)
+    topk_ids[:, block_start:block_start + width] = torch.where(ran, top_ids, 0)
+    topk_probs[:, block_start:block_start + width] = torch.where(ran, top_probs, 0.0)
     here = torch.zeros((n_rows, region), dtype=torch.bool, device=ids.device)
     here[:, block_start:block_start + size] = committed & active[:, None]
     confidence = torch.zeros((n_rows, region), dtype=scores.dtype, device=ids.device)

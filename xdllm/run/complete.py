@@ -21,11 +21,11 @@ import torch
 
 from xdllm.errors import XdllmError
 from xdllm.history import HistoryTopKPlugin
+from xdllm.history.recorder import check_history_k
 from xdllm.interfaces import Example
 from xdllm.run.checkpoint import TrainedRun, load_trained
 from xdllm.run.device import autocast, batch_to
 from xdllm.run.generate import place_run, predict_batch
-from xdllm.run.generation_check import check_history_k
 from xdllm.run.prompt_sources import (
     check_canvas_fits,
     check_responses_fit,

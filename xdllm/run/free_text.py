@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from xdllm.collate.prompts import without_target_ids
+from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError
 
 ANSWER_ROLES = ["loss", "prediction"]
@@ -67,12 +68,11 @@ def check_text_samples_fit(config: DictConfig, task: Any) -> None:
     """The free-text samples generated after training (``text_samples_after_train``) come from the
     test split's (empty) prompts: a prepared dataset must hold that many test samples, or the run
     would fail only once training is over."""
-    split_size = getattr(task, "split_size", None)  # prepared data: held-out splits of fixed size
     wanted = config.text_samples_after_train
     generates = config.generate_after_train and config.data.num_test_samples > 0
-    if not (generates and is_free_text(task) and split_size is not None):
+    if not (generates and is_free_text(task) and isinstance(task, PreparedTask)):  # prepared: splits of fixed size
         return
-    available = split_size("test")  # at least 1: the datamodule refused an empty split it was asked samples of
+    available = task.split_size("test")  # at least 1: the datamodule refused an empty split it was asked samples of
     if wanted > available:
         raise XdllmError(f"text_samples_after_train={wanted} is more than the {available} samples of the prepared "
                          f"data's test split, whose empty prompts they are generated from: set "

@@ -20,7 +20,7 @@ from xdllm.config.override_text import command, override
 from xdllm.data.datamodule import DiffusionData
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
-from xdllm.interfaces import Tokenizer
+from xdllm.history.recorder import check_history_k
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.device import resolve_device
 from xdllm.run.free_text import is_free_text, without_targets
@@ -52,13 +52,6 @@ def generation_options(config: DictConfig) -> DictConfig:
         raise XdllmError(f"batch_size must be >= 1, got {config.batch_size}")
     resolve_device(config.get("device", "auto"))  # a bad or unavailable device fails before loading
     return config
-
-
-def check_history_k(k: int, tokenizer: Tokenizer, option: str) -> None:
-    """A recorded step keeps the top ``k`` tokens of each position: at most the vocabulary."""
-    if k > tokenizer.vocab_size:
-        raise XdllmError(f"{option}={k} is more than the tokenizer's {tokenizer.vocab_size} tokens, the most a step's "
-                         f"top-k can hold: set {option} to at most {tokenizer.vocab_size}")
 
 
 def _build_predictor(run: TrainedRun, options: DictConfig):

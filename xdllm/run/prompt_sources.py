@@ -210,23 +210,25 @@ SPLIT_SIZES = {"test": "num_test_samples", "validation": "num_val_samples"}
 
 def _check_held_out(run: TrainedRun, options: DictConfig, role: str) -> None:
     """Refuse ``num_samples`` past the run's held-out samples of a generated task: only its first
-    ``data.num_test_samples`` / ``data.num_val_samples`` were kept out of training. Not refused:
-    a prepared dataset (its splits are disjoint whole, and checked against their sizes when
-    loaded), and free-text prompts (empty; nothing is scored against their documents)."""
+    ``data.num_test_samples`` / ``data.num_val_samples`` were kept out of training (free-text
+    prompts are empty: nothing is scored against their documents, any number is taken). A
+    prepared dataset's splits are disjoint whole: there the limit is the split's size, named as
+    the command takes it (``num_samples``), before the datamodule checks its own count."""
     count_key = SPLIT_SIZES[options.split]
     held_out = run.config.data[count_key]
     task = run.components.task
     if options.num_samples is None and held_out == 0:  # num_samples=0 is refused with the options
         raise XdllmError(f"the run kept no {options.split} samples (data.{count_key}=0): give split=validation, "
                          "or prompts with prompts_file=...")
-    scored = role == "loss" or not is_free_text(task)
-    if isinstance(task, PreparedTask) and options.num_samples is not None:
-        try:  # named as the command takes it, before the datamodule checks its own count
-            task.check_held_out(options.split, options.num_samples, "num_samples")
+    if isinstance(task, PreparedTask):
+        try:
+            task.check_held_out(options.split, held_out if options.num_samples is None else options.num_samples,
+                                "num_samples")
         except ValueError as error:
             raise XdllmError(str(error)) from error
-    if (options.num_samples is not None and options.num_samples > held_out
-            and scored and not isinstance(task, PreparedTask)):
+        return
+    scored = role == "loss" or not is_free_text(task)
+    if options.num_samples is not None and options.num_samples > held_out and scored:
         raise XdllmError(f"num_samples={options.num_samples} is more than the run's {held_out} held-out "
                          f"{options.split} samples (data.{count_key}={held_out}); later samples were not kept "
                          f"out of training: set num_samples to at most {held_out}")

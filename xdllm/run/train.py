@@ -31,12 +31,12 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.data.lightning_datamodule import DiffusionDataModule
 from xdllm.errors import CollateError, XdllmError, os_error_text
+from xdllm.history.recorder import check_history_k
 from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import ResumePoint, resume_point
 from xdllm.run.choice_scores import ChoiceProbe
 from xdllm.run.free_text import apply_task_defaults, check_text_samples_fit, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
-from xdllm.run.generation_check import check_history_k
 from xdllm.run.initial_weights import initial_weights, shape_misfits
 from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
