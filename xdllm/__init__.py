@@ -6,20 +6,10 @@ From Python, a trained run: ``xdllm.load_trained(path)`` (a checkpoint file or r
 on first use, so that ``import xdllm.<part>`` stays light.
 """
 
-import importlib as _importlib
+from xdllm.lazy_names import lazy_names as _lazy_names
 
-_LAZY = {"load_trained": "xdllm.run.checkpoint", "TrainedRun": "xdllm.run.checkpoint",
-         "complete": "xdllm.run.complete", "evaluate_run": "xdllm.run.evaluate",
-         "score_choices": "xdllm.run.evaluate"}
+_LAZY = {"load_trained": "run.checkpoint", "TrainedRun": "run.checkpoint", "complete": "run.complete",
+         "evaluate_run": "run.evaluate", "score_choices": "run.evaluate"}
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> object:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'xdllm' has no attribute {name!r}")
-    return getattr(_importlib.import_module(_LAZY[name]), name)
-
-
-def __dir__() -> list[str]:  # tab completion in a notebook lists the names imported on first use
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY)

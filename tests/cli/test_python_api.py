@@ -1,6 +1,7 @@
 """From Python: `xdllm.complete` completes prompts as `xdllm generate prompts_file=` does, and
 `xdllm.evaluate_run` scores a run as `xdllm eval` does."""
 
+import importlib
 import inspect
 import json
 from pathlib import Path
@@ -178,3 +179,14 @@ def test_words_outside_a_word_level_vocabulary_are_refused_not_read_as_unknown(w
         "known): the model would see its unknown token <unk> instead")
     (record,) = xdllm.complete(word_level_run, ["sam went to the park"], predictor={"max_new_tokens": 4})
     assert record["prompt"] == "sam went to the park"  # the whole prompt reached the model
+
+
+@pytest.mark.parametrize(("package", "name", "module"), [("xdllm.data", "DiffusionData", "xdllm.data.datamodule"),
+                                                       ("xdllm.history", "iter_samples", "xdllm.history.reader")])
+def test_subpackages_load_their_names_on_first_use(package, name, module):
+    """xdllm, xdllm.data and xdllm.history share one PEP 562 helper (xdllm/lazy_names.py)."""
+    imported = importlib.import_module(package)
+    assert getattr(imported, name) is getattr(importlib.import_module(module), name)
+    assert name in dir(imported) and name in imported.__all__
+    with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'nope'"):
+        imported.nope  # noqa: B018

@@ -6,8 +6,7 @@ this package (``xdllm.data.tokenizer`` for the history views, say) does not load
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from xdllm.lazy_names import lazy_names as _lazy_names
 
 _MODULE_OF = {
     "DiffusionData": "datamodule",
@@ -37,13 +36,4 @@ _MODULE_OF = {
 }
 
 __all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module 'xdllm.data' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"xdllm.data.{_MODULE_OF[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_MODULE_OF})
+__getattr__, __dir__ = _lazy_names(__name__, _MODULE_OF)

@@ -8,7 +8,7 @@
 File format and usage: ``docs/history.md``.
 """
 
-import importlib
+from xdllm.lazy_names import lazy_names as _lazy_names
 
 _MODULE_OF = {
     "FORMAT_NAME": "format",
@@ -31,13 +31,4 @@ defaults, which ``xdllm --help`` shows) load without torch, and :class:`Denoisin
 matplotlib only where a view is drawn (recording and reading history never need it)."""
 
 __all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> object:
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module 'xdllm.history' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"xdllm.history.{_MODULE_OF[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_MODULE_OF})
+__getattr__, __dir__ = _lazy_names(__name__, _MODULE_OF)
