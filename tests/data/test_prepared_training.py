@@ -15,11 +15,14 @@ import torch.multiprocessing as mp
 from prepared_data_helpers import documents_of, prepare_documents
 
 from xdllm.cli.main import main
+from xdllm.config.compose import compose_config
 from xdllm.data.epoch_order import EpochOrder, EpochPermutation
 from xdllm.data.lightning_datamodule import DiffusionDataModule
 from xdllm.data.prepared_store import PreparedData
 from xdllm.data.prepared_task import PreparedTask
+from xdllm.data.tasks import TaskParameterError, get_task
 from xdllm.data.tokenizer import builtin_tokenizer, load_tokenizer
+from xdllm.run.build import build_components
 from xdllm_models.mlm.collator import MLMSeq2SeqPredCollator
 from xdllm_models.mlm.packed_collator import PackedMLMCollator
 
@@ -205,3 +208,21 @@ def test_prepared_data_without_a_validation_split_says_to_prepare_it_again(tmp_p
     error = capsys.readouterr().err
     assert code == 2 and f"prepared data {folder} has no validation split (prepared with --val-fraction 0): " \
                          "prepare it again with --val-fraction above 0" in error
+
+
+def test_a_text_experiment_on_prepared_data_names_the_parameter_to_drop(prepared, tmp_path, capsys):
+    """experiment=text_mdlm sets task.params.max_tokens for text_file; on task=prepared that was a
+    bare TypeError ("unexpected keyword argument 'max_tokens'") with no way out named."""
+    line = ["experiment=text_mdlm", "task=prepared", f"task.params.path={prepared}", "tokenizer=builtin",
+            "data.num_val_samples=5", "data.num_test_samples=5", "text_samples_after_train=5"]
+    assert main(["train", *line, f"run_dir={tmp_path / 'run'}"]) == 2
+    error = capsys.readouterr().err
+    assert "task 'prepared' takes no parameter max_tokens (it takes: path)" in error
+    assert "drop it with '~task.params.max_tokens'" in error
+    components = build_components(compose_config("train", [*line, "~task.params.max_tokens"]))
+    assert isinstance(components.task, PreparedTask)
+
+
+def test_get_task_names_parameters_a_task_does_not_take():
+    with pytest.raises(TaskParameterError, match=r"task 'sort' takes no parameter lenght, width \(it takes: length\)"):
+        get_task("sort", lenght=3, width=2)

@@ -11,10 +11,11 @@ training data. See ``docs/data.md`` for the distributions.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import random
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
@@ -277,11 +278,35 @@ def get_task(name: str, tokenizer: Tokenizer | None = None, **kwargs: object) ->
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; available: {', '.join(sorted(TASKS))}")
     factory = TASKS[name]
+    check_task_params(name, kwargs)
     if getattr(factory, "needs_tokenizer", False):
         if tokenizer is None:
             raise ValueError(f"task {name!r} needs the run's tokenizer")
         return factory(tokenizer=tokenizer, **kwargs)
     return factory(**kwargs)
+
+
+class TaskParameterError(ValueError):
+    """Parameters a task does not take; ``unknown`` names them."""
+
+    def __init__(self, message: str, unknown: Sequence[str]) -> None:
+        super().__init__(message)
+        self.unknown = tuple(unknown)
+
+
+def task_parameter_names(name: str) -> tuple[str, ...]:
+    """The parameters built-in task ``name`` takes (its tokenizer, given by the run, aside)."""
+    parameters = inspect.signature(TASKS[name]).parameters
+    return tuple(key for key in parameters if key != "tokenizer")
+
+
+def check_task_params(name: str, params: Iterable[str]) -> None:
+    """Refuse parameters task ``name`` does not take, naming them and the ones it takes."""
+    accepted = task_parameter_names(name)
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise TaskParameterError(f"task {name!r} takes no parameter {', '.join(unknown)} (it takes: "
+                                 f"{', '.join(accepted) or 'none'})", unknown)
 
 
 def sample_rng(seed: int, split: str, index: int) -> random.Random:

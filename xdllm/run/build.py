@@ -22,6 +22,7 @@ from xdllm.config.components import check_components
 from xdllm.data import example, get_task, load_tokenizer
 from xdllm.data.datamodule import DiffusionData
 from xdllm.data.prepared_task import PreparedTask
+from xdllm.data.tasks import TaskParameterError
 from xdllm.errors import XdllmError
 from xdllm.evaluate import AnswerEvaluator
 from xdllm.evaluate.task_scores import ScoredTask, TaskScoredEvaluator
@@ -145,6 +146,10 @@ def build_components(config: DictConfig, tokenizer: Tokenizer | None = None) -> 
                 example(task, tokenizer, "validation", index, config.seed)
     except MissingMandatoryValue as error:
         raise XdllmError(f"task {config.task.name} needs a value for {error.full_key}") from error
+    except TaskParameterError as error:
+        removals = " ".join(f"'~task.params.{key}'" for key in error.unknown)
+        raise XdllmError(f"{error}; the experiment or config that sets it was written for another task: "
+                         f"drop it with {removals}") from error
     except (ValueError, FileNotFoundError, KeyError, TypeError) as error:
         raise XdllmError(f"task {config.task.name}: {error}") from error
     fill_derived(config, tokenizer, task)
