@@ -107,6 +107,12 @@ def test_a_text_run_takes_the_tokenizer_its_weights_trained_with(tmp_path: Path,
                  f"init_from={tmp_path / 'pretrained'}", f"run_dir={tmp_path / 'same'}"])
     assert code == 0, capsys.readouterr().err  # the same tokenizer given again (another file, same content)
 
+    # a task the weights' tokenizer cannot encode: the error says init_from chose that tokenizer
+    assert main(["train", *TINY, f"init_from={tmp_path / 'pretrained'}", f"run_dir={tmp_path / 'sort'}"]) == 2
+    error = capsys.readouterr().err
+    assert "xdllm: error: task sort: " in error
+    assert f"(the tokenizer is {tokenizer}, the one init_from={tmp_path / 'pretrained'}" in error
+
 
 def test_a_resumed_run_keeps_its_start_and_refuses_another(source: Path, tmp_path: Path, capsys):
     copied, started = tmp_path / "copied", tmp_path / "started"

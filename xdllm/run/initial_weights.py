@@ -12,7 +12,8 @@ the checkpoint stores; another given is refused.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +71,20 @@ class InitialWeights:
         return (f"init_from: starting from the weights of {self.source.path} ({family} family, step "
                 f"{self.source.global_step}{average}){into}{renaming}; optimizer and schedule start afresh"
                 f"{tokenizer}{_layout_difference(self.source.config, config)}")
+
+
+@contextmanager
+def naming_the_tokenizer_taken(start: InitialWeights | None, config: DictConfig) -> Iterator[None]:
+    """Errors raised inside say, where ``init_from`` chose the run's tokenizer, that it did: a task
+    that tokenizer cannot encode is otherwise a puzzle (the command line never named it)."""
+    try:
+        yield
+    except XdllmError as error:
+        if start is None or start.tokenizer_override is None:
+            raise
+        raise XdllmError(f"{error} (the tokenizer is {config.tokenizer}, the one init_from={start.source.path} "
+                         "trained with, as its weights need: start from a run whose tokenizer suits this task)"
+                         ) from error
 
 
 def aligned_names(weights: dict[str, torch.Tensor], built: set[str]) -> tuple[dict[str, torch.Tensor], str]:

@@ -37,7 +37,7 @@ from xdllm.run.checkpoint import ResumePoint, resume_point
 from xdllm.run.choice_scores import ChoiceProbe
 from xdllm.run.free_text import apply_task_defaults, check_text_samples_fit, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
-from xdllm.run.initial_weights import initial_weights, shape_misfits
+from xdllm.run.initial_weights import initial_weights, naming_the_tokenizer_taken, shape_misfits
 from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
@@ -254,7 +254,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     if start is not None:
         tokenizer = start.tokenizer
         overrides = [*overrides, *([start.tokenizer_override] if start.tokenizer_override else [])]
-    components = build_components(config, tokenizer)
+    with naming_the_tokenizer_taken(start, config):
+        components = build_components(config, tokenizer)
     started_from: dict[str, Any] = {}  # the checkpoint entry saying so
     if start is not None:
         started = start.load_into(components.model, config)
