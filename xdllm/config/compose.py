@@ -26,8 +26,13 @@ from xdllm.config.schema import (
 from xdllm.errors import XdllmError
 from xdllm.registry import RegisteredFamily, discover_families
 
-ROOT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-REPOSITORY = ROOT_CONFIG_DIR.parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+WHEEL_REPOSITORY_FILES = PACKAGE_DIR / "repository_files"
+REPOSITORY = WHEEL_REPOSITORY_FILES if WHEEL_REPOSITORY_FILES.is_dir() else PACKAGE_DIR.parent
+"""Where the repository files read at run time (``configs/``, ``experiments/data/``) are: the
+source tree beside ``xdllm/`` for an editable install (``make setup``), or the copy a built wheel
+(``pip install .``) carries under ``xdllm/repository_files/`` (``pyproject.toml`` maps them there)."""
+ROOT_CONFIG_DIR = REPOSITORY / "configs"
 SEARCH_PATH_KEY = "model_search_path"
 
 
