@@ -7,10 +7,12 @@ from pathlib import Path
 
 import torch
 import yaml
+from omegaconf import OmegaConf
 from tiny_run import TINY
 
 from xdllm.cli.main import main
 from xdllm.run import train_sweep
+from xdllm.run.sweep import swept_settings
 
 SHORT = [*TINY, "trainer.max_steps=2", "trainer.val_check_interval=2"]
 
@@ -95,6 +97,10 @@ def test_the_ranking_puts_the_best_first_for_the_metric_s_mode():
                                                        "  0.5  a", "  none  c"]
     maximised = [{**line, "mode": "max", "monitor": "val/exact_match"} for line in lines[:2]]
     assert train_sweep.ranking(maximised).splitlines()[1:] == ["  0.5  a", "  0.25  b"]
+    # runs of another metric are ranked apart (they were sorted into the first metric's order)
+    assert train_sweep.ranking([{**maximised[1], "folder": "d"}, *lines]).splitlines() == [
+        "the sweep's runs, best val/exact_match first:", "  0.25  d",
+        "the sweep's runs, best val/loss first:", "  0.25  b", "  0.5  a", "  none  c"]
 
 
 def test_a_config_group_is_swept_by_its_option_names(tmp_path, capsys):
@@ -102,6 +108,15 @@ def test_a_config_group_is_swept_by_its_option_names(tmp_path, capsys):
     assert main(["train", "-m", *SHORT, "model=mlm,mdlm", f"run_dir={sweep}"]) == 0
     assert [line["settings"] for line in _lines(sweep)] == [{"model": "mlm"}, {"model": "mdlm"}]
     assert yaml.safe_load((sweep / "model=mdlm" / "config.yaml").read_text())["model_family"] == "mdlm"
+
+
+def test_swept_settings_name_an_experiment_by_its_option_and_keep_a_null_value():
+    """``-m experiment=sort_mlm,sort_mdlm`` recorded ``{"experiment": null}`` for every run: the
+    composed config has no ``experiment`` key (the group writes to the root)."""
+    config = OmegaConf.create({"seed": 0, "model": {"d_model": 32}, "mdlm": {"target_length": None}})
+    combination = {"experiment": "sort_mdlm", "model": "mdlm", "seed": "0", "mdlm.target_length": "null"}
+    assert swept_settings(combination, config) == {"experiment": "sort_mdlm", "model": "mdlm", "seed": 0,
+                                                   "mdlm.target_length": None}
 
 
 def test_a_sweep_stopped_by_a_signal_exits_as_its_run_did_and_says_how_to_continue(tmp_path, monkeypatch, capsys):

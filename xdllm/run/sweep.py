@@ -216,13 +216,17 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     return _run_planned(run, sweep_dir, plan, results, resume_overrides=overrides)
 
 
+_NOT_IN_CONFIG = object()
+
+
 def swept_settings(combination: dict[str, str], config: DictConfig) -> dict[str, Any]:
     """A sweep's swept keys and their values as composed (numbers as numbers; ``sweep.jsonl``'s
-    ``settings``); a config group (``model=mlm,mdlm``) by the option chosen."""
+    ``settings``); a config group (``model=mlm,mdlm``) by the option chosen, as is one that is no
+    key of the composed config (``experiment=sort_mlm,sort_mdlm``)."""
     settings = {}
     for key, given in combination.items():
-        value = OmegaConf.select(config, override_key(key))
-        settings[key] = given if OmegaConf.is_config(value) else value
+        value = OmegaConf.select(config, override_key(key), default=_NOT_IN_CONFIG)
+        settings[key] = given if value is _NOT_IN_CONFIG or OmegaConf.is_config(value) else value
     return settings
 
 

@@ -184,13 +184,20 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
 
 
 def ranking(results: Sequence[dict[str, Any]]) -> str:
-    """The finished runs, best validation score first, a line each (runs without one last)."""
-    scored = [line for line in results if line.get("best_score") is not None]
-    first = scored[0] if scored else {}
-    order = sorted(scored, key=lambda line: line["best_score"], reverse=first.get("mode") != "min")
-    lines = [f"  {line['best_score']:.4g}  {line['folder']}" for line in order]
+    """The finished runs, best validation score first, a line each (runs without one last); runs
+    that monitor different metrics (``-m model=mlm,dflash``) are ranked apart, a block per metric."""
+    by_metric: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for line in results:
+        if line.get("best_score") is not None:
+            by_metric.setdefault((line.get("monitor", "score"), line.get("mode")), []).append(line)
+    lines = []
+    for (monitor, mode), scored in by_metric.items():
+        order = sorted(scored, key=lambda line: line["best_score"], reverse=mode != "min")
+        lines += [f"the sweep's runs, best {monitor} first:", *(f"  {line['best_score']:.4g}  {line['folder']}"
+                                                                for line in order)]
+    lines = lines or ["the sweep's runs, best score first:"]
     lines += [f"  none  {line['folder']}" for line in results if line.get("best_score") is None]
-    return "\n".join([f"the sweep's runs, best {first.get('monitor', 'score')} first:", *lines])
+    return "\n".join(lines)
 
 
 def _read_plan(path: Path) -> list[PlannedRun]:
