@@ -8,7 +8,14 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from tiny_run import TINY
 
 from xdllm.cli.main import main
-from xdllm.config.override_text import check_override_syntax, command, override, override_value, shell_word
+from xdllm.config.override_text import (
+    check_override_syntax,
+    command,
+    override,
+    override_value,
+    quoted_paths,
+    shell_word,
+)
 from xdllm.errors import XdllmError
 
 AWKWARD_PATHS = ["/tmp/runs/copy (1)", "/tmp/künstler/run", "/tmp/a,b", "/tmp/it's", "/tmp/x=y", "/tmp/a~b#c",
@@ -64,3 +71,20 @@ def test_training_in_a_folder_hydra_reads_only_in_quotes_generates_after_it(tmp_
                  override("run_dir", run_dir)]) == 0, capsys.readouterr().err
     assert len((run_dir / "generate").iterdir().__next__().joinpath("predictions.jsonl").read_text().splitlines()) == 16
     assert main(["train", f"resume={run_dir}", "trainer.max_steps=3", "generate_after_train=false"]) == 0
+
+
+def test_a_path_holding_equals_signs_is_quoted_for_hydra():
+    """A training sweep names its runs by their settings (``optim.lr=0.001,seed=0``); given as
+    ``ckpt=<sweep>/optim.lr=0.001,seed=0`` it was refused as an override Hydra cannot read."""
+    run = "runs/lr/optim.lr=0.001,seed=0"
+    assert quoted_paths([f"ckpt={run}", f"+frozen.target={run}", f"init_from={run}", "seed=1", "x=a=b",
+                         f"ckpt='{run}'"]) == [f"ckpt='{run}'", f"+frozen.target='{run}'", f"init_from='{run}'",
+                                              "seed=1", "x=a=b", f"ckpt='{run}'"]
+    check_override_syntax(quoted_paths([f"ckpt={run}"]))
+
+
+def test_eval_of_a_run_in_a_sweep_folder_reads_its_path(tmp_path, capsys):
+    assert main(["eval", f"ckpt={tmp_path}/sweep/optim.lr=0.001,seed=0"]) == 2
+    error = capsys.readouterr().err
+    assert "cannot be read" not in error
+    assert f"{tmp_path}/sweep/optim.lr=0.001,seed=0" in error and "not found" in error

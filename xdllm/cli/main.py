@@ -304,6 +304,10 @@ def flags_first(argv: Sequence[str]) -> list[str]:
 
 
 def _run_command(arguments: argparse.Namespace) -> int:
+    if arguments.command in OVERRIDE_COMMANDS:
+        from xdllm.config.override_text import quoted_paths
+
+        arguments.overrides = quoted_paths(arguments.overrides)
     if arguments.command == "train":
         return _cmd_train(arguments.overrides, arguments.cfg, arguments.multirun)
     if arguments.command == "generate":
