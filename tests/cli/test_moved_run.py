@@ -9,8 +9,10 @@ import pytest
 from test_tokenizer_train import corpus_lines
 from tiny_run import TINY, TINY_TEXT
 
+import xdllm
 from xdllm.cli.main import main
 from xdllm.data.tokenizer import HFTokenizerFile
+from xdllm.errors import XdllmError
 from xdllm.run.stored_tokenizer import TOKENIZER_KEY
 from xdllm.train.checkpoint_io import read_checkpoint_file
 
@@ -51,10 +53,11 @@ def test_a_copied_run_generates_the_same_text_with_its_data_path_given(moved_tex
     run, data, before = moved_text_run
     code, error = _generate(capsys, f"ckpt={run}", "output_dir=nodata")
     assert code == 2
-    assert "task text_file: no such file " in error and str(Path("machine_a") / "corpus.txt") in error
-    assert error.count("text_file") == 1  # the task named once
-    assert error.rstrip().endswith("; if the run's data moved since training, or the run was copied from another "
-                                   "machine, give its place now: data_path=<folder or file>")
+    assert "xdllm: error: the test split needs the run's data, and task text_file's task.params.path=" in error
+    assert str(Path("machine_a") / "corpus.txt") in error
+    assert error.rstrip().endswith("is not here: if it moved since training, or the run was copied from another "
+                                   "machine, give its place now: data_path=<folder or file> (generating from "
+                                   "prompts_file=... or with xdllm.complete needs no data)")
     code, error = _generate(capsys, f"ckpt={run}", f"data_path={data}.gone", "output_dir=nodata")
     assert code == 2 and f"no such file {data}.gone" in error and "data_path=<" not in error
     code, error = _generate(capsys, f"ckpt={run}", f"data_path={data.parent}", "output_dir=nodata")
@@ -109,3 +112,23 @@ def test_a_resumed_run_keeps_its_tokenizer_when_the_file_was_rewritten(tmp_path,
     (tmp_path / "tokenizer.json").unlink()
     assert main(["train", "resume=run", "trainer.max_steps=7"]) == 0
     assert "is gone; the run continues with its own" in caplog.text
+
+
+def test_a_copied_run_generates_from_prompts_without_its_data(moved_text_run, capsys):
+    """Prompts given need no training data: a copied run whose corpus is not at hand refused them
+    too (loading it built its task, which read the corpus)."""
+    run, data, _ = moved_text_run
+    Path("prompts.txt").write_text("the\nthe little\n")
+    code, error = _generate(capsys, f"ckpt={run}", "prompts_file=prompts.txt", "output_dir=nodata")
+    assert code == 0, error
+    code, error = _generate(capsys, f"ckpt={run}", "prompts_file=prompts.txt", f"data_path={data}",
+                            "output_dir=withdata")
+    assert code == 0, error
+    assert _texts(Path("nodata")) == _texts(Path("withdata"))
+    loaded = xdllm.load_trained(run)
+    assert [c["text"] for c in xdllm.complete(loaded, ["the"], predictor={"temperature": 0.0})] == \
+        _texts(Path("withdata"))[:1]
+    with pytest.raises(XdllmError, match=r"^the run's datamodule needs the run's data, .* data_path="):
+        loaded.datamodule()
+    assert main(["eval", f"ckpt={run}"]) == 2
+    assert "the test split needs the run's data" in capsys.readouterr().err

@@ -63,6 +63,7 @@ def fill_derived(config: DictConfig, tokenizer: Tokenizer, task: Any) -> None:
             "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id,
             "max_new_tokens": task.max_target_len + 1,
+            "max_prompt_len": task.max_prompt_len,
         }
 
 
@@ -130,20 +131,27 @@ def check_vocabulary(model: torch.nn.Module, tokenizer: Tokenizer) -> None:
                          f"({tokenizer.vocab_size} tokens); leave it at ${{derived.vocab_size}}")
 
 
-def build_components(config: DictConfig, tokenizer: Tokenizer | None = None) -> RunComponents:
+def _built_task(config: DictConfig, tokenizer: Tokenizer) -> Any:
+    params = OmegaConf.to_container(config.task.get("params", {}), resolve=True, throw_on_missing=True)
+    task = get_task(config.task.name, tokenizer=tokenizer, **params)
+    if not isinstance(task, PreparedTask):  # prepared data: its tokenizer's fingerprint is checked
+        for index in range(ENCODING_PROBE):  # the tokenizer must encode the task: fail here, not mid-run
+            example(task, tokenizer, "validation", index, config.seed)
+    return task
+
+
+def build_components(config: DictConfig, tokenizer: Tokenizer | None = None, task: Any = None) -> RunComponents:
     """The run's objects; ``tokenizer``: the one to use instead of loading ``config.tokenizer``
-    (the one a checkpoint stores)."""
+    (the one a checkpoint stores); ``task``: the one to use instead of building ``config.task``
+    (a loaded run's :class:`~xdllm.data.absent_data.AbsentDataTask`)."""
     _require_keys(config)
     try:
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.tokenizer)
     except (ValueError, FileNotFoundError) as error:
         raise XdllmError(str(error)) from error
     try:
-        params = OmegaConf.to_container(config.task.get("params", {}), resolve=True, throw_on_missing=True)
-        task = get_task(config.task.name, tokenizer=tokenizer, **params)
-        if not isinstance(task, PreparedTask):  # prepared data: its tokenizer's fingerprint is checked
-            for index in range(ENCODING_PROBE):  # the tokenizer must encode the task: fail here, not mid-run
-                example(task, tokenizer, "validation", index, config.seed)
+        if task is None:
+            task = _built_task(config, tokenizer)
     except MissingMandatoryValue as error:
         raise XdllmError(f"task {config.task.name} needs a value for {error.full_key}") from error
     except TaskParameterError as error:

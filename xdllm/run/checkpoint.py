@@ -12,6 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.components import check_component
+from xdllm.data.absent_data import AbsentDataTask, absent_data_task
 from xdllm.data.datamodule import DiffusionData
 from xdllm.errors import XdllmError
 from xdllm.evaluate.evaluation_loss import EvaluationLoss
@@ -103,6 +104,9 @@ class TrainedRun:
         return int(self.config.derived.max_new_tokens)
 
     def datamodule(self) -> DiffusionData:
+        """The run's data (refused, naming ``data_path=``, where its data file or folder is absent)."""
+        if isinstance(self.components.task, AbsentDataTask):
+            raise self.components.task.missing("the run's datamodule")
         return build_datamodule(self.components)
 
     def predictor(self, **overrides: Any) -> Any:
@@ -143,8 +147,10 @@ def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True,
         relocate_data(config, data_path)
     for name, place in (frozen or {}).items():
         relocate_frozen(config, name, place)
+    absent = (absent_data_task(config.task.name, config.task.params.path, dict(config.get("derived") or {}))
+              if data_path is None and data_missing(config) else None)  # prompts given generate without it
     try:
-        components = build_components(config, stored_tokenizer(checkpoint.content, config, checkpoint.path))
+        components = build_components(config, stored_tokenizer(checkpoint.content, config, checkpoint.path), absent)
     except XdllmError as error:
         if data_path is None and data_missing(config):
             raise XdllmError(f"{error}; if the run's data moved since training, or the run was copied from another "

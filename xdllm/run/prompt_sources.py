@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from xdllm.data.absent_data import AbsentDataTask
 from xdllm.data.datamodule import DiffusionData
 from xdllm.data.named_collate import NamedCollate
 from xdllm.data.prepared_task import PreparedTask
@@ -239,6 +240,8 @@ def held_out_data(run: TrainedRun, options: DictConfig, role: str) -> DiffusionD
     checked; it draws the split only when a loader is asked of it."""
     if options.split not in SPLIT_SIZES:
         raise XdllmError(f"unknown split '{options.split}'; use test or validation (or prompts_file=...)")
+    if isinstance(run.components.task, AbsentDataTask):
+        raise run.components.task.missing(f"the {options.split} split")
     _check_held_out(run, options, role)
     config = copy.deepcopy(run.config)  # the run's own config keeps its held-out counts
     config.data.eval_batch_size = options.batch_size
