@@ -139,6 +139,17 @@ def test_a_closed_stdout_ends_quietly_with_141(run_dir, command):
     assert "error" not in done.stderr.lower()  # revisions names its folder on stderr, nothing more
 
 
+def test_a_logdir_that_cannot_be_made_is_named(run_dir, capsys):
+    """It was ``[Errno 20] Not a directory: '...'``, naming neither the views nor --logdir."""
+    (run_dir / "file").write_text("")
+    assert _run("history", "tensorboard", str(run_dir), "--logdir", str(run_dir / "file" / "tb")) == 1
+    assert capsys.readouterr().err == (f"xdllm history: error: cannot write the views to {run_dir / 'file' / 'tb'}: "
+                                       "Not a directory\n")
+    (run_dir / "tensorboard").write_text("")  # where the views go by default
+    assert _run("history", "tensorboard", str(run_dir)) == 1
+    assert capsys.readouterr().err.endswith(": Not a directory (--logdir DIR writes them elsewhere)\n")
+
+
 def test_tensorboard_default_logdir(run_dir, capsys):
     assert _run("history", "tensorboard", str(run_dir), "--max-samples", "2", "--max-frames", "1") == 0
     logdir = run_dir / "tensorboard" / "history"

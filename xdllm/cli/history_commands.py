@@ -30,6 +30,11 @@ def tensorboard_command(args: argparse.Namespace) -> int:
     failed = False
     for selection, logdir in zip(selections, logdirs):
         print(selection.describe())
+        try:
+            logdir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            elsewhere = " (--logdir DIR writes them elsewhere)" if args.logdir is None else ""
+            raise HistoryError(f"cannot write the views to {logdir}: {error.strerror or error}{elsewhere}") from error
         removed = remove_event_files(logdir)
         if removed:
             print(f"replacing the views written before: removed {counted(removed, 'history event file')} in {logdir}")
