@@ -52,12 +52,15 @@ def moved_text_run(tmp_path, monkeypatch, capsys) -> tuple[Path, Path, list[str]
 def test_a_copied_run_generates_the_same_text_with_its_data_path_given(moved_text_run, capsys):
     run, data, before = moved_text_run
     code, error = _generate(capsys, f"ckpt={run}", "output_dir=nodata")
-    assert code == 2
+    assert code == 0, error  # free text reads nothing of its data (it was refused, naming data_path=)
+    assert _texts(Path("nodata")) == before
+    assert main(["eval", f"ckpt={run}"]) == 2  # the loss needs the documents
+    error = capsys.readouterr().err
     assert "xdllm: error: the test split needs the run's data, and task text_file's task.params.path=" in error
     assert str(Path("machine_a") / "corpus.txt") in error
     assert error.rstrip().endswith("is not here: if it moved since training, or the run was copied from another "
-                                   "machine, give its place now: data_path=<folder or file> (generating from "
-                                   "prompts_file=... or with xdllm.complete needs no data)")
+                                   "machine, give its place now: data_path=<folder or file> (generation from "
+                                   "prompts_file=... or xdllm.complete, and of free text, needs no data)")
     code, error = _generate(capsys, f"ckpt={run}", f"data_path={data}.gone", "output_dir=nodata")
     assert code == 2 and f"no such file {data}.gone" in error and "data_path=<" not in error
     code, error = _generate(capsys, f"ckpt={run}", f"data_path={data.parent}", "output_dir=nodata")
@@ -130,5 +133,3 @@ def test_a_copied_run_generates_from_prompts_without_its_data(moved_text_run, ca
         _texts(Path("withdata"))[:1]
     with pytest.raises(XdllmError, match=r"^the run's datamodule needs the run's data, .* data_path="):
         loaded.datamodule()
-    assert main(["eval", f"ckpt={run}"]) == 2
-    assert "the test split needs the run's data" in capsys.readouterr().err

@@ -184,21 +184,23 @@ def test_more_held_out_samples_than_the_split_holds_is_refused(prepared, tmp_pat
     assert code == 2 and "holds 5 samples, fewer than data.num_val_samples=6" in error
 
 
-def test_generate_and_eval_name_num_samples_past_a_split_s_size(prepared, tmp_path, capsys):
-    """They said ``fewer than data.num_test_samples=6: set data.num_test_samples (num_samples= for
-    xdllm generate and eval)``, an option of training, for the num_samples=6 the command was given."""
+def test_eval_names_num_samples_past_a_split_s_size_and_free_text_is_not_bounded_by_it(prepared, tmp_path, capsys):
+    """eval said ``fewer than data.num_test_samples=6: set data.num_test_samples (num_samples= for
+    xdllm generate and eval)``, an option of training, for the num_samples=6 it was given. Free
+    text generates from empty prompts, so generate writes 6 texts from a split of 5."""
     run = tmp_path / "run"
     assert main(["train", "task=prepared", f"task.params.path={prepared}", "data.num_val_samples=5",
                  "data.num_test_samples=5", "model.d_model=16", "model.n_layers=1", "model.n_heads=2",
                  "trainer.max_steps=1", "trainer.val_check_interval=1", "history.num_samples=0",
                  "generate_after_train=false", "trainer.enable_model_summary=false", f"run_dir={run}"]) == 0
     capsys.readouterr()
-    for command, split in (("generate", "test"), ("eval", "validation")):
-        assert main([command, f"ckpt={run}", f"split={split}", "num_samples=6"]) == 2
-        fraction = "--test-fraction" if split == "test" else "--val-fraction"
+    for split, fraction in (("test", "--test-fraction"), ("validation", "--val-fraction")):
+        assert main(["eval", f"ckpt={run}", f"split={split}", "num_samples=6"]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [
             f"xdllm: error: the {split} split of prepared data {prepared} holds 5 samples, fewer than num_samples=6: "
             f"set num_samples to at most 5, or prepare the data with a larger {fraction}"]
+    assert main(["generate", f"ckpt={run}", "num_samples=6", f"output_dir={tmp_path / 'six'}"]) == 0
+    assert len((tmp_path / "six" / "predictions.jsonl").read_text().splitlines()) == 6
 
 
 def test_prepared_data_without_a_validation_split_says_to_prepare_it_again(tmp_path, capsys):

@@ -105,8 +105,6 @@ def train_command(summary: dict, tokenizer: str) -> str:
     for split, key in (("validation", "num_val_samples"), ("test", "num_test_samples")):
         if 0 < summary["samples"][split] < defaults.data[key] or (split == "test" and not summary["samples"][split]):
             words.append(f"data.{key}={summary['samples'][split]}")  # no test split: no generation after training
-    if summary["kind"] == "text" and 0 < summary["samples"]["test"] < defaults.text_samples_after_train:
-        words.append(f"text_samples_after_train={summary['samples']['test']}")
     if longest > OmegaConf.load(mlm_configs / "model" / "mlm.yaml").model.max_positions:
         words.append(f"model.max_positions={longest}")
     return command(*words)

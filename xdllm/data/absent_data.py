@@ -1,10 +1,10 @@
 """The task of a loaded run whose data file or folder is not on this machine.
 
-A run copied from where it trained (a cluster, a colleague) still generates from prompts given to
-it (``prompts_file=``, ``xdllm.complete``), which need only the task's lengths, recorded in the
-run's config (``derived``). Anything that needs the run's own samples (``xdllm eval``, generation
-on a held-out split, ``run.datamodule()``) gets :meth:`AbsentDataTask.missing`, which names the
-path and ``data_path=``.
+A run copied from where it trained (a cluster, a colleague) still generates from prompts given
+to it (``prompts_file=``, ``xdllm.complete``) and free text (from empty prompts), which need only
+the task's lengths, recorded in the run's config (``derived``). Anything that needs the run's
+own samples (``xdllm eval``, generation on a held-out split of answers, ``run.datamodule()``)
+gets :meth:`AbsentDataTask.missing`, which names the path and ``data_path=``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ class AbsentDataTask:
         """The error for ``needed_by``, which needs the run's samples."""
         return XdllmError(f"{needed_by} needs the run's data, and task {self.name}'s task.params.path={self.path} "
                           "is not here: if it moved since training, or the run was copied from another machine, "
-                          "give its place now: data_path=<folder or file> (generating from prompts_file=... or "
-                          "with xdllm.complete needs no data)")
+                          "give its place now: data_path=<folder or file> (generation from prompts_file=... or "
+                          "xdllm.complete, and of free text, needs no data)")
 
     def generate(self, rng: random.Random) -> NoReturn:
         raise self.missing("drawing a sample")

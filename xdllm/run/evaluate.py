@@ -104,7 +104,7 @@ def _figures(run: TrainedRun, options: DictConfig) -> dict[str, Any]:
         return _prompts_file_metrics(run, options)
     if is_free_text(run.components.task) and options.judge is None:
         return _evaluate_free_text(run, options)  # with a judge, generated texts are scored as answers are
-    data = held_out_data(run, options, "loss")  # one draw of the split, for the loss and the generation
+    data = held_out_data(run, options)  # one draw of the split, for the loss and the generation
     generation = check_generation(run, OmegaConf.merge(options, {"history": None}), data)
     losses = held_out_loss(run, options, data)
     return {"split": options.split, **losses, **run_generation(run, generation, write_outputs=False)}
@@ -177,7 +177,7 @@ def held_out_loss(run: TrainedRun, options: DictConfig, data: DiffusionData | No
     """The evaluator's loss metrics (deterministic corruption) on the ``options.split`` (drawn by
     ``data`` when given)."""
     if data is None:
-        data = held_out_data(run, options, "loss")
+        data = held_out_data(run, options)
     return _loss_metrics(run, options, data.held_out_dataloader(options.split, "loss"))
 
 

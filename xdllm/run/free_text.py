@@ -16,15 +16,12 @@ instead (MDLM: ``nll_bound``/``ppl_bound``, ARLM: ``nll``/``ppl``, every family:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from jaxtyping import Integer
 from omegaconf import DictConfig
 from torch import Tensor
 
-from xdllm.collate.prompts import without_target_ids
-from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import XdllmError
 
 ANSWER_ROLES = ["loss", "prediction"]
@@ -62,24 +59,3 @@ def apply_task_defaults(config: DictConfig, task: Any) -> None:
         config.checkpoint.monitor = "val/exact_match" if scores_answers else "val/loss"
     if config.checkpoint.get("mode") is None:
         config.checkpoint.mode = "max" if config.checkpoint.monitor in HIGHER_IS_BETTER else "min"
-
-
-def check_text_samples_fit(config: DictConfig, task: Any) -> None:
-    """The free-text samples generated after training (``text_samples_after_train``) come from the
-    test split's (empty) prompts: a prepared dataset must hold that many test samples, or the run
-    would fail only once training is over."""
-    wanted = config.text_samples_after_train
-    generates = config.generate_after_train and config.data.num_test_samples > 0
-    if not (generates and is_free_text(task) and isinstance(task, PreparedTask)):  # prepared: splits of fixed size
-        return
-    available = task.split_size("test")  # at least 1: the datamodule refused an empty split it was asked samples of
-    if wanted > available:
-        raise XdllmError(f"text_samples_after_train={wanted} is more than the {available} samples of the prepared "
-                         f"data's test split, whose empty prompts they are generated from: set "
-                         f"text_samples_after_train to at most {available}")
-
-
-def without_targets(batches: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The batches without ``target_ids``: nothing to score generated free text against."""
-    for batch in batches:
-        yield without_target_ids(batch)

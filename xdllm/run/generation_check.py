@@ -23,7 +23,7 @@ from xdllm.evaluate.generative_perplexity import GenerativeJudge
 from xdllm.history.recorder import check_history_k
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.device import resolve_device
-from xdllm.run.free_text import is_free_text, without_targets
+from xdllm.run.free_text import is_free_text
 from xdllm.run.generation_record import show_value
 from xdllm.run.judge_model import judge_for_generation
 from xdllm.run.prompt_sources import (
@@ -31,6 +31,7 @@ from xdllm.run.prompt_sources import (
     check_canvas_fits,
     check_responses_fit,
     drawn_when_iterated,
+    free_text_prompts,
     held_out_data,
     prompt_batches,
     read_prompts_file,
@@ -112,12 +113,12 @@ def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionData | 
     longest = 1 + run.components.task.max_prompt_len
     check_canvas_fits(run, predictor, longest)
     judge = _judge(run, options, predictor, longest, judges)
+    if is_free_text(run.components.task):  # empty prompts: nothing of the split is read or scored
+        return CheckedGeneration(options, predictor,
+                                 prompt_batches(run, free_text_prompts(run, options), options.batch_size), judge=judge)
     if data is None:
-        data = held_out_data(run, options, "prediction")
-    batches = drawn_when_iterated(data, options.split)
-    return CheckedGeneration(options, predictor,
-                             without_targets(batches) if is_free_text(run.components.task) else batches,
-                             judge=judge)
+        data = held_out_data(run, options)
+    return CheckedGeneration(options, predictor, drawn_when_iterated(data, options.split), judge=judge)
 
 
 _warned_canvases: set[tuple[str, int]] = set()  # (checkpoint, canvas) said in this process: once per sweep

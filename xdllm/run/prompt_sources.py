@@ -24,7 +24,6 @@ from xdllm.errors import XdllmError
 from xdllm.interfaces import Example, Tokenizer
 from xdllm.run.build import build_datamodule, position_overflow
 from xdllm.run.checkpoint import TrainedRun
-from xdllm.run.free_text import is_free_text
 
 log = logging.getLogger(__name__)
 
@@ -209,12 +208,30 @@ def check_canvas_fits(run: TrainedRun, predictor: Any, longest_prompt: int) -> N
 SPLIT_SIZES = {"test": "num_test_samples", "validation": "num_val_samples"}
 
 
-def _check_held_out(run: TrainedRun, options: DictConfig, role: str) -> None:
+def free_text_prompts(run: TrainedRun, options: DictConfig) -> list[Example]:
+    """The empty prompts free text is generated from: ``num_samples`` of them (else the run's
+    held-out count of ``options.split``), with that split's sample indices, so the texts are
+    those the split's prompts give. Nothing is read: the split's documents are never scored, and
+    a run whose data is not here, or a prepared split smaller than the count, generates as many."""
+    count_key = _split_count_key(options.split)
+    count = run.config.data[count_key] if options.num_samples is None else options.num_samples
+    if count == 0:  # num_samples=0 is refused with the options
+        raise XdllmError(f"the run kept no {options.split} samples (data.{count_key}=0): give num_samples=N, the "
+                         "number of texts to generate")
+    return [Example(prompt_ids=[], target_ids=[], sample_index=index, step=0) for index in range(count)]
+
+
+def _split_count_key(split: str) -> str:
+    if split not in SPLIT_SIZES:
+        raise XdllmError(f"unknown split '{split}'; use test or validation (or prompts_file=...)")
+    return SPLIT_SIZES[split]
+
+
+def _check_held_out(run: TrainedRun, options: DictConfig) -> None:
     """Refuse ``num_samples`` past the run's held-out samples of a generated task: only its first
-    ``data.num_test_samples`` / ``data.num_val_samples`` were kept out of training (free-text
-    prompts are empty: nothing is scored against their documents, any number is taken). A
-    prepared dataset's splits are disjoint whole: there the limit is the split's size, named as
-    the command takes it (``num_samples``), before the datamodule checks its own count."""
+    ``data.num_test_samples`` / ``data.num_val_samples`` were kept out of training. A prepared
+    dataset's splits are disjoint whole: there the limit is the split's size, named as the
+    command takes it (``num_samples``), before the datamodule checks its own count."""
     count_key = SPLIT_SIZES[options.split]
     held_out = run.config.data[count_key]
     task = run.components.task
@@ -228,21 +245,19 @@ def _check_held_out(run: TrainedRun, options: DictConfig, role: str) -> None:
         except ValueError as error:
             raise XdllmError(str(error)) from error
         return
-    scored = role == "loss" or not is_free_text(task)
-    if options.num_samples is not None and options.num_samples > held_out and scored:
+    if options.num_samples is not None and options.num_samples > held_out:
         raise XdllmError(f"num_samples={options.num_samples} is more than the run's {held_out} held-out "
                          f"{options.split} samples (data.{count_key}={held_out}); later samples were not kept "
                          f"out of training: set num_samples to at most {held_out}")
 
 
-def held_out_data(run: TrainedRun, options: DictConfig, role: str) -> DiffusionData:
-    """The datamodule of the run's ``options.split`` (its first ``num_samples``) for ``role``,
-    checked; it draws the split only when a loader is asked of it."""
-    if options.split not in SPLIT_SIZES:
-        raise XdllmError(f"unknown split '{options.split}'; use test or validation (or prompts_file=...)")
+def held_out_data(run: TrainedRun, options: DictConfig) -> DiffusionData:
+    """The datamodule of the run's ``options.split`` (its first ``num_samples``), checked; it
+    draws the split only when a loader is asked of it."""
+    _split_count_key(options.split)
     if isinstance(run.components.task, AbsentDataTask):
         raise run.components.task.missing(f"the {options.split} split")
-    _check_held_out(run, options, role)
+    _check_held_out(run, options)
     config = copy.deepcopy(run.config)  # the run's own config keeps its held-out counts
     config.data.eval_batch_size = options.batch_size
     if options.num_samples is not None:

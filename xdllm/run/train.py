@@ -35,7 +35,7 @@ from xdllm.history.recorder import check_history_k
 from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import ResumePoint, resume_point
 from xdllm.run.choice_scores import ChoiceProbe
-from xdllm.run.free_text import apply_task_defaults, check_text_samples_fit, is_free_text
+from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
 from xdllm.run.initial_weights import initial_weights, naming_the_tokenizer_taken, shape_misfits
 from xdllm.run.judge_model import validation_judging
@@ -273,7 +273,6 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     config.run_dir = str(run_dir)
     resolved = OmegaConf.to_container(config, resolve=True)
     datamodule = build_datamodule(components, DiffusionDataModule)
-    check_text_samples_fit(config, components.task)  # after the held-out counts' checks
     try:
         datamodule.check_training_stream()
     except ValueError as error:
