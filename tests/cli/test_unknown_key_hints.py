@@ -14,7 +14,7 @@ from xdllm.cli.main import main
      "unknown key 'optim.foo': optim has no such key and takes no new ones; known keys there: accumulate_grad_batches"),
     (["train", "--cfg", "trainer.detect_anomaly=true"],
      "unknown key 'trainer.detect_anomaly': trainer does not list it; known keys there: accelerator, devices, "
-     "enable_model_summary, enable_progress_bar, log_every_n_steps, max_steps, precision, strategy, "
+     "enable_model_summary, enable_progress_bar, log_every_n_steps, max_steps, max_time, precision, strategy, "
      "val_check_interval; "
      "trainer takes new keys: add one with +trainer.detect_anomaly=VALUE"),
 ])

@@ -21,6 +21,7 @@ from xdllm.registry import ModelRegistryError, discover_families
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_TIME_LIMIT = 124  # as timeout(1) reports a command it stopped: training stopped at trainer.max_time
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as for any program whose reader went away
 
 
@@ -190,10 +191,10 @@ def _sweep_done(result: Any) -> int:
 
 
 def _stopped(run: Any, what_next: str) -> int:
-    """Say which signal stopped a training run and at which step, then ``what_next``; the exit
-    status for that signal."""
+    """Say what stopped a training run (a signal, ``trainer.max_time``) and at which step, then
+    ``what_next``; the exit status for that cause."""
     print(f"xdllm: stopped by {run.stopped_by} after step {run.stopped_at_step}{what_next}", file=sys.stderr)
-    return EXIT_TERMINATED if run.stopped_by == "SIGTERM" else EXIT_INTERRUPTED
+    return {"SIGTERM": EXIT_TERMINATED, "Ctrl-C": EXIT_INTERRUPTED}.get(run.stopped_by, EXIT_TIME_LIMIT)
 
 
 def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: bool = False) -> int:

@@ -57,6 +57,7 @@ from xdllm.train.optim_config import OptimConfig
 from xdllm.train.progress_bar import training_progress_bar
 from xdllm.train.step_logger import OptimizerStepLogger
 from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
+from xdllm.train.wall_clock_limit import wall_clock_limit
 
 log = logging.getLogger(__name__)
 
@@ -316,6 +317,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     stopper = StopOnInterrupt(save=latest.save)
     callbacks = [best, latest, LearningRateMonitor(logging_interval="step"), history, stopper]
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
+    time_limit = wall_clock_limit(trainer_args.pop("max_time", None))
+    callbacks += [time_limit] if time_limit is not None else []
     if trainer_args.get("enable_model_summary", True):  # one line instead of Lightning's table
         callbacks.append(ModelSizeLine())
     trainer_args["enable_model_summary"] = False
@@ -351,6 +354,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         if launching:
             prepare_run_dir(run_dir, resolved, overrides)
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
+        if time_limit is not None and time_limit.stopped(trainer, config.trainer.max_steps):
+            stopped_at_step, stopped_by = trainer.global_step, f"trainer.max_time={time_limit.max_time}"
     except StoppedByInterrupt as stop:
         stopped_at_step, stopped_by = stop.step, stop.cause
     except SystemExit:  # Lightning exits after a KeyboardInterrupt: the second Ctrl-C
