@@ -331,7 +331,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         trainer = L.Trainer(
             **trainer_args,
             default_root_dir=str(run_dir),
-            logger=OptimizerStepLogger(save_dir=str(run_dir), name="tensorboard", version=""),
+            logger=OptimizerStepLogger(save_dir=str(run_dir), name="tensorboard", version="",  # a resume hides
+                                       purge_step=point.global_step + 1 if point else None),  # what it redoes
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO()],
             use_distributed_sampler=False,
