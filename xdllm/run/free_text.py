@@ -10,8 +10,9 @@ instead (MDLM: ``nll_bound``/``ppl_bound``, ARLM: ``nll``/``ppl``, every family:
 - ``checkpoint.monitor: null`` keeps the best ``val/exact_match`` where validation generates
   answers, else the lowest ``val/loss``; ``checkpoint.mode: null`` is max for exact match and token
   accuracy, min for anything else;
-- generation drops the held-out text from its batches (validation's too), so it reports no exact
-  match.
+- ``xdllm generate`` writes free text from empty prompts, reading nothing of the split
+  (``prompt_sources.free_text_prompts``), and validation drops the held-out text from its
+  batches, so neither reports exact match.
 """
 
 from __future__ import annotations

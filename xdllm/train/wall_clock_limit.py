@@ -28,7 +28,7 @@ class WallClockLimit(Timer):
             super().__init__(duration=max_time, interval="step", verbose=False)
         except (TypeError, ValueError, MisconfigurationException) as error:
             raise XdllmError(f"trainer.max_time={max_time!r} is not a duration: give {FORMAT}") from error
-        if self._duration is None or self._duration <= 0:
+        if not self.time_remaining() > 0:  # before the fit: the whole limit
             raise XdllmError(f"trainer.max_time={max_time!r} must be longer than zero: give {FORMAT}")
         self.max_time = max_time
 
@@ -37,7 +37,7 @@ class WallClockLimit(Timer):
 
     def stopped(self, trainer: L.Trainer, max_steps: int) -> bool:
         """Whether the limit ended the fit before ``max_steps``."""
-        return trainer.global_step < max_steps and self.time_elapsed() >= self._duration
+        return trainer.global_step < max_steps and self.time_remaining() <= 0
 
 
 def wall_clock_limit(max_time: object) -> WallClockLimit | None:
