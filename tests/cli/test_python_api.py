@@ -40,6 +40,19 @@ def test_completions_are_the_predictions_generate_writes_for_a_prompts_file(trai
     assert any(record["steps_taken"] < 5 for record in records)  # the threshold reached the predictor
 
 
+def test_completions_without_options_use_the_run_s_predictor_as_generate_does(trained_run, tmp_path, monkeypatch):
+    """Without options no predictor is built per call (a sixth of a one-prompt call on the CPU);
+    the completions are generate's with the run's own options."""
+    out_dir = tmp_path / "gen"
+    (tmp_path / "prompts.txt").write_text("\n".join(PROMPTS) + "\n")
+    assert main(["generate", f"ckpt={trained_run}", f"prompts_file={tmp_path / 'prompts.txt'}",
+                 f"output_dir={out_dir}"]) == 0
+    written = [json.loads(line) for line in (out_dir / "predictions.jsonl").read_text().splitlines()]
+    run = xdllm.load_trained(trained_run)
+    monkeypatch.setattr(TrainedRun, "predictor", lambda self, **options: pytest.fail("a predictor was built"))
+    assert _without_times(xdllm.complete(run, PROMPTS)) == _without_times(written)
+
+
 def test_completions_with_responses_are_scored_as_a_jsonl_prompts_file_is(trained_run, tmp_path):
     (test_predictions,) = trained_run.glob("generate/*/predictions.jsonl")
     held_out = [json.loads(line) for line in test_predictions.read_text().splitlines()][:5]

@@ -60,7 +60,9 @@ def complete(run: TrainedRun | str | Path, prompts: Iterable[str], *, predictor:
         run = load_trained(run)
     if history_dir is not None:
         check_history_k(history_k, run.tokenizer, "history_k")
-    chosen = run.predictor(**(predictor or {}))
+    # the run's own predictor, built once with it, unless options change it (building one was a
+    # sixth of a one-prompt call on the CPU: 12.3 ms against 10.2)
+    chosen = run.predictor(**predictor) if predictor else run.components.predictor
     places = [f"prompts[{index}]" for index in range(len(prompts))]
     examples = [prompt_example(run.tokenizer, text, index, place)
                 for index, (text, place) in enumerate(zip(prompts, places))]
