@@ -5,10 +5,11 @@ import lightning as L
 import pytest
 import torch
 
+from xdllm.data.builtin_tasks import SortTask
 from xdllm.data.datamodule import TrainStream
 from xdllm.data.lightning_datamodule import DiffusionDataModule
 from xdllm.data.samplers import StreamIndex, TrainStreamBatchSampler, even_shard_batches
-from xdllm.data.tasks import SortTask, example
+from xdllm.data.tasks import example
 from xdllm.data.tokenizer import builtin_tokenizer
 from xdllm_models.mlm.collator import MLMSeq2SeqPredCollator, MLMSeq2SeqTrainCollator
 

@@ -9,8 +9,9 @@ import torch
 from tiny_run import TINY
 
 from xdllm.cli.main import main
+from xdllm.data.builtin_tasks import SudokuTask
 from xdllm.data.sudoku import CELLS, count_solutions, follows_rules, make_puzzle, random_solution
-from xdllm.data.tasks import SudokuTask, draw_sample, get_task
+from xdllm.data.tasks import draw_sample, get_task
 from xdllm.data.tokenizer import builtin_tokenizer
 from xdllm.evaluate.answers import AnswerEvaluator
 from xdllm.evaluate.task_scores import TaskScoredEvaluator

@@ -3,19 +3,8 @@ import statistics
 
 import pytest
 
-from xdllm.data.tasks import (
-    TASKS,
-    AdditionTask,
-    SortTask,
-    Task,
-    VarLenCopyTask,
-    VarLenSortTask,
-    draw_sample,
-    example,
-    get_task,
-    held_out_keys,
-    sample_rng,
-)
+from xdllm.data.builtin_tasks import AdditionTask, SortTask, VarLenCopyTask, VarLenSortTask
+from xdllm.data.tasks import TASKS, Task, draw_sample, example, get_task, held_out_keys, sample_rng
 from xdllm.data.tokenizer import BUILTIN_SYMBOLS, SymbolTokenizer, builtin_tokenizer
 
 

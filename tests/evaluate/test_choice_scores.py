@@ -8,8 +8,8 @@ from tiny_run import TINY_MLM, TINY_RUN, TINY_TEXT
 
 import xdllm
 from xdllm.cli.main import main
+from xdllm.data.builtin_tasks import SudokuTask
 from xdllm.data.named_collate import NamedCollate
-from xdllm.data.tasks import SudokuTask
 from xdllm.data.tokenizer import builtin_tokenizer
 from xdllm.errors import XdllmError
 from xdllm.evaluate import AnswerEvaluator

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from xdllm.data.tasks import SortTask, VarLenCopyTask, example
+from xdllm.data.builtin_tasks import SortTask, VarLenCopyTask
+from xdllm.data.tasks import example
 from xdllm.data.tokenizer import SymbolTokenizer, builtin_tokenizer
 from xdllm_models.mlm.collator import (
     DefaultMLMCollator,

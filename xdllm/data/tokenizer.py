@@ -1,7 +1,7 @@
 """Tokenizers that need no download: a built-in symbol tokenizer and a local HF JSON file.
 
 Both satisfy :class:`xdllm.interfaces.Tokenizer`. The built-in one serves the synthetic tasks of
-:mod:`xdllm.data.tasks` (one token per whitespace-separated symbol); :class:`HFTokenizerFile`
+:mod:`xdllm.data.builtin_tasks` (one token per whitespace-separated symbol); :class:`HFTokenizerFile`
 wraps any Hugging Face ``tokenizers`` JSON on disk for real text.
 """
 

@@ -1,7 +1,7 @@
 """Task-specific answer scores on top of any family's evaluator.
 
 A task that defines ``answer_scores(prompt, target, output)`` (symbols in, ``{name: (sum,
-count)}`` out; :class:`~xdllm.data.tasks.SudokuTask` does) gets those scores as extra metrics of
+count)}`` out; :class:`~xdllm.data.builtin_tasks.SudokuTask` does) gets those scores as extra metrics of
 every generation (``val/<name>`` during training, the JSON of ``xdllm generate``) and per-sample
 fields in ``predictions.jsonl``, whatever the family.
 """
