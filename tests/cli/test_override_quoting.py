@@ -13,9 +13,9 @@ from xdllm.config.override_text import (
     command,
     override,
     override_value,
-    quoted_paths,
     shell_word,
 )
+from xdllm.config.run_paths import quoted_paths
 from xdllm.errors import XdllmError
 
 AWKWARD_PATHS = ["/tmp/runs/copy (1)", "/tmp/künstler/run", "/tmp/a,b", "/tmp/it's", "/tmp/x=y", "/tmp/a~b#c",
@@ -80,6 +80,9 @@ def test_a_path_holding_equals_signs_is_quoted_for_hydra():
     assert quoted_paths([f"ckpt={run}", f"+frozen.target={run}", f"init_from={run}", "seed=1", "x=a=b",
                          f"ckpt='{run}'"]) == [f"ckpt='{run}'", f"+frozen.target='{run}'", f"init_from='{run}'",
                                               "seed=1", "x=a=b", f"ckpt='{run}'"]
+    assert quoted_paths([f"task.params.path={run}", f"predictor.max_steps={run}"]) == [
+        f"task.params.path='{run}'", f"predictor.max_steps={run}"]  # a task's path; no path key
+    assert quoted_paths([f"collator.train.tokens_file={run}"]) == [f"collator.train.tokens_file='{run}'"]  # *_file
     check_override_syntax(quoted_paths([f"ckpt={run}"]))
 
 

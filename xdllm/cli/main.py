@@ -306,7 +306,7 @@ def flags_first(argv: Sequence[str]) -> list[str]:
 
 def _run_command(arguments: argparse.Namespace) -> int:
     if arguments.command in OVERRIDE_COMMANDS:
-        from xdllm.config.override_text import quoted_paths
+        from xdllm.config.run_paths import quoted_paths
 
         arguments.overrides = quoted_paths(arguments.overrides)
     if arguments.command == "train":

@@ -34,25 +34,6 @@ def override_value(value: str | Sequence[str]) -> str:
     return f"'{escaped}'"
 
 
-PATH_OVERRIDE = re.compile(r"\+*(?:ckpt|init_from|judge|prompts_file|data_path|output_dir|run_dir|tokenizer"
-                           r"|validation_choices|task\.params\.path|frozen\.\w+)=")
-"""Overrides whose value is a path (``ckpt=``, ``init_from=``, ``+frozen.target=``, ...)."""
-
-
-def quoted_paths(overrides: Sequence[str]) -> list[str]:
-    """``overrides`` with each path value that holds ``=`` quoted: a training sweep's run folders
-    are named by their settings (``runs/lr/optim.lr=0.001,seed=0``), which Hydra cannot read
-    bare, and no value with ``=`` in it means anything else to Hydra unquoted."""
-    quoted = []
-    for text in overrides:
-        path = PATH_OVERRIDE.match(text)
-        value = text[path.end():] if path else ""
-        if "=" in value and value[0] not in "'\"[{":
-            text = text[:path.end()] + override_value(value)
-        quoted.append(text)
-    return quoted
-
-
 def override(key: str, value: object) -> str:
     """``key=value`` that Hydra reads back as ``str(value)``."""
     return f"{key}={override_value(str(value))}"

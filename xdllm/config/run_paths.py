@@ -30,6 +30,8 @@ BUILTIN_TOKENIZER = "builtin"
 PATH_NAMES = re.compile(r"path|.*_(path|file|dir)")
 """Keys of task params and family components that hold paths."""
 COMPONENT_NODES = ("model", "collator", "loss", "predictor", "evaluator")
+RUN_PATH_KEYS = ("init_from", "judge", "validation_choices")
+"""Top-level train options that name a file or folder (beside ``tokenizer``)."""
 
 
 def _absolute(path: str) -> str:
@@ -57,7 +59,7 @@ def _set_strings(config: DictConfig, node: str, is_path_key: Callable[[str], boo
 def _path_values(config: DictConfig) -> dict[str, str]:
     """The set path-valued keys (dotted) of a composed train config and their values."""
     values = {"tokenizer": config.tokenizer} if config.tokenizer != BUILTIN_TOKENIZER else {}
-    for key in ("init_from", "judge", "validation_choices"):
+    for key in RUN_PATH_KEYS:
         if isinstance(config.get(key), str) and config[key]:
             values[key] = config[key]
     values.update(_set_strings(config, "task.params", PATH_NAMES.fullmatch))
@@ -129,3 +131,28 @@ def record_absolute_paths(config: DictConfig, overrides: Sequence[str]) -> list[
             override = f"{plus}{key}={override_value(changes[key])}"
         stored.append(override)
     return [*stored, *(f"{key}={override_value(value)}" for key, value in changes.items() if key not in given)]
+
+
+COMMAND_PATH_KEYS = ("ckpt", "output_dir", "run_dir", "tokenizer", *RUN_PATH_KEYS, *GENERATE_PATH_KEYS)
+
+
+def is_path_key(key: str) -> bool:
+    """Whether override key ``key`` (dotted, without ``+``) names a file or folder: the keys this
+    module makes absolute, and those the commands resolve themselves (``ckpt``, ``output_dir``,
+    ``run_dir``)."""
+    node, _, name = key.rpartition(".")
+    return (key in COMMAND_PATH_KEYS or node == "frozen"
+            or (node.split(".")[0] in ("task", *COMPONENT_NODES) and bool(PATH_NAMES.fullmatch(name))))
+
+
+def quoted_paths(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with each path value that holds ``=`` quoted: a training sweep's run folders
+    are named by their settings (``runs/lr/optim.lr=0.001,seed=0``), which Hydra cannot read
+    bare, and no value with ``=`` in it means anything else to Hydra unquoted."""
+    quoted = []
+    for text in overrides:
+        key, equals, value = text.partition("=")
+        if equals and "=" in value and value[0] not in "'\"[{" and is_path_key(key.lstrip("+")):
+            text = f"{key}={override_value(value)}"
+        quoted.append(text)
+    return quoted

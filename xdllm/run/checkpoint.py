@@ -147,12 +147,13 @@ def load_trained(path: str | Path, map_location: str = "cpu", ema: bool = True,
         relocate_data(config, data_path)
     for name, place in (frozen or {}).items():
         relocate_frozen(config, name, place)
+    missing = data_path is None and data_missing(config)
     absent = (absent_data_task(config.task.name, config.task.params.path, dict(config.get("derived") or {}))
-              if data_path is None and data_missing(config) else None)  # prompts given generate without it
+              if missing else None)  # prompts given generate without it
     try:
         components = build_components(config, stored_tokenizer(checkpoint.content, config, checkpoint.path), absent)
     except XdllmError as error:
-        if data_path is None and data_missing(config):
+        if missing:
             raise XdllmError(f"{error}; if the run's data moved since training, or the run was copied from another "
                              "machine, give its place now: data_path=<folder or file>") from error
         missing = [name for name in frozen_missing(config) if name not in (frozen or {})]  # not given now
