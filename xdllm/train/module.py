@@ -38,7 +38,7 @@ from xdllm.interfaces import (
 from xdllm.predict.inputs import takes_frozen
 from xdllm.train.checkpoint_layout import FROZEN_SOURCES_KEY
 from xdllm.train.curves import write_curves
-from xdllm.train.optim import build_optimizer
+from xdllm.train.optim import apply_settings, build_optimizer
 from xdllm.train.optim_config import OptimConfig
 from xdllm.train.processes import Processes
 from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
@@ -162,6 +162,12 @@ class DiffusionLMModule(L.LightningModule):
             self.weight_average = WeightAverage(self.model, self.optim.ema_decay)
             if self._loaded_average is not None:
                 self._load_average(self._loaded_average)
+
+    def on_train_start(self) -> None:
+        """After Lightning restored a resumed run's optimizer and schedule: this run's ``optim.*``."""
+        changed = apply_settings(self.optimizers().optimizer, self.lr_schedulers(), self.optim, self.total_steps)
+        if changed and self.trainer.is_global_zero:
+            log.info("resume: %s (the optimizer's moments are the checkpoint's)", ", ".join(changed))
 
     def training_step(self, micro_batches: Sequence[Mapping[str, Any]], batch_idx: int) -> None:
         """One optimizer step: backward over every micro-batch, clip, step, schedule.
