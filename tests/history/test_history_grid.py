@@ -41,8 +41,15 @@ def test_grid_figure_draws_both_panels_and_refuses_a_short_region(history_file, 
     assert all(token in cell_texts for token in final)
     figure.save_png(tmp_path / "grid.png")
     assert (tmp_path / "grid.png").stat().st_size > 1000
+    assert figure.figure.get_suptitle().startswith("sample 1: 2x3 grid after 3 steps")
     with pytest.raises(ValueError, match="cannot be read as a 3x3 grid"):
         GridFigure(sample, (3, 3))
+
+
+def test_a_grid_smaller_than_the_output_says_which_positions_it_draws(history_file):
+    figure = GridFigure(load_history(history_file).sample(0), (2, 2))
+    assert figure.figure.get_suptitle().startswith("sample 0: 2x2 grid of the first 4 of 6 output positions after")
+    assert len(figure.figure.axes[0].texts) == 4 + 4  # a token and an order label per drawn cell
 
 
 def test_tensorboard_writes_grid_tags_and_pngs(history_file, tmp_path):

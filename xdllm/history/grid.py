@@ -50,7 +50,8 @@ def fill_order(sample: SampleHistory, cells: int) -> np.ndarray:
 
 
 class GridFigure:
-    """The two-panel grid picture of ``sample``'s output region read as ``shape`` (rows, cols).
+    """The two-panel grid picture of ``sample``'s output region read as ``shape`` (rows, cols):
+    its first ``rows * cols`` positions, the title saying so when the region is longer.
 
     ``blank``: the prompt symbol of an empty cell (``"0"`` for sudoku); when the prompt holds at
     least ``rows * cols`` tokens, its last ``rows * cols`` are read as the prompt grid and cells
@@ -116,7 +117,8 @@ class GridFigure:
                              shrink=0.8, label="confidence")
         solved = "wrong cells in red" if any(wrong_cells) else "every cell matches the target" \
             if wrong is not None else "no target recorded"
-        self.figure.suptitle(f"sample {sample.sample_id}: {rows}x{cols} grid after {sample.num_steps} "
+        drawn = f" of the first {cells} of {region} output positions" if region > cells else ""
+        self.figure.suptitle(f"sample {sample.sample_id}: {rows}x{cols} grid{drawn} after {sample.num_steps} "
                              f"steps; blue frame = given in the prompt; {solved}", fontsize=10)
 
     def save_png(self, path: Path) -> None:
