@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import torch
 from tiny_run import TINY
 
 from xdllm.cli.main import main
@@ -39,7 +40,8 @@ def test_a_second_training_is_refused_while_the_first_runs_and_welcome_after_it_
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=60)
     assert (run_dir / LOCK_NAME).is_file()  # left behind by the kill: the kernel dropped its lock
-    assert main(["train", f"resume={run_dir}", "trainer.max_steps=6", "trainer.val_check_interval=6",
-                 "data.num_workers=0"]) == 0, capsys.readouterr().err
+    killed_at = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"]
+    assert main(["train", f"resume={run_dir}", f"trainer.max_steps={killed_at + 2}",
+                 f"trainer.val_check_interval={killed_at + 2}", "data.num_workers=0"]) == 0, capsys.readouterr().err
     assert main(["train", *TINY, "trainer.max_steps=6", f"run_dir={run_dir}", "existing_run_dir=move_aside"]) == 0
     assert len(list(tmp_path.glob("run.moved-*"))) == 1

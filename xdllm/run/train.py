@@ -33,13 +33,14 @@ from xdllm.data.lightning_datamodule import DiffusionDataModule
 from xdllm.errors import CollateError, XdllmError, os_error_text
 from xdllm.history.recorder import check_history_k
 from xdllm.run.build import build_components, build_datamodule, check_positions
-from xdllm.run.checkpoint import ResumePoint, resume_point
+from xdllm.run.checkpoint import resume_point
 from xdllm.run.choice_scores import ChoiceProbe
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
-from xdllm.run.initial_weights import initial_weights, naming_the_tokenizer_taken, shape_misfits
+from xdllm.run.initial_weights import initial_weights, naming_the_tokenizer_taken
 from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
+from xdllm.run.resume_check import CHOICES_SHA256_KEY, TASK_DATA_SHA256_KEY, check_resume_matches
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
 from xdllm.run.run_directory import claim_run_dir, prepare_run_dir, resolve_run_dir
 from xdllm.run.run_lock import RunDirLock, refuse_if_training
@@ -146,48 +147,6 @@ def progress_as_lines(progress: str, bar_enabled: bool = True) -> bool:
     return progress == "lines" or (progress == "auto" and not (on_terminal and bar_enabled))
 
 
-CHOICES_SHA256_KEY = "xdllm_validation_choices_sha256"
-"""The checkpoint entry holding the SHA-256 of the run's ``validation_choices`` file."""
-TASK_DATA_SHA256_KEY = "xdllm_task_data_sha256"
-"""The checkpoint entry holding the digest of the task's data (a text file, a prepared dataset)."""
-
-
-def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig,
-                         choices_sha256: str | None = None, data_sha256: str | None = None) -> None:
-    """The checkpoint must hold this model: same family, same parameter names and shapes. A
-    ``validation_choices`` file or task data that changed since the checkpoint (``choices_sha256``,
-    ``data_sha256``: their digests now) is said: the figures from here on score other questions,
-    the training stream reads other samples."""
-    checkpoint = torch.load(point.checkpoint, map_location="cpu", weights_only=False, mmap=True)
-    recorded = checkpoint.get(CHOICES_SHA256_KEY)
-    if choices_sha256 is not None and recorded is not None and recorded != choices_sha256:
-        log.warning("validation_choices=%s has changed since %s was saved (sha256 %s..., now %s...): the "
-                    "val/choice_* figures from step %d on score other questions than those before",
-                    config.validation_choices, point.checkpoint, recorded[:12], choices_sha256[:12],
-                    point.global_step)
-    recorded = checkpoint.get(TASK_DATA_SHA256_KEY)
-    if data_sha256 is not None and recorded is not None and recorded != data_sha256:
-        log.warning("the data of task %s (task.params.path=%s) has changed since %s was saved (sha256 %s..., now "
-                    "%s...): from step %d on the run trains and validates on other samples than the run it "
-                    "continues", config.task.name, config.task.params.get("path"), point.checkpoint, recorded[:12],
-                    data_sha256[:12], point.global_step)
-    family = checkpoint.get("xdllm_config", {}).get("model_family")
-    if family != config.model_family:
-        raise XdllmError(f"resume: {point.checkpoint} holds a {family} model, this run builds "
-                         f"{config.model_family}")
-    saved = {k.removeprefix("model."): v.shape for k, v in checkpoint["state_dict"].items()
-             if k.startswith("model.")}
-    misfits = shape_misfits(saved, {name: tensor.shape for name, tensor in model.state_dict().items()})
-    if misfits:
-        raise XdllmError(f"resume: {point.checkpoint} does not fit the model this config builds: {misfits[0]} "
-                         "(resume with the model options the run was trained with)")
-    started_from = checkpoint["xdllm_config"].get("init_from")
-    if config.get("init_from") != started_from:
-        raise XdllmError(f"resume: init_from={config.get('init_from')} but this run started from "
-                         f"{started_from or 'its own initialisation'}: a resumed run continues from its checkpoint's "
-                         "weights; to start from other weights, start a new run (without resume=)")
-
-
 def checkpoint_callbacks(config: DictConfig, run_dir: Path) -> tuple[ModelCheckpoint, LatestCheckpoint]:
     """``best.ckpt`` by the monitored metric (the newer on a tie); ``last.ckpt`` every ``checkpoint.last_every_n_steps``
     steps and at the end; ``step<N>.ckpt`` every ``checkpoint.save_every_n_steps`` when set."""
@@ -290,6 +249,9 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
                              data_sha256)
         if launching:
             log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
+            if point.global_step == config.trainer.max_steps:
+                log.info("nothing is left to train: the checkpoint is at trainer.max_steps=%d (give trainer.max_steps "
+                         "above it to train on)", point.global_step)
     frozen, frozen_sources = load_frozen_models(config)
     judge, validation_predictor = validation_judging(config, components)
     module = DiffusionLMModule(
