@@ -1,6 +1,10 @@
-"""A run resumed with other ``optim.*`` values trains with them: the checkpoint's optimizer and
-schedule carry the saving run's learning rate, weight decay, betas and eps, which the resumed
-run's settings replace (its moments are kept)."""
+"""What the overrides given with ``resume=`` do.
+
+- ``optim.*``: the checkpoint's optimizer and schedule carry the saving run's learning rate,
+  weight decay, betas and eps, which the resumed run's settings replace (its moments are kept).
+- ``trainer.max_steps`` is the step a run ends at: a resume from a checkpoint past it is refused
+  (nothing would train), one at it says nothing is left to train and runs what follows training.
+"""
 
 from pathlib import Path
 
@@ -12,7 +16,14 @@ from tiny_run import TINY
 from xdllm.cli.main import main
 from xdllm.train.optim_config import OptimConfig, lr_multiplier
 
-COMMON = [*TINY, "checkpoint.save_every_n_steps=4"]
+
+@pytest.fixture
+def run(tmp_path, capsys) -> Path:
+    """A tiny run trained to step 4."""
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY, "trainer.max_steps=4", f"run_dir={run_dir}"]) == 0
+    capsys.readouterr()
+    return run_dir
 
 
 def _learning_rates(run_dir: Path) -> dict[int, float]:
@@ -22,10 +33,7 @@ def _learning_rates(run_dir: Path) -> dict[int, float]:
 
 
 @pytest.mark.slow
-def test_resumed_run_trains_with_its_own_optimizer_settings(tmp_path, capsys):
-    run = tmp_path / "run"
-    assert main(["train", *COMMON, "trainer.max_steps=4", f"run_dir={run}"]) == 0
-    capsys.readouterr()
+def test_resumed_run_trains_with_its_own_optimizer_settings(run, capsys):
     assert main(["train", f"resume={run}", "trainer.max_steps=8", "optim.lr=0.004", "optim.weight_decay=0.2",
                  "optim.beta2=0.95"]) == 0
     assert ("resume: optim.lr 0.001 -> 0.004, optim.weight_decay 0.01 -> 0.2, optim.beta2 0.98 -> 0.95"
@@ -43,14 +51,26 @@ def test_resumed_run_trains_with_its_own_optimizer_settings(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_resume_given_more_steps_follows_the_longer_schedule_from_its_first_step(tmp_path, capsys):
+def test_resume_given_more_steps_follows_the_longer_schedule_from_its_first_step(run, capsys):
     """The restored rate of step 5 was the 4-step schedule's last (lr * min_lr_ratio)."""
-    run = tmp_path / "run"
-    assert main(["train", *COMMON, "trainer.max_steps=4", f"run_dir={run}"]) == 0
-    capsys.readouterr()
     assert main(["train", f"resume={run}", "trainer.max_steps=6"]) == 0
     assert "resume: optim" not in capsys.readouterr().err
     config = OptimConfig(warmup_steps=2)
     rates = _learning_rates(run)
     for step in (5, 6):
         assert rates[step] == pytest.approx(config.lr * lr_multiplier(step - 1, config, 6), rel=1e-6), step
+
+
+@pytest.mark.slow
+def test_resume_past_or_at_max_steps_says_so(run, capsys):
+    assert main(["train", f"resume={run}", "trainer.max_steps=2"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert ("last.ckpt is at step 4, past trainer.max_steps=2, the step the run ends at (not a number of steps "
+            "more): nothing would train; give trainer.max_steps above 4 to train on") in error
+    assert not (run / "generate").exists()
+
+    assert main(["train", f"resume={run}", "generate_after_train=true"]) == 0
+    assert ("nothing is left to train: the checkpoint is at trainer.max_steps=4 (give trainer.max_steps above it "
+            "to train on)") in capsys.readouterr().err
+    assert len(list((run / "generate").glob("*/predictions.jsonl"))) == 1  # what follows training ran
