@@ -54,7 +54,7 @@ from xdllm.train.latest_checkpoint import LatestCheckpoint
 from xdllm.train.metric_lines import MetricLines
 from xdllm.train.model_summary import ModelSizeLine
 from xdllm.train.module import DiffusionLMModule
-from xdllm.train.optim_config import OptimConfig
+from xdllm.train.optim_config import OptimConfig, lr_multiplier
 from xdllm.train.progress_bar import training_progress_bar
 from xdllm.train.step_logger import OptimizerStepLogger
 from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
@@ -125,6 +125,19 @@ def check_run_options(config: DictConfig) -> None:
     if config.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise XdllmError(f"trainer.accelerator={config.trainer.accelerator} but this machine has no "
                          "CUDA device torch can use; use trainer.accelerator=cpu (or auto)")
+
+
+def say_what_never_happens(config: DictConfig) -> None:
+    """Warn of settings that ``trainer.max_steps`` cuts off: no validation, a warmup never done."""
+    max_steps, optim = config.trainer.max_steps, OptimConfig(**config.optim)
+    if config.trainer.val_check_interval > max_steps:
+        log.warning("trainer.val_check_interval=%d is more than trainer.max_steps=%d: the run never validates "
+                    "(no val/ metrics, no validation history, no best.ckpt; what follows training uses "
+                    "last.ckpt)", config.trainer.val_check_interval, max_steps)
+    if optim.warmup_steps >= max_steps:
+        log.warning("optim.warmup_steps=%d is not less than trainer.max_steps=%d: the learning rate only warms up, "
+                    "to %.3g at the last step (optim.lr=%g), and optim.schedule=%s never starts", optim.warmup_steps,
+                    max_steps, optim.lr * lr_multiplier(max_steps - 1, optim, max_steps), optim.lr, optim.schedule)
 
 
 def is_launching_process() -> bool:
@@ -308,10 +321,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         refuse_if_training(run_dir)  # again: one may have started since
         claim_run_dir(run_dir, point, config.get("existing_run_dir", "refuse"))
         lock = RunDirLock(run_dir)
-        if config.trainer.val_check_interval > config.trainer.max_steps:  # said once the run is sure to start
-            log.warning("trainer.val_check_interval=%d is more than trainer.max_steps=%d: the run never validates "
-                        "(no val/ metrics, no validation history, no best.ckpt; what follows training uses "
-                        "last.ckpt)", config.trainer.val_check_interval, config.trainer.max_steps)
+        say_what_never_happens(config)  # once the run is sure to start
     stopped_at_step, stopped_by = None, ""
     try:
         if launching:
