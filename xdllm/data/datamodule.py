@@ -113,6 +113,8 @@ class DiffusionData:
         self.num_workers = num_workers
         self.max_steps = max_steps
         self.accumulate_grad_batches = accumulate_grad_batches
+        self.stream_origin = (0, 0)
+        """A step and the training stream position of its first sample (a resume sets it)."""
         self._draws: dict[str, list[tuple[list, list]]] = {}
         self._held_out: dict[str, list[Example]] = {}
 
@@ -186,7 +188,7 @@ class DiffusionData:
         rank, world_size = self._rank_and_world_size()
         return TrainStreamBatchSampler(self.batch_size, self._start_step, rank=rank, world_size=world_size,
                                        accumulate_grad_batches=self.accumulate_grad_batches,
-                                       max_steps=self._resolved_max_steps())
+                                       max_steps=self._resolved_max_steps(), origin=lambda: self.stream_origin)
 
     def train_dataloader(self) -> DataLoader:
         stream = TrainStream(self.task, self.tokenizer, self.seed, self.excluded_from_training)

@@ -4,10 +4,13 @@ evaluation shards.
 Training: stream position ``p`` names one sample. With per-rank micro-batch ``b``, world size
 ``W`` and ``a`` accumulation micro-batches per optimizer step, micro-batch ``k`` (counted over the
 whole run, ``k = step * a + m``) gives rank ``r`` the positions
-``[k*b*W + r*b, k*b*W + (r+1)*b)``. The first micro-batch is read from a callable when iteration
-starts, so a resumed run continues at exactly the next unseen position: the data of step ``s``
-depends only on ``s``, never on how the run got there. One item of the sampler is one optimizer
-step: this rank's ``a`` micro-batches, concatenated (:class:`MicroBatchCollate` splits them).
+``[k*b*W + r*b, k*b*W + (r+1)*b)``. The first step and its first position are read from callables
+when iteration starts, so a resumed run continues at exactly the next unseen position: the data
+of step ``s`` depends only on ``s``, never on how the run got there. A run resumed with another
+global batch (``b * W * a``: a new batch size, process count or accumulation) goes on from the
+position its checkpoint reached, neither reading samples again nor skipping any. One item of
+the sampler is one optimizer step: this rank's ``a`` micro-batches, concatenated
+(:class:`MicroBatchCollate` splits them).
 """
 
 from __future__ import annotations
@@ -35,11 +38,16 @@ class TrainStreamBatchSampler:
     its ``accumulate_grad_batches`` micro-batches of :class:`StreamIndex`, concatenated.
 
     ``start_step`` is called at every ``iter()``: pass a reader of the trainer's global step so
-    that resuming needs no sampler state. ``max_steps=None`` streams forever.
+    that resuming needs no sampler state. ``origin`` (called then too) gives a step and the
+    stream position of its first sample; the steps after it follow at this sampler's global
+    batch. The default ``(0, 0)`` lays the whole run out at one global batch; a run resumed
+    with another one passes the step and position its checkpoint reached.
+    ``max_steps=None`` streams forever.
     """
 
     def __init__(self, batch_size: int, start_step: Callable[[], int], rank: int = 0, world_size: int = 1,
-                 accumulate_grad_batches: int = 1, max_steps: int | None = None) -> None:
+                 accumulate_grad_batches: int = 1, max_steps: int | None = None,
+                 origin: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
         _check_rank(rank, world_size, "TrainStreamBatchSampler")
         if batch_size < 1 or accumulate_grad_batches < 1:
             raise ValueError(f"TrainStreamBatchSampler: batch_size and accumulate_grad_batches must be >= 1, "
@@ -52,22 +60,31 @@ class TrainStreamBatchSampler:
         self.world_size = world_size
         self.accumulate_grad_batches = accumulate_grad_batches
         self.max_steps = max_steps
+        self.origin = origin
 
-    def micro_batch(self, index: int) -> list[StreamIndex]:
-        """This rank's share of micro-batch ``index`` (counted from the start of the run)."""
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step over every rank."""
+        return self.batch_size * self.world_size * self.accumulate_grad_batches
+
+    def micro_batch(self, index: int, shift: int = 0) -> list[StreamIndex]:
+        """This rank's share of micro-batch ``index`` (counted from the start of the run), its
+        positions moved by ``shift``."""
         step = index // self.accumulate_grad_batches
-        first = (index * self.world_size + self.rank) * self.batch_size
+        first = shift + (index * self.world_size + self.rank) * self.batch_size
         return [StreamIndex(position, step) for position in range(first, first + self.batch_size)]
 
     def __iter__(self) -> Iterator[list[StreamIndex]]:
         start_step = self.start_step()
         if start_step < 0:
             raise ValueError(f"TrainStreamBatchSampler: start step must be >= 0, got {start_step}")
+        origin_step, origin_position = self.origin()
+        shift = origin_position - origin_step * self.global_batch
         step = start_step
         while self.max_steps is None or step < self.max_steps:
             first = step * self.accumulate_grad_batches
             yield [index for micro in range(first, first + self.accumulate_grad_batches)
-                   for index in self.micro_batch(micro)]
+                   for index in self.micro_batch(micro, shift)]
             step += 1
 
 
