@@ -127,9 +127,9 @@ def check_run_options(config: DictConfig) -> None:
                          "CUDA device torch can use; use trainer.accelerator=cpu (or auto)")
 
 
-def say_what_never_happens(config: DictConfig) -> None:
+def say_what_never_happens(config: DictConfig, optim: OptimConfig) -> None:
     """Warn of settings that ``trainer.max_steps`` cuts off: no validation, a warmup never done."""
-    max_steps, optim = config.trainer.max_steps, OptimConfig(**config.optim)
+    max_steps = config.trainer.max_steps
     if config.trainer.val_check_interval > max_steps:
         log.warning("trainer.val_check_interval=%d is more than trainer.max_steps=%d: the run never validates "
                     "(no val/ metrics, no validation history, no best.ckpt; what follows training uses "
@@ -267,12 +267,13 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
                          "above it to train on)", point.global_step)
     frozen, frozen_sources = load_frozen_models(config)
     judge, validation_predictor = validation_judging(config, components)
+    optim = OptimConfig(**config.optim)
     module = DiffusionLMModule(
         model=components.model,
         loss_fn=components.loss,
         predictor=validation_predictor,
         evaluator=components.evaluator,
-        optim=OptimConfig(**config.optim),
+        optim=optim,
         total_steps=config.trainer.max_steps,
         history_factory=history.recorder_for_step if config.history.num_samples > 0 else None,
         config=resolved,
@@ -321,7 +322,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         refuse_if_training(run_dir)  # again: one may have started since
         claim_run_dir(run_dir, point, config.get("existing_run_dir", "refuse"))
         lock = RunDirLock(run_dir)
-        say_what_never_happens(config)  # once the run is sure to start
+        say_what_never_happens(config, optim)  # once the run is sure to start
     stopped_at_step, stopped_by = None, ""
     try:
         if launching:

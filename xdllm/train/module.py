@@ -165,7 +165,7 @@ class DiffusionLMModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         """After Lightning restored a resumed run's optimizer and schedule: this run's ``optim.*``."""
-        changed = apply_settings(self.optimizers().optimizer, self.lr_schedulers(), self.optim, self.total_steps)
+        changed = apply_settings(self.optimizers().optimizer, self.lr_schedulers(), self.optim)
         if changed and self.trainer.is_global_zero:
             log.info("resume: %s (the optimizer's moments are the checkpoint's)", ", ".join(changed))
 

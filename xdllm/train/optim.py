@@ -47,11 +47,12 @@ def build_optimizer(model: torch.nn.Module, config: OptimConfig, total_steps: in
 
 
 def apply_settings(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR,
-                   config: OptimConfig, total_steps: int) -> list[str]:
+                   config: OptimConfig) -> list[str]:
     """Give an optimizer and schedule restored from a checkpoint ``config``'s learning rate,
     weight decay, betas and eps (a checkpoint carries the values of the run that saved it, so a
     run resumed with ``optim.lr=`` would otherwise go on at the old rate); the moments are kept.
-    Returns the settings that changed, as ``"optim.lr 0.001 -> 0.0003"``."""
+    The current step's rate comes from ``scheduler``'s own schedule (built from this run's
+    config). Returns the settings that changed, as ``"optim.lr 0.001 -> 0.0003"``."""
     changes: dict[str, str] = {}
     for index, (group, weight_decay) in enumerate(zip(optimizer.param_groups, group_weight_decays(config))):
         before = {"lr": scheduler.base_lrs[index], "weight_decay": group["weight_decay"],
@@ -62,6 +63,6 @@ def apply_settings(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_s
             if value != after[name]:
                 changes.setdefault(name, f"optim.{name} {value:g} -> {after[name]:g}")
         group.update(weight_decay=weight_decay, betas=(config.beta1, config.beta2), eps=config.eps,
-                     initial_lr=config.lr, lr=config.lr * lr_multiplier(scheduler.last_epoch, config, total_steps))
+                     initial_lr=config.lr, lr=config.lr * scheduler.lr_lambdas[index](scheduler.last_epoch))
         scheduler.base_lrs[index] = config.lr
     return list(changes.values())
