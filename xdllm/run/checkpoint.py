@@ -40,7 +40,7 @@ class ResumePoint:
     a checkpoint from before checkpoints stored tokenizers)."""
 
 
-def _global_step(path: Path) -> int:
+def checkpoint_step(path: Path) -> int:
     """A checkpoint's step, read without loading its tensors (memory-mapped)."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     return int(checkpoint["global_step"])
@@ -60,7 +60,7 @@ def resume_point(path: str | Path) -> ResumePoint:
     candidates, problems = [], []
     for file in sorted((path / CHECKPOINT_DIR).glob("*.ckpt")):
         try:
-            candidates.append((_global_step(file), file.name == LAST_NAME, file))
+            candidates.append((checkpoint_step(file), file.name == LAST_NAME, file))
         except Exception as error:
             problems.append(f"{file.name} (unreadable: {why_unreadable(file, error)})")
     if not candidates and not problems:

@@ -41,6 +41,7 @@ from xdllm.run.initial_weights import initial_weights, naming_the_tokenizer_take
 from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.run.resume_check import CHOICES_SHA256_KEY, TASK_DATA_SHA256_KEY, check_resume_matches
+from xdllm.run.rewind import set_aside_later_steps
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
 from xdllm.run.run_directory import claim_run_dir, prepare_run_dir, resolve_run_dir
 from xdllm.run.run_lock import RunDirLock, refuse_if_training
@@ -326,6 +327,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     stopped_at_step, stopped_by = None, ""
     try:
         if launching:
+            if point is not None:  # before trainer.fit starts the other processes
+                set_aside_later_steps(run_dir, point)
             prepare_run_dir(run_dir, resolved, overrides)
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
         if time_limit is not None and time_limit.stopped(trainer, config.trainer.max_steps):
