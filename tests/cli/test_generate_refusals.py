@@ -129,3 +129,14 @@ def test_a_generation_killed_as_it_claimed_its_folder_is_said_so_on_resume(tmp_p
     assert _error(capsys) == (f"xdllm: error: {claimed / 'generate.yaml'} is empty: the generation that claimed "
                               f"{claimed} was stopped before it wrote anything; there is nothing to continue: move "
                               f"{claimed} away and start a new one")
+
+
+@pytest.mark.parametrize("command", ["generate", "eval"])
+def test_a_canvas_shorter_than_the_splits_targets_is_refused(trained_run, tmp_path, capsys, command):
+    out = ["output_dir=" + str(tmp_path / "out")] if command == "generate" else []
+    assert main([command, f"ckpt={trained_run}", "predictor.max_new_tokens=3", *out]) == 2
+    assert _error(capsys) == ("xdllm: error: the test split's targets are up to 5 tokens with their EOS (task sort), "
+                              "more than the 3 the predictor generates (predictor.max_new_tokens=3): those longer "
+                              "could not match; give predictor.max_new_tokens=5 or more, or leave it out (the run's "
+                              "own)")
+    assert not (tmp_path / "out").exists()

@@ -116,9 +116,22 @@ def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionData | 
     if is_free_text(run.components.task):  # empty prompts: nothing of the split is read or scored
         return CheckedGeneration(options, predictor,
                                  prompt_batches(run, free_text_prompts(run, options), options.batch_size), judge=judge)
+    check_targets_fit(run, predictor, options.split)
     if data is None:
         data = held_out_data(run, options)
     return CheckedGeneration(options, predictor, drawn_when_iterated(data, options.split), judge=judge)
+
+
+def check_targets_fit(run: TrainedRun, predictor: Any, split: str) -> None:
+    """Refuse a predictor that generates fewer tokens than the split's targets have with their
+    EOS (``derived.max_new_tokens``): those would be scored wrong, however right the start (as
+    a ``prompts_file`` response that does not fit is refused)."""
+    new_tokens = getattr(predictor, "max_new_tokens", None)
+    if new_tokens and new_tokens < run.max_new_tokens:
+        raise XdllmError(f"the {split} split's targets are up to {run.max_new_tokens} tokens with their EOS (task "
+                         f"{run.config.task.name}), more than the {new_tokens} the predictor generates "
+                         f"(predictor.max_new_tokens={new_tokens}): those longer could not match; give "
+                         f"predictor.max_new_tokens={run.max_new_tokens} or more, or leave it out (the run's own)")
 
 
 _warned_canvases: set[tuple[str, int]] = set()  # (checkpoint, canvas) said in this process: once per sweep
