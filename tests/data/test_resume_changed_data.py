@@ -46,3 +46,12 @@ def test_a_prepared_dataset_made_again_from_other_sources_is_said_on_resume(tmp_
     shutil.rmtree(folder)
     prepare_documents(folder, 60)
     assert f"the data of task prepared (task.params.path={folder}) {CHANGED}" in _resume_says(run_dir, 6, capsys)
+
+
+def test_a_resume_of_prepared_data_may_change_the_seed(tmp_path, capsys):
+    """Its splits were kept apart when it was prepared: no seed draws held-out samples from training's."""
+    folder, run_dir = tmp_path / "docs", tmp_path / "run"
+    prepare_documents(folder, 50)
+    assert main(["train", "task=prepared", f"task.params.path={folder}", "data.num_val_samples=5",
+                 "data.num_test_samples=5", "trainer.max_steps=2", *SMALL, f"run_dir={run_dir}"]) == 0
+    assert main(["train", f"resume={run_dir}", "trainer.max_steps=4", "seed=1"]) == 0

@@ -4,6 +4,9 @@
   weight decay, betas and eps, which the resumed run's settings replace (its moments are kept).
 - ``trainer.max_steps`` is the step a run ends at: a resume from a checkpoint past it is refused
   (nothing would train), one at it says nothing is left to train and runs what follows training.
+- ``seed``, ``data.num_val_samples``, ``data.num_test_samples``: the run's weights were kept out
+  of the held-out samples its seed and counts drew; a resume drawing others is refused, a run
+  started from its weights (``init_from``) on the same task is warned.
 """
 
 from pathlib import Path
@@ -14,6 +17,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tiny_run import TINY
 
 from xdllm.cli.main import main
+from xdllm.data.builtin_tasks import AdditionTask
+from xdllm.data.tasks import draw_sample, held_out_draws, sample_keys
 from xdllm.train.optim_config import OptimConfig, lr_multiplier
 
 
@@ -74,3 +79,42 @@ def test_resume_past_or_at_max_steps_says_so(run, capsys):
     assert ("nothing is left to train: the checkpoint is at trainer.max_steps=4 (give trainer.max_steps above it "
             "to train on)") in capsys.readouterr().err
     assert len(list((run / "generate").glob("*/predictions.jsonl"))) == 1  # what follows training ran
+
+
+def test_another_seed_holds_out_samples_a_run_trained_on():
+    """Why the next tests refuse: on the 3-digit addition task, 200 steps of 64 samples drawn with
+    seed 0 trained on 11 of the 512 test samples seed 1 holds out (none of seed 0's)."""
+    task = AdditionTask(num_digits=3)
+    kept_out = sample_keys(held_out_draws(task, "validation", 0, 256) + held_out_draws(task, "test", 0, 512))
+    trained = sample_keys([draw_sample(task, "train", index, 0, kept_out) for index in range(64 * 200)])
+    assert len(sample_keys(held_out_draws(task, "test", 1, 512)) & trained) == 11
+    assert not sample_keys(held_out_draws(task, "test", 0, 512)) & trained
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("override", "said"), [
+    ("seed=1", "seed=1 draws other validation and test samples than seed=0, which it trained with"),
+    ("data.num_test_samples=20", "data.num_test_samples=20 holds out test samples 16 to 19, past the 16 it kept out "
+                                 "of training"),
+])
+def test_a_resume_drawing_other_held_out_samples_is_refused(run, capsys, override, said):
+    assert main(["train", f"resume={run}", "trainer.max_steps=6", override]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert f"xdllm: error: resume: {said} ({run}/checkpoints/last.ckpt, step 4)" in error
+    assert error.rstrip().endswith("the run's validation and test figures would count samples it may have trained "
+                                   "on; resume with seed=0, data.num_val_samples at most 16, data.num_test_samples "
+                                   "at most 16, or start a new run")
+    assert main(["train", f"resume={run}", "trainer.max_steps=5", "data.num_test_samples=8"]) == 0  # a subset
+
+
+@pytest.mark.slow
+def test_a_run_started_from_weights_of_another_seed_is_warned(run, tmp_path, capsys):
+    assert main(["train", *TINY, "trainer.max_steps=1", f"init_from={run}", "seed=1",
+                 f"run_dir={tmp_path / 'seed1'}"]) == 0
+    assert (f"init_from={run}/checkpoints/last.ckpt trained on this task: seed=1 draws other validation and test "
+            "samples than seed=0, which it trained with; this run's validation and test figures may count samples "
+            "its weights trained on (with seed=0") in " ".join(capsys.readouterr().err.split())
+    assert main(["train", *TINY, "trainer.max_steps=1", f"init_from={run}", "task.params.length=5", "seed=1",
+                 f"run_dir={tmp_path / 'other_task'}"]) == 0
+    assert "trained on this task" not in capsys.readouterr().err  # another task's samples

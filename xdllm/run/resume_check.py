@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import ResumePoint
+from xdllm.run.held_out_check import the_trained_values, unkept_held_out
 from xdllm.run.initial_weights import shape_misfits
 
 log = logging.getLogger(__name__)
@@ -22,11 +23,13 @@ TASK_DATA_SHA256_KEY = "xdllm_task_data_sha256"
 
 
 def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig,
-                         choices_sha256: str | None = None, data_sha256: str | None = None) -> None:
+                         choices_sha256: str | None = None, data_sha256: str | None = None,
+                         held_out_drawn: bool = True) -> None:
     """The checkpoint must hold this model: same family, same parameter names and shapes. A
     ``validation_choices`` file or task data that changed since the checkpoint (``choices_sha256``,
     ``data_sha256``: their digests now) is said: the figures from here on score other questions,
-    the training stream reads other samples."""
+    the training stream reads other samples. Where the task's held-out samples are drawn
+    (``held_out_drawn``: not prepared data), they must be ones the run kept out of training."""
     checkpoint = torch.load(point.checkpoint, map_location="cpu", weights_only=False, mmap=True)
     recorded = checkpoint.get(CHOICES_SHA256_KEY)
     if choices_sha256 is not None and recorded is not None and recorded != choices_sha256:
@@ -55,6 +58,12 @@ def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: Dic
         raise XdllmError(f"resume: init_from={config.get('init_from')} but this run started from "
                          f"{started_from or 'its own initialisation'}: a resumed run continues from its checkpoint's "
                          "weights; to start from other weights, start a new run (without resume=)")
+    trained = checkpoint["xdllm_config"]
+    changes = unkept_held_out(trained, config) if held_out_drawn else []
+    if changes:
+        raise XdllmError(f"resume: {'; '.join(changes)} ({point.checkpoint}, step {point.global_step}): the run's "
+                         "validation and test figures would count samples it may have trained on; resume with "
+                         f"{the_trained_values(trained)}, or start a new run")
     check_steps_left(point, config.trainer.max_steps)
 
 

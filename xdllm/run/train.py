@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.data.lightning_datamodule import DiffusionDataModule
+from xdllm.data.prepared_task import PreparedTask
 from xdllm.errors import CollateError, XdllmError, os_error_text
 from xdllm.history.recorder import check_history_k
 from xdllm.run.build import build_components, build_datamodule, check_positions
@@ -37,6 +38,7 @@ from xdllm.run.checkpoint import resume_point
 from xdllm.run.choice_scores import ChoiceProbe
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
+from xdllm.run.held_out_check import the_trained_values, unkept_held_out
 from xdllm.run.initial_weights import initial_weights, naming_the_tokenizer_taken
 from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
@@ -230,9 +232,15 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         overrides = [*overrides, *([start.tokenizer_override] if start.tokenizer_override else [])]
     with naming_the_tokenizer_taken(start, config):
         components = build_components(config, tokenizer)
+    held_out_drawn = not isinstance(components.task, PreparedTask)  # prepared data: splits kept apart
     started_from: dict[str, Any] = {}  # the checkpoint entry saying so
     if start is not None:
         started = start.load_into(components.model, config)
+        unkept = unkept_held_out(start.source.config, config) if held_out_drawn else []
+        if unkept and launching:
+            log.warning("init_from=%s trained on this task: %s; this run's validation and test figures may count "
+                        "samples its weights trained on (with %s they would not)", start.source.path,
+                        "; ".join(unkept), the_trained_values(start.source.config))
         started_from = start.record()
         start = None  # the source checkpoint's whole content (its optimizer state too) is not held while training
         if launching:
@@ -260,7 +268,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     data_sha256 = getattr(components.task, "source_sha256", None)  # generated tasks: none
     if point is not None:
         check_resume_matches(point, components.model, config, probe.choices.sha256 if probe is not None else None,
-                             data_sha256)
+                             data_sha256, held_out_drawn)
         if launching:
             log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
             if point.global_step == config.trainer.max_steps:
