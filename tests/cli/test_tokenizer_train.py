@@ -113,6 +113,9 @@ class SlowTokenizer:
         time.sleep(120)
 
 training._untrained = lambda kind, vocab_size, min_frequency: (SlowTokenizer(), None)
+# Ctrl-C as in a terminal's foreground: a suite started as a shell's background job (`pytest &`)
+# hands its processes SIGINT ignored, which a child keeps
+signal.signal(signal.SIGINT, signal.default_int_handler)
 status = main(["tokenizer", "train", sys.argv[1], "-o", sys.argv[3]])
 print("status", status, "training module loaded", "xdllm.run.train" in sys.modules)
 """
