@@ -7,6 +7,8 @@
 - ``seed``, ``data.num_val_samples``, ``data.num_test_samples``: the run's weights were kept out
   of the held-out samples its seed and counts drew; a resume drawing others is refused, a run
   started from its weights (``init_from``) on the same task is warned.
+- what validation measures (the task, the predictor, ...): changed, ``best.ckpt`` is chosen afresh
+  (the old one kept as ``best-before-step<S>.ckpt``).
 """
 
 from pathlib import Path
@@ -19,6 +21,7 @@ from tiny_run import TINY
 from xdllm.cli.main import main
 from xdllm.data.builtin_tasks import AdditionTask
 from xdllm.data.tasks import draw_sample, held_out_draws, sample_keys
+from xdllm.run.validation_change import measure_changes
 from xdllm.train.optim_config import OptimConfig, lr_multiplier
 
 
@@ -118,3 +121,34 @@ def test_a_run_started_from_weights_of_another_seed_is_warned(run, tmp_path, cap
     assert main(["train", *TINY, "trainer.max_steps=1", f"init_from={run}", "task.params.length=5", "seed=1",
                  f"run_dir={tmp_path / 'other_task'}"]) == 0
     assert "trained on this task" not in capsys.readouterr().err  # another task's samples
+
+
+@pytest.mark.slow
+def test_a_resume_validating_another_task_chooses_best_afresh(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *TINY, "trainer.max_steps=4", "trainer.val_check_interval=2", f"run_dir={run}"]) == 0
+    assert main(["train", f"resume={run}", "trainer.max_steps=6"]) == 0  # the same measure: best.ckpt goes on
+    assert "validation measures something else" not in capsys.readouterr().err
+
+    assert main(["train", f"resume={run}", "trainer.max_steps=8", "task.params.length=5"]) == 0
+    kept = run / "checkpoints" / "best-before-step6.ckpt"
+    assert ("resume: validation measures something else from step 6 on (task.params.length 4 -> 5, "
+            "predictor.max_new_tokens 5 -> 6, predictor.max_steps 5 -> 6): best.ckpt, chosen by the old measure, is "
+            f"kept as {kept}, and best.ckpt is chosen afresh from this run's validations") in capsys.readouterr().err
+    best = torch.load(run / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=False)
+    assert (best["global_step"], best["xdllm_config"]["task"]["params"]["length"]) == (8, 5)
+    old = torch.load(kept, map_location="cpu", weights_only=False)
+    assert old["xdllm_config"]["task"]["params"]["length"] == 4
+
+
+def test_what_validation_measures_differently():
+    recorded = {"task": {"name": "text_file", "params": {"path": "/a/c.txt", "max_tokens": 16}}, "seed": 0,
+                "predictor": {"threshold": None}, "checkpoint": {"monitor": "val/loss", "mode": "min"}}
+    moved = {**recorded, "task": {"name": "text_file", "params": {"path": "/b/c.txt", "max_tokens": 16}}}
+    assert measure_changes(recorded, moved) == []  # moved data is compared by its digest
+    assert measure_changes(recorded, moved, other_data=True) == ["the task's data"]
+    changed = {**moved, "predictor": {"threshold": 0.9}, "checkpoint": {"monitor": "val/nll", "mode": "min"},
+               "validation_choices": "/q.jsonl"}
+    assert measure_changes(recorded, changed) == ["predictor.threshold None -> 0.9",
+                                                  "checkpoint.monitor val/loss -> val/nll",
+                                                  "validation_choices None -> /q.jsonl"]

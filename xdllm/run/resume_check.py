@@ -13,6 +13,7 @@ from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import ResumePoint
 from xdllm.run.held_out_check import the_trained_values, unkept_held_out
 from xdllm.run.initial_weights import shape_misfits
+from xdllm.run.validation_change import measure_changes
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +76,17 @@ def check_steps_left(point: ResumePoint, max_steps: int) -> None:
         raise XdllmError(f"resume: {point.checkpoint} is at step {point.global_step}, past trainer.max_steps="
                          f"{max_steps}, the step the run ends at (not a number of steps more): nothing would "
                          f"train; give trainer.max_steps above {point.global_step} to train on")
+
+
+def validation_changes(point: ResumePoint, resolved: dict, choices_sha256: str | None = None,
+                       data_sha256: str | None = None) -> list[str]:
+    """What the resumed run (``resolved``: its resolved config; the digests of its
+    ``validation_choices`` file and task data) validates differently from the run that saved the
+    checkpoint (:func:`xdllm.run.validation_change.measure_changes`)."""
+    checkpoint = torch.load(point.checkpoint, map_location="cpu", weights_only=False, mmap=True)
+
+    def other(key: str, now: str | None) -> bool:
+        return now is not None and checkpoint.get(key) not in (None, now)
+
+    return measure_changes(checkpoint["xdllm_config"], resolved, other(TASK_DATA_SHA256_KEY, data_sha256),
+                           other(CHOICES_SHA256_KEY, choices_sha256))

@@ -42,13 +42,19 @@ from xdllm.run.held_out_check import the_trained_values, unkept_held_out
 from xdllm.run.initial_weights import initial_weights, naming_the_tokenizer_taken
 from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
-from xdllm.run.resume_check import CHOICES_SHA256_KEY, TASK_DATA_SHA256_KEY, check_resume_matches
+from xdllm.run.resume_check import (
+    CHOICES_SHA256_KEY,
+    TASK_DATA_SHA256_KEY,
+    check_resume_matches,
+    validation_changes,
+)
 from xdllm.run.rewind import set_aside_later_steps
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
 from xdllm.run.run_directory import claim_run_dir, prepare_run_dir, resolve_run_dir
 from xdllm.run.run_lock import RunDirLock, refuse_if_training
 from xdllm.run.run_overrides import continue_command
 from xdllm.run.stored_tokenizer import resumed_tokenizer, tokenizer_record
+from xdllm.run.validation_change import restart_best_if_measure_changed
 from xdllm.train.atomic_checkpoint_io import AtomicCheckpointIO
 from xdllm.train.best_checkpoint import NewestOnTieCheckpoint
 from xdllm.train.checkpoint_layout import LAST_NAME
@@ -266,9 +272,11 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     probe = (ChoiceProbe(config.validation_choices, components, config.data.eval_batch_size)
              if config.get("validation_choices") is not None else None)
     data_sha256 = getattr(components.task, "source_sha256", None)  # generated tasks: none
+    measured_otherwise: list[str] = []  # what a resume validates differently
     if point is not None:
-        check_resume_matches(point, components.model, config, probe.choices.sha256 if probe is not None else None,
-                             data_sha256, held_out_drawn)
+        choices_sha256 = probe.choices.sha256 if probe is not None else None
+        check_resume_matches(point, components.model, config, choices_sha256, data_sha256, held_out_drawn)
+        measured_otherwise = validation_changes(point, resolved, choices_sha256, data_sha256)
         if launching:
             log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
             if point.global_step == config.trainer.max_steps:
@@ -337,6 +345,7 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
         if launching:
             if point is not None:  # before trainer.fit starts the other processes
                 set_aside_later_steps(run_dir, point)
+                restart_best_if_measure_changed(run_dir, point, measured_otherwise)
             prepare_run_dir(run_dir, resolved, overrides)
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
         if time_limit is not None and time_limit.stopped(trainer, config.trainer.max_steps):
