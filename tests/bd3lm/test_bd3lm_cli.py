@@ -48,6 +48,17 @@ def test_a_bad_predictor_option_is_a_one_line_error(bd3lm_run, capsys):
     assert error.startswith("xdllm: error:") and "steps_per_block" in error and len(error.splitlines()) == 1
 
 
+@pytest.mark.parametrize(("command", "option"), [("generate", "predictor"), ("eval", "evaluator")])
+def test_a_block_size_other_than_the_trained_one_is_said(bd3lm_run, tmp_path, capsys, command, option):
+    out = [f"output_dir={tmp_path / 'out'}"] if command == "generate" else []
+    assert main([command, f"ckpt={bd3lm_run}", "num_samples=4", f"{option}.block_size=2", *out]) == 0
+    assert (f"{option}.block_size=2 differs from bd3lm.block_size=4, the value the run trained with: the model is "
+            "used with a setting it never trained on") in capsys.readouterr().err
+    out = [f"output_dir={tmp_path / 'same'}"] if command == "generate" else []
+    assert main([command, f"ckpt={bd3lm_run}", "num_samples=4", f"{option}.block_size=4", *out]) == 0
+    assert "differs from" not in capsys.readouterr().err
+
+
 def test_packed_training_runs(tmp_path):
     assert main(["train", *TINY_BD3LM, "collator=packed_bd3lm", "collator.train.row_length=32",
                  "trainer.max_steps=2", "trainer.val_check_interval=2", f"run_dir={tmp_path / 'run'}"]) == 0

@@ -28,7 +28,7 @@ from xdllm.run.choice_scores import choice_metrics, choice_records, scored_choic
 from xdllm.run.device import autocast, batch_to
 from xdllm.run.free_text import is_free_text
 from xdllm.run.generate import checkpoint_fields, load_run, place_run, run_generation
-from xdllm.run.generation_check import check_generation, generation_options
+from xdllm.run.generation_check import check_generation, generation_options, warn_of_untrained_settings
 from xdllm.run.generation_record import show_value
 from xdllm.run.prompt_sources import held_out_data
 
@@ -116,6 +116,7 @@ def _with_evaluator_options(run: TrainedRun, options: DictConfig) -> tuple[Train
     if not options.evaluator:
         return run, options
     evaluator = run.evaluator(**options.evaluator)
+    warn_of_untrained_settings(run, "evaluator", options.evaluator)
     options = options.copy()
     options.evaluator = {}
     return replace(run, components=replace(run.components, evaluator=evaluator)), options
