@@ -146,6 +146,8 @@ def test_what_validation_measures_differently():
                 "predictor": {"threshold": None}, "checkpoint": {"monitor": "val/loss", "mode": "min"}}
     moved = {**recorded, "task": {"name": "text_file", "params": {"path": "/b/c.txt", "max_tokens": 16}}}
     assert measure_changes(recorded, moved) == []  # moved data is compared by its digest
+    newer = {**recorded, "predictor": {"threshold": None, "dual_cache": False}}
+    assert measure_changes(recorded, newer) == []  # an option added since, off: as before
     assert measure_changes(recorded, moved, other_data=True) == ["the task's data"]
     changed = {**moved, "predictor": {"threshold": 0.9}, "checkpoint": {"monitor": "val/nll", "mode": "min"},
                "validation_choices": "/q.jsonl"}

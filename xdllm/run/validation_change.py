@@ -57,8 +57,12 @@ def measure_changes(recorded: Mapping[str, Any], resolved: Mapping[str, Any], ot
     for dotted in MEASURE_KEYS:
         before, after = _flat(_lookup(recorded, dotted), dotted), _flat(_lookup(resolved, dotted), dotted)
         for key in sorted(before.keys() | after.keys()):
-            if before.get(key) != after.get(key) and not (dotted == "task" and _is_a_path(key)):
-                changes.append(f"{key} {before.get(key)} -> {after.get(key)}")
+            if before.get(key) == after.get(key) or (dotted == "task" and _is_a_path(key)):
+                continue
+            one_side = before if key in before else after
+            if (key in before) != (key in after) and not one_side[key]:
+                continue  # an option one side's xdllm lacks, at its off value (false, 0, null): unchanged
+            changes.append(f"{key} {before.get(key)} -> {after.get(key)}")
     if (_lookup(recorded, "validation_choices") is None) != (_lookup(resolved, "validation_choices") is None):
         changes.append(f"validation_choices {_lookup(recorded, 'validation_choices')} -> "
                        f"{_lookup(resolved, 'validation_choices')}")
