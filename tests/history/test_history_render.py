@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -41,3 +42,18 @@ def test_cap_lists_the_first_masked_positions_and_counts_the_rest(sample):
     assert first.hidden_masked == first.masks_remaining == int(sample.masks_remaining[0]) > 0
     with pytest.raises(HistoryError, match="masked_positions must be >= 0"):
         step_views(sample, masked_positions=-1)
+
+
+def test_padding_after_an_eos_is_not_shown_as_a_commit(sample):
+    """A block-wise predictor (hybrid) pads the rest of a finished block after its EOS and records
+    the padding as committed with no prediction behind it (every probability 0): it read as
+    `<pad> committed, conf 0.000: <pad> 0.000 <pad> 0.000 ...` at every padded position."""
+    last = sample.num_steps - 1
+    [j] = sample.committed[last].nonzero().flatten().tolist()[-1:]
+    canvas, probs = sample.canvas.clone(), sample.topk_probs.clone()
+    canvas[last, j], probs[last, j] = TOKENIZER.pad_token_id, 0.0
+    padded = dataclasses.replace(sample, canvas=canvas, topk_probs=probs, pad_token_id=TOKENIZER.pad_token_id)
+    before, after = step_views(sample)[last], step_views(padded)[last]
+    assert after.cells[j].state == "fixed" and before.cells[j].state == "committed"
+    assert after.committed == before.committed - 1
+    assert j not in [p.position for p in after.positions]

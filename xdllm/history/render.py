@@ -143,10 +143,13 @@ def step_views(
     top_probs = sample.topk_probs[..., :k].tolist()
     confidence = sample.commit_confidence.tolist()
     views = []
+    pad = sample.pad_token_id
     for s, step in enumerate(sample.steps.tolist()):
+        # padding a predictor writes after a settled EOS is recorded as committed, but with no
+        # prediction behind it (every recorded probability 0): shown as a plain cell, not a commit
         cells = [
-            Cell(text(token), "masked" if masked[s][j] else "committed" if committed[s][j]
-                 else "changed" if rewritten[s][j] else "fixed", wrong[s][j])
+            Cell(text(token), "masked" if masked[s][j] else "fixed" if token == pad and not any(top_probs[s][j])
+                 else "committed" if committed[s][j] else "changed" if rewritten[s][j] else "fixed", wrong[s][j])
             for j, token in enumerate(canvas[s])
         ]
         still_masked = [j for j, cell in enumerate(cells) if cell.state == "masked"]
