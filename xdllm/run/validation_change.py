@@ -2,7 +2,7 @@
 length, other data, another validation set, predictor, evaluator, judge or monitored metric)
 would compare its scores with ``best.ckpt``'s, which came from the old measure: after a resume
 from a sort run of length 8 with ``task.params.length=12``, ``best.ckpt`` stayed the length-8
-checkpoint (0.96 exact match there, 0.29 on length 12 at the new run's validation) and the
+checkpoint (0.96 exact match there; 0.29 to 0.32 at length 12 at the resumed validation) and the
 generation after training reported 0.97, on the length-8 test split its config holds. So the old
 ``best.ckpt`` is kept as ``best-before-step<S>.ckpt`` and ``best.ckpt`` is chosen afresh from the
 resumed run's validations (:class:`xdllm.train.best_checkpoint.NewestOnTieCheckpoint` forgets a
