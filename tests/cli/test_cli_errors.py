@@ -52,7 +52,8 @@ def test_generate_without_ckpt_is_one_line(capsys):
 def test_help_lists_groups_and_experiments():
     result = subprocess.run([sys.executable, "-m", "xdllm.cli.main", "--help"],
                             capture_output=True, text=True, check=True)
-    for expected in ("experiment", "sort_mlm", "trainer_strategy", "ddp", "model", "mlm", "task"):
+    for expected in ("experiment", "sort_mlm", "trainer_strategy", "ddp", "model", "mlm", "task",
+                     "resume=runs/quick/checkpoints/best.ckpt"):
         assert expected in result.stdout
 
 

@@ -44,6 +44,9 @@ def _help_epilog() -> str:
         "  xdllm eval ckpt=runs/quick split=test",
         "  xdllm train --cfg experiment=sort_mlm      (print the composed config, run nothing)",
         "  xdllm train -m experiment=sort_mlm optim.lr=1e-3,3e-4 seed=0,1   (a sweep: one run each)",
+        "  xdllm train resume=runs/quick trainer.max_steps=400   (continue a run, to step 400)",
+        "  xdllm train resume=runs/quick/checkpoints/best.ckpt optim.lr=3e-4   (back to its best step;"
+        " later files move aside)",
         "  xdllm train model=mdlm init_from=runs/quick optim.lr=3e-4   (start from another run's weights)",
         "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
         "  xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json",
