@@ -1,6 +1,7 @@
 """Whether a checkpoint can continue the run this config builds: the same family, parameter
 names and shapes, the same ``init_from``, a step not past ``trainer.max_steps``; what changed
-since it was saved (a ``validation_choices`` file, the task's data) is said."""
+since it was saved (a ``validation_choices`` file, the task's data) is said, and what the resumed
+run validates differently is returned."""
 
 from __future__ import annotations
 
@@ -23,23 +24,28 @@ TASK_DATA_SHA256_KEY = "xdllm_task_data_sha256"
 """The checkpoint entry holding the digest of the task's data (a text file, a prepared dataset)."""
 
 
-def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig,
+def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: DictConfig, resolved: dict,
                          choices_sha256: str | None = None, data_sha256: str | None = None,
-                         held_out_drawn: bool = True) -> None:
+                         held_out_drawn: bool = True) -> list[str]:
     """The checkpoint must hold this model: same family, same parameter names and shapes. A
     ``validation_choices`` file or task data that changed since the checkpoint (``choices_sha256``,
     ``data_sha256``: their digests now) is said: the figures from here on score other questions,
     the training stream reads other samples. Where the task's held-out samples are drawn
-    (``held_out_drawn``: not prepared data), they must be ones the run kept out of training."""
+    (``held_out_drawn``: not prepared data), they must be ones the run kept out of training.
+
+    Returns what the resumed run (``resolved``: its resolved config) validates differently from
+    the run that saved the checkpoint (:func:`xdllm.run.validation_change.measure_changes`)."""
     checkpoint = torch.load(point.checkpoint, map_location="cpu", weights_only=False, mmap=True)
-    recorded = checkpoint.get(CHOICES_SHA256_KEY)
-    if choices_sha256 is not None and recorded is not None and recorded != choices_sha256:
+    other_choices = _changed(checkpoint, CHOICES_SHA256_KEY, choices_sha256)
+    other_data = _changed(checkpoint, TASK_DATA_SHA256_KEY, data_sha256)
+    if other_choices:
+        recorded = checkpoint[CHOICES_SHA256_KEY]
         log.warning("validation_choices=%s has changed since %s was saved (sha256 %s..., now %s...): the "
                     "val/choice_* figures from step %d on score other questions than those before",
                     config.validation_choices, point.checkpoint, recorded[:12], choices_sha256[:12],
                     point.global_step)
-    recorded = checkpoint.get(TASK_DATA_SHA256_KEY)
-    if data_sha256 is not None and recorded is not None and recorded != data_sha256:
+    if other_data:
+        recorded = checkpoint[TASK_DATA_SHA256_KEY]
         log.warning("the data of task %s (task.params.path=%s) has changed since %s was saved (sha256 %s..., now "
                     "%s...): from step %d on the run trains and validates on other samples than the run it "
                     "continues", config.task.name, config.task.params.get("path"), point.checkpoint, recorded[:12],
@@ -66,6 +72,12 @@ def check_resume_matches(point: ResumePoint, model: torch.nn.Module, config: Dic
                          "validation and test figures would count samples it may have trained on; resume with "
                          f"{the_trained_values(trained)}, or start a new run")
     check_steps_left(point, config.trainer.max_steps)
+    return measure_changes(trained, resolved, other_data, other_choices)
+
+
+def _changed(checkpoint: dict, key: str, now: str | None) -> bool:
+    """The digest the checkpoint recorded under ``key`` differs from ``now`` (either unknown: no)."""
+    return now is not None and checkpoint.get(key) not in (None, now)
 
 
 def check_steps_left(point: ResumePoint, max_steps: int) -> None:
@@ -77,16 +89,3 @@ def check_steps_left(point: ResumePoint, max_steps: int) -> None:
                          f"{max_steps}, the step the run ends at (not a number of steps more): nothing would "
                          f"train; give trainer.max_steps above {point.global_step} to train on")
 
-
-def validation_changes(point: ResumePoint, resolved: dict, choices_sha256: str | None = None,
-                       data_sha256: str | None = None) -> list[str]:
-    """What the resumed run (``resolved``: its resolved config; the digests of its
-    ``validation_choices`` file and task data) validates differently from the run that saved the
-    checkpoint (:func:`xdllm.run.validation_change.measure_changes`)."""
-    checkpoint = torch.load(point.checkpoint, map_location="cpu", weights_only=False, mmap=True)
-
-    def other(key: str, now: str | None) -> bool:
-        return now is not None and checkpoint.get(key) not in (None, now)
-
-    return measure_changes(checkpoint["xdllm_config"], resolved, other(TASK_DATA_SHA256_KEY, data_sha256),
-                           other(CHOICES_SHA256_KEY, choices_sha256))

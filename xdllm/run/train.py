@@ -46,7 +46,6 @@ from xdllm.run.resume_check import (
     CHOICES_SHA256_KEY,
     TASK_DATA_SHA256_KEY,
     check_resume_matches,
-    validation_changes,
 )
 from xdllm.run.rewind import set_aside_later_steps
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
@@ -275,8 +274,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     measured_otherwise: list[str] = []  # what a resume validates differently
     if point is not None:
         choices_sha256 = probe.choices.sha256 if probe is not None else None
-        check_resume_matches(point, components.model, config, choices_sha256, data_sha256, held_out_drawn)
-        measured_otherwise = validation_changes(point, resolved, choices_sha256, data_sha256)
+        measured_otherwise = check_resume_matches(point, components.model, config, resolved, choices_sha256,
+                                                  data_sha256, held_out_drawn)
         if launching:
             log.info("resuming from %s (step %d): %s", point.checkpoint, point.global_step, point.reason)
             if point.global_step == config.trainer.max_steps:
