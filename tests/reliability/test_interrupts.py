@@ -175,7 +175,7 @@ def test_a_ctrl_c_during_validation_says_the_validation_finishes_first(capsys, s
 def test_a_second_ctrl_c_names_the_newest_saved_state(tmp_path, monkeypatch, capsys):
     run_dir = tmp_path / "run"
 
-    def interrupted_train(config, resume=None, overrides=()):
+    def interrupted_train(config, resume=None, overrides=(), run_log=None):
         raise TrainingInterrupted(run_dir, continue_command(run_dir))
 
     monkeypatch.setattr("xdllm.run.train.train", interrupted_train)

@@ -40,6 +40,9 @@ def test_a_rewound_resume_moves_the_abandoned_steps_aside(tmp_path, capsys):
                                                                          "history-step0000006"]
     assert "lr: 0.0005" in (run / "config.yaml").read_text()
     assert "lr: 0.0005" not in (aside / "config.yaml").read_text()  # the abandoned branch's own record
+    abandoned_log = (aside / "train.log").read_text()  # its log up to the rewind, which the run's log says
+    assert "step 6/6" in abandoned_log and "optim.lr=0.0005" not in abandoned_log
+    assert f"is moved to {aside}" in " ".join((run / "train.log").read_text().split())
     saved = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert saved["optimizer_states"][0]["param_groups"][0]["initial_lr"] == 0.0005  # the new branch's
 

@@ -150,6 +150,7 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
     from xdllm.config.compose import compose_config
     from xdllm.run.run_overrides import with_stored_overrides
 
+    command = ("xdllm", "train", *overrides)
     overrides, resume = _split_resume(overrides)
     if sweep or resume is not None:  # Lightning loads here, not before --cfg or a bad override is answered
         from xdllm.run.train_sweep import continue_train_sweep, is_train_sweep, run_train_sweep, sweep_run_configs
@@ -171,15 +172,19 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
         print(composed_yaml(config), end="")
         return 0
     from xdllm.run.after_training import finish_training
+    from xdllm.run.run_log import keeping_run_log
     from xdllm.run.train import train
 
-    result = train(config, resume=resume, overrides=overrides)
-    if not result.is_global_zero:
-        return 0
-    print(f"run directory: {result.run_dir}")
-    if result.stopped_at_step is not None:
-        return _stopped(result, f", saved in {result.last_checkpoint}; continue with: {result.continue_command}")
-    summary = finish_training(result, config)
+    with keeping_run_log(command) as run_log:
+        result = train(config, resume=resume, overrides=overrides, run_log=run_log)
+        if not result.is_global_zero:
+            return 0
+        print(f"run directory: {result.run_dir}")
+        if result.stopped_at_step is not None:
+            run_log.note(f"stopped by {result.stopped_by} after step {result.stopped_at_step}")
+            return _stopped(result, f", saved in {result.last_checkpoint}; continue with: {result.continue_command}")
+        summary = finish_training(result, config)
+        run_log.result(summary)
     if summary is not None:
         print(json.dumps(summary, indent=2))
     return 0

@@ -1,14 +1,20 @@
-"""The log handler of xdllm's own INFO lines."""
+"""The log handler of xdllm's own INFO lines on the terminal."""
 
 from __future__ import annotations
 
 import logging
 import sys
 
+from xdllm.log_marks import FILE_ONLY
+
 
 class StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time of each record, not the stream that was
     current when the handler was made (a redirected or replaced stderr keeps working)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Not the lines meant for the run's log only."""
+        return not getattr(record, FILE_ONLY, False) and bool(super().filter(record))
 
     @property
     def stream(self):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from xdllm.run.checkpoint import ResumePoint, checkpoint_step
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, RUN_CONFIG, run_dir_of
+from xdllm.run.run_log import RUN_LOG
 from xdllm.run.run_overrides import OVERRIDES_FILE
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def set_aside_later_steps(run_dir: Path, point: ResumePoint) -> Path | None:
     for relative in later:
         (aside / relative).parent.mkdir(parents=True, exist_ok=True)
         os.replace(run_dir / relative, aside / relative)
-    for record in (RUN_CONFIG, OVERRIDES_FILE):
+    for record in (RUN_CONFIG, OVERRIDES_FILE, RUN_LOG):
         if (run_dir / record).is_file():
             shutil.copy2(run_dir / record, aside / record)
     checkpoints = sorted(path.name if path.name.startswith("step") else f"{path.name} (step {step})"

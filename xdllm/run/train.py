@@ -42,15 +42,12 @@ from xdllm.run.held_out_check import the_trained_values, unkept_held_out
 from xdllm.run.initial_weights import initial_weights, naming_the_tokenizer_taken
 from xdllm.run.judge_model import validation_judging
 from xdllm.run.preflight import check_loss_reads_collated_batches
-from xdllm.run.resume_check import (
-    CHOICES_SHA256_KEY,
-    TASK_DATA_SHA256_KEY,
-    check_resume_matches,
-)
+from xdllm.run.resume_check import CHOICES_SHA256_KEY, TASK_DATA_SHA256_KEY, check_resume_matches
 from xdllm.run.rewind import set_aside_later_steps
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
 from xdllm.run.run_directory import claim_run_dir, prepare_run_dir, resolve_run_dir
 from xdllm.run.run_lock import RunDirLock, refuse_if_training
+from xdllm.run.run_log import RunLog
 from xdllm.run.run_overrides import continue_command
 from xdllm.run.stored_tokenizer import resumed_tokenizer, tokenizer_record
 from xdllm.run.validation_change import restart_best_if_measure_changed
@@ -209,10 +206,12 @@ def dead_worker_error(error: BaseException, num_workers: int) -> BaseException |
     return None
 
 
-def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str] = ()) -> TrainResult:
+def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str] = (),
+          run_log: RunLog | None = None) -> TrainResult:
     """Train as configured. ``resume`` is a checkpoint file or run directory to continue from
     (in that run's directory unless ``run_dir`` is set); ``overrides`` are those ``config`` was
-    composed from, stored in the run (``overrides.yaml``) so that ``resume=`` alone continues it.
+    composed from, stored in the run (``overrides.yaml``) so that ``resume=`` alone continues it;
+    ``run_log`` writes to the run's ``train.log`` once its folder is claimed.
 
     Relative paths in ``config`` (and ``overrides``) are made absolute first, so the run works
     from any directory. Everything is validated (config, components, the resume checkpoint's
@@ -317,8 +316,9 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     if progress_as_lines(config.get("progress", "auto"), trainer_args.get("enable_progress_bar", True)):
         trainer_args["enable_progress_bar"] = False
         callbacks.append(MetricLines(config.progress_every_n_steps))
-    elif trainer_args.get("enable_progress_bar", True):
-        callbacks.append(training_progress_bar(config.progress_every_n_steps))
+    elif trainer_args.get("enable_progress_bar", True):  # the bar on the terminal, the lines in the run's log
+        callbacks += [training_progress_bar(config.progress_every_n_steps),
+                      MetricLines(config.progress_every_n_steps, file_only=True)]
     try:
         trainer = L.Trainer(
             **trainer_args,
@@ -346,6 +346,8 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
                 set_aside_later_steps(run_dir, point)
                 restart_best_if_measure_changed(run_dir, point, measured_otherwise)
             prepare_run_dir(run_dir, resolved, overrides)
+            if run_log is not None:
+                run_log.start(run_dir)
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(point.checkpoint) if point else None)
         if time_limit is not None and time_limit.stopped(trainer, config.trainer.max_steps):
             stopped_at_step, stopped_by = trainer.global_step, f"trainer.max_time={time_limit.max_time}"

@@ -35,6 +35,7 @@ from xdllm.run.after_training import finish_training
 from xdllm.run.build import build_components
 from xdllm.run.generation_record import settings_name
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
+from xdllm.run.run_log import keeping_run_log
 from xdllm.run.sweep import SWEEP_SUMMARY, sweep_combinations, sweep_summary_lines, swept_settings
 from xdllm.run.train import TrainResult, check_run_options, train
 from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
@@ -161,13 +162,16 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
     outcome = SweepResult(sweep_dir, results)
     try:
         for run, config in todo:
-            log.info("sweep run %d of %d: %s", len(results) + 1, total, run.folder)
-            result = train(config, resume=str(sweep_dir / run.folder) if run.folder in resumed else None,
-                           overrides=run.overrides)
-            if result.stopped_at_step is not None:
-                outcome.stopped = result
-                break
-            summary = finish_training(result, config) or {"checkpoint": str(result.best_checkpoint)}
+            with keeping_run_log(("xdllm", "train", *run.overrides)) as run_log:
+                log.info("sweep run %d of %d: %s", len(results) + 1, total, run.folder)
+                result = train(config, resume=str(sweep_dir / run.folder) if run.folder in resumed else None,
+                               overrides=run.overrides, run_log=run_log)
+                if result.stopped_at_step is not None:
+                    run_log.note(f"stopped by {result.stopped_by} after step {result.stopped_at_step}")
+                    outcome.stopped = result
+                    break
+                summary = finish_training(result, config) or {"checkpoint": str(result.best_checkpoint)}
+                run_log.result(summary)
             results.append({"settings": swept_settings(run.settings, config), "folder": run.folder,
                             "run_dir": str(result.run_dir), "monitor": result.monitor, "mode": result.mode,
                             "best_score": result.best_score, **summary})

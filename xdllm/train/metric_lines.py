@@ -2,7 +2,8 @@
 
 A progress bar redraws one line with carriage returns and cursor escapes, which a file stores as
 one ever-growing line; off a terminal xdllm prints one line per ``every_n_steps`` optimizer steps
-and one per validation instead::
+and one per validation instead (under a progress bar the same lines go to the run's log only,
+:mod:`xdllm.run.run_log`)::
 
     2026-11-23 00:51:02 step 100/1500 train/loss=0.4121 train/grad_norm=0.82 lr=0.00098 (13.9 steps/s)
     2026-11-23 00:51:20 validation at step 250 (2.9 s): val/exact_match=0.4258 val/loss=0.2612
@@ -23,6 +24,7 @@ from typing import Any
 import lightning as L
 
 from xdllm.counted import counted
+from xdllm.log_marks import FILE_ONLY, STAMPED
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +41,11 @@ class MetricLines(L.Callback):
     """Logs training metrics every ``every_n_steps`` optimizer steps and validation metrics after
     each validation, as single lines on the ``xdllm`` logger (stderr)."""
 
-    def __init__(self, every_n_steps: int) -> None:
+    def __init__(self, every_n_steps: int, file_only: bool = False) -> None:
         if every_n_steps < 1:
             raise ValueError(f"MetricLines: every_n_steps must be >= 1, got {every_n_steps}")
         self.every_n_steps = every_n_steps
+        self._marks = {STAMPED: True, FILE_ONLY: file_only}  # file_only: a progress bar shows them
         self._since: tuple[float, int] | None = None
         self._started: tuple[float, int] | None = None  # when and at which step training started
         self._validation_started: float | None = None
@@ -65,7 +68,8 @@ class MetricLines(L.Callback):
         rate = (step - first_step) / max(now - started, 1e-9)
         self._since = (now, step)
         metrics = _format(trainer.callback_metrics, ("train/", "lr"))
-        logger.info("%s step %d/%d %s (%.1f steps/s)", self._stamp(), step, trainer.max_steps, metrics, rate)
+        logger.info("%s step %d/%d %s (%.1f steps/s)", self._stamp(), step, trainer.max_steps, metrics, rate,
+                    extra=self._marks)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._validation_started = time.perf_counter()
@@ -79,7 +83,7 @@ class MetricLines(L.Callback):
         if trainer.is_global_zero and not trainer.sanity_checking:
             metrics = _format(trainer.callback_metrics, ("val/",))
             logger.info("%s validation at step %d (%.1f s): %s", self._stamp(), trainer.global_step, seconds,
-                        metrics)
+                        metrics, extra=self._marks)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._started is None or not trainer.is_global_zero:
@@ -90,4 +94,4 @@ class MetricLines(L.Callback):
         steps = trainer.global_step - first_step
         logger.info("%s trained %s in %.1f s: %.1f steps/s, and %s in %.1f s", self._stamp(), counted(steps, "step"),
                     total, steps / max(total - validating, 1e-9), counted(len(self._validations), "validation"),
-                    validating)
+                    validating, extra=self._marks)

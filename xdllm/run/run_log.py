@@ -1,0 +1,118 @@
+"""The run's own log: ``<run>/train.log`` keeps what xdllm said while training the run.
+
+What a run says once (a resume's changed settings, a rewind's moved files, a best checkpoint kept
+aside, the validations, how it ended) is otherwise only on the terminal that started it. Each
+``xdllm train`` of a run (the first, every resume, a run of a sweep) appends to the file: a line
+naming the command, then every line xdllm logs, timed, from the start of the command (held until
+the run's folder is claimed: a command refused before that writes nothing), the metric lines
+even where a progress bar shows them on the terminal, the result or the error it ended with::
+
+    2026-11-28 20:41:07 xdllm train experiment=sort_mlm trainer.max_steps=400
+    2026-11-28 20:41:09 step 50/400 lr-AdamW/pg1=0.0009 train/loss=0.91 (12.1 steps/s)
+    ...
+    2026-11-28 20:41:45 result: {"exact_match": 0.87, ...}
+
+Only the process that launches the run writes it (not the other DDP processes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from xdllm.config.override_text import command as shell_command
+from xdllm.errors import XdllmError
+from xdllm.log_marks import STAMPED
+
+RUN_LOG = "train.log"
+LOGGERS = ("xdllm", "xdllm_models")
+
+
+def _stamp(seconds: float | None = None) -> str:
+    return datetime.fromtimestamp(seconds if seconds is not None else datetime.now().timestamp()
+                                  ).strftime("%Y-%m-%d %H:%M:%S")
+
+
+class RunLog(logging.Handler):
+    """Appends xdllm's log lines to ``<run>/train.log`` once :meth:`start` names the run's folder;
+    the lines before it are held until then. A write that fails (a full disk) is said once on
+    stderr, and the run goes on without its log."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        super().__init__(logging.INFO)
+        self.command = shell_command(*command)
+        self.path: Path | None = None
+        self.failed = False
+        self._held: list[str] = [f"{_stamp()} {self.command}"]
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.levelno >= logging.WARNING:
+            text = f"{record.levelname.lower()}: {text}"
+        return text if getattr(record, STAMPED, False) else f"{_stamp(record.created)} {text}"
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._write(self.format(record))
+
+    def start(self, run_dir: Path) -> None:
+        """Write to ``run_dir``'s log from now on, the held lines first (after the earlier
+        commands' lines, which the file keeps)."""
+        self.path = run_dir / RUN_LOG
+        held, self._held = self._held, []
+        earlier = self.path.is_file() and self.path.stat().st_size > 0  # a blank line after them
+        self._write("\n" * earlier + "\n".join(held))
+
+    def note(self, text: str) -> None:
+        """A line of the command's own (not a log record), timed."""
+        self._write(f"{_stamp()} {text}")
+
+    def _write(self, text: str) -> None:
+        if self.failed:
+            return
+        if self.path is None:
+            self._held.append(text)
+            return
+        try:
+            with open(self.path, "a", encoding="utf-8") as log_file:
+                log_file.write(text + "\n")
+        except OSError as error:
+            print(f"xdllm: could not write the run's log {self.path} ({error.strerror or error}): the run goes on "
+                  "without it", file=sys.stderr)
+            self.failed = True
+
+    def result(self, summary: dict[str, Any] | None) -> None:
+        """The figures the command printed at its end."""
+        if summary is not None:
+            self.note(f"result: {json.dumps(summary)}")
+
+
+def _ending(error: BaseException) -> str:
+    if isinstance(error, KeyboardInterrupt):
+        return "stopped by Ctrl-C or SIGTERM"
+    if isinstance(error, SystemExit):
+        return f"exited with status {error.code}"
+    return f"error: {error}" if isinstance(error, XdllmError) else f"error: {type(error).__name__}: {error}"
+
+
+@contextmanager
+def keeping_run_log(command: Sequence[str]) -> Iterator[RunLog]:
+    """A :class:`RunLog` on xdllm's loggers while the block runs (``command``: the words of the
+    command that runs it); an exception that ends the block is written to the log as it ends."""
+    handler = RunLog(command)
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield handler
+    except BaseException as error:
+        handler.note(_ending(error))
+        raise
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
