@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Int64
 
 from xdllm.data.source_records import Chunk, RecordFormat, chunk_lines, document_blocks
+from xdllm.data.text_encoding import SpecialTokenInText, encode_as_text
 from xdllm.data.tokenizer import HFTokenizerFile, SymbolTokenizer, load_tokenizer
 from xdllm.errors import XdllmError
 
@@ -83,7 +84,9 @@ def _encode_records(tokenizer: HFTokenizerFile | SymbolTokenizer, batch: _Record
     one tokenizer call; an error names the file and line of the first record that fails."""
     count = len(batch.numbers)
     try:
-        ids = tokenizer.encode_batch(batch.prompts + batch.targets if pairs else batch.targets)
+        ids = encode_as_text(tokenizer, batch.prompts + batch.targets if pairs else batch.targets)
+    except SpecialTokenInText as error:
+        raise XdllmError(f"{path}:{batch.numbers[error.index % count]}: {error}") from error
     except ValueError:  # e.g. a symbol the built-in tokenizer lacks: find its line
         for number, prompt, target in zip(batch.numbers, batch.prompts, batch.targets):
             for text in (prompt, target):

@@ -4,7 +4,8 @@ Each non-empty line of a UTF-8 file is one document (``documents="paragraph"``: 
 blank line; ``"file"``: the whole file), tokenized once by the run's tokenizer (for
 real text, a local Hugging Face ``tokenizers`` JSON: ``tokenizer=/path/tokenizer.json``). A document
 longer than ``max_tokens`` tokens becomes several consecutive documents of at most
-``max_tokens`` tokens: nothing is truncated or dropped. Samples are documents drawn uniformly
+``max_tokens`` tokens: nothing is truncated or dropped. The text of a special token (``<mask>``
+in a line about tokenizers) is read as text (:mod:`xdllm.data.text_encoding`). Samples are documents drawn uniformly
 with the sample's seeded generator; the held-out splits are the first draws of their own
 generators, and training redraws any document equal to a held-out one (``xdllm.data.tasks``).
 Nothing is downloaded: the path must name a local file.
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from xdllm.data.source_records import DOCUMENTS, split_documents
+from xdllm.data.text_encoding import SpecialTokenInText, encode_as_text
 from xdllm.data.utf8_text import decode_utf8
 from xdllm.interfaces import Tokenizer
 
@@ -54,8 +56,12 @@ class TextFileTask:
         documents = []
         lines = decode_utf8(raw, self.path).splitlines()
         unknown, unknown_count, first_unknown_line = getattr(tokenizer, "unk_token_id", None), 0, None
-        for number, text in split_documents(list(enumerate(lines, start=1)), unit)[0]:
-            ids = tokenizer.encode(text)
+        numbered = split_documents(list(enumerate(lines, start=1)), unit)[0]
+        try:
+            encoded = encode_as_text(tokenizer, [text for _, text in numbered])
+        except SpecialTokenInText as error:
+            raise ValueError(f"{self.path}:{numbered[error.index][0]}: {error}") from error
+        for (number, _), ids in zip(numbered, encoded):
             if unknown is not None and unknown in ids:
                 unknown_count += ids.count(unknown)
                 first_unknown_line = first_unknown_line or number

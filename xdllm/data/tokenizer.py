@@ -138,6 +138,7 @@ class HFTokenizerFile:
                              "then save)")
         self.pad_token_id, self.mask_token_id = ids["pad_token"], ids["mask_token"]
         self.bos_token_id, self.eos_token_id = ids["bos_token"], ids["eos_token"]
+        self._as_text: tokenizers.Tokenizer | None = None  # made on first use: encode_batch_as_text
 
     @property
     def vocab_size(self) -> int:
@@ -180,7 +181,20 @@ class HFTokenizerFile:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``encode`` of each text, in one call into ``tokenizers``: ``encode_batch_fast``
         (no character offsets, the same ids) where the installed version has it."""
-        encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
+        return self._encode_batch(self._tokenizer, texts)
+
+    def encode_batch_as_text(self, texts: Sequence[str]) -> list[list[int]]:
+        """``encode_batch``, but the text of a special token (``<mask>`` in a line about
+        tokenizers) is encoded as ordinary characters, not as the token: for training text
+        (:mod:`xdllm.data.text_encoding`)."""
+        if self._as_text is None:
+            self._as_text = tokenizers.Tokenizer.from_str(self._tokenizer.to_str())
+            self._as_text.encode_special_tokens = True
+        return self._encode_batch(self._as_text, texts)
+
+    @staticmethod
+    def _encode_batch(tokenizer: tokenizers.Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+        encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
         return [encoding.ids for encoding in encode(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
