@@ -139,6 +139,18 @@ def test_bad_input_is_one_error_naming_file_and_line(tmp_path, capsys, content, 
     assert not output.exists() and not [path for path in tmp_path.iterdir() if ".tmp-" in path.name]
 
 
+def test_a_jsonl_input_without_a_format_is_refused_rather_than_trained_on_as_text(tmp_path, capsys):
+    source = tmp_path / "pairs.jsonl"
+    source.write_text('{"prompt": "a b", "response": "b a"}\n' * 8)
+    output = tmp_path / "prepared"
+    assert main(["data", "prepare", str(source), "-o", str(output), "--tokenizer", "builtin"]) == 2
+    assert (f"xdllm: error: data prepare: {source} is a JSON-lines file, whose lines --format text (the default) "
+            "would train on as text, braces and field names included: give --format jsonl") in capsys.readouterr().err
+    assert not output.exists()
+    assert main(["data", "prepare", str(source), "-o", str(output), "--tokenizer", "builtin", "--format",
+                 "prompt_response", "--val-fraction", "0.25", "--test-fraction", "0.25"]) == 0
+
+
 @pytest.mark.slow
 def test_the_suggested_train_line_trains(tmp_path, capsys):
     """Pasted into a shell as printed, from a folder whose name Hydra reads only in quotes."""

@@ -8,7 +8,10 @@ import logging
 import os
 from pathlib import Path
 
+from xdllm.errors import XdllmError
+
 log = logging.getLogger(__name__)
+FORMATS = ("text", "jsonl", "prompt_response")
 
 PREPARE_EPILOG = """\
 formats (blank lines outside documents are skipped and counted):
@@ -37,7 +40,8 @@ def add_data_parser(commands: argparse._SubParsersAction) -> None:
     prepare.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="local source files")
     prepare.add_argument("-o", "--output", type=Path, required=True, help="folder to create")
     prepare.add_argument("--tokenizer", required=True, help="'builtin' or a local tokenizers .json file")
-    prepare.add_argument("--format", default="text", choices=("text", "jsonl", "prompt_response"))
+    prepare.add_argument("--format", default=None, choices=FORMATS,
+                         help="how a line is read (default: text; a .jsonl input must name one)")
     prepare.add_argument("--documents", default="line", choices=("line", "paragraph", "file"),
                          help="text: what one document is (default: a line)")
     prepare.add_argument("--text-field", default="text", help="jsonl: the field holding the document")
@@ -52,11 +56,24 @@ def add_data_parser(commands: argparse._SubParsersAction) -> None:
                          help="text: cut longer documents into consecutive pieces of at most this many tokens")
 
 
+def source_format(given: str | None, inputs: list[Path]) -> str:
+    """``--format`` as given; unset, ``text``, except that a ``.jsonl`` input is refused: its JSON
+    lines would be trained on as text, braces and field names included."""
+    jsonl = [path for path in inputs if path.suffix in (".jsonl", ".json")]
+    if given is None and jsonl:
+        raise XdllmError(f"data prepare: {jsonl[0]} is a JSON-lines file, whose lines --format text (the default) "
+                         "would train on as text, braces and field names included: give --format jsonl (the "
+                         "document in --text-field), --format prompt_response (--prompt-field, --response-field), "
+                         "or --format text to read its lines as text")
+    return given or "text"
+
+
 def run_data_command(arguments: argparse.Namespace) -> int:
     from xdllm.data.prepare import PrepareOptions, prepare
     from xdllm.data.source_records import RecordFormat
 
-    record_format = RecordFormat(arguments.format, arguments.text_field, arguments.prompt_field,
+    record_format = RecordFormat(source_format(arguments.format, arguments.inputs), arguments.text_field,
+                                 arguments.prompt_field,
                                  arguments.response_field, arguments.documents)
     summary = prepare(PrepareOptions(
         inputs=arguments.inputs, output=arguments.output, tokenizer=arguments.tokenizer,
