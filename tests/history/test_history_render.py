@@ -10,6 +10,8 @@ import pytest
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.history import HistoryError, HistoryTopKPlugin, load_history
 from xdllm.history.render import step_views
+from xdllm.history.show import format_replay
+from xdllm.history.tensorboard import cell_markdown
 
 TOKENIZER = SymbolTokenizer(list("abcdefgh"))
 
@@ -57,3 +59,21 @@ def test_padding_after_an_eos_is_not_shown_as_a_commit(sample):
     assert after.cells[j].state == "fixed" and before.cells[j].state == "committed"
     assert after.committed == before.committed - 1
     assert j not in [p.position for p in after.positions]
+
+
+def test_an_underscore_token_is_not_shown_as_a_mask(sample):
+    """A text tokenizer's ``_`` token (common in code) read as the views' mask placeholder ``_`` in
+    ``history show``, ``play`` and the TensorBoard cards."""
+    last = sample.num_steps - 1
+    token = int(sample.canvas[last, 0])
+
+    def text(t: int) -> str:
+        return "_" if t == token else TOKENIZER.id_to_token(t)
+
+    view = step_views(sample, token_text=text)[last]
+    underscore = [cell for cell, t in zip(view.cells, sample.canvas[last].tolist()) if t == token]
+    assert underscore and all(cell.text == "'_'" for cell in underscore)
+    canvas_line = format_replay(sample, step=int(sample.steps[last]), token_text=text).split("\n")[-1 - len(
+        view.positions) - bool(view.hidden_masked)]
+    assert canvas_line.split().count("_") == view.masks_remaining  # only the masked positions read "_"
+    assert cell_markdown(underscore[0]).strip("*") != cell_markdown(dataclasses.replace(underscore[0], state="masked"))

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from xdllm.counted import counted
 from xdllm.history.reader import SampleHistory
-from xdllm.history.render import visible_token
+from xdllm.history.render import MASK_GLYPH, visible_token
 
 UNKNOWN = Style(color="grey50")
 GUESS = Style(color="grey39", dim=True, italic=True)
@@ -61,7 +61,7 @@ def confidence_color(probability: float) -> Color:
 
 def legend(plain: bool) -> Text:
     if plain:
-        return Text("_: still masked   *token*: committed at this step")
+        return Text(f"{MASK_GLYPH}: still masked   *token*: committed at this step")
     text = Text("confidence at commit ")
     for tenth in range(11):
         text.append("█", Style(color=confidence_color(tenth / 10)))
@@ -83,7 +83,7 @@ def frame(title: str, tokens: list[str], masked: list[bool], committed_now: list
         if j:
             text.append(" ")
         if masked[j]:
-            text.append("_" if plain else visible_token(guesses[j]), GUESS)
+            text.append(MASK_GLYPH if plain else visible_token(guesses[j]), GUESS)
             continue
         p = probabilities[j]
         style = UNKNOWN if math.isnan(p) else Style(color=confidence_color(p))

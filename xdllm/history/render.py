@@ -75,14 +75,19 @@ class StepView:
 
 
 VISIBLE_WHITESPACE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
+MASK_GLYPH = "_"
+"""How the text views show a masked position."""
 
 
 def visible_token(text: str) -> str:
     """Make every character of a token visible: space, newline and tab as symbols, other
     characters that print nothing (byte-level BPE's control bytes, zero-width marks) as Python
-    escapes (``\\x16``), the empty token as ``∅``."""
+    escapes (``\\x16``), the empty token as ``∅``, and a token that is the mask's glyph (a text
+    tokenizer's ``_``, common in code) quoted, ``'_'``, so that it does not read as a mask."""
     if text == "":
         return "∅"
+    if text == MASK_GLYPH:
+        return f"'{MASK_GLYPH}'"
     return "".join(VISIBLE_WHITESPACE.get(char) or (char if char.isprintable() else ascii(char)[1:-1])
                    for char in text)
 

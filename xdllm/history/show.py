@@ -18,6 +18,7 @@ from xdllm.counted import counted
 from xdllm.history.format import HistoryError
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import (
+    MASK_GLYPH,
     WRONG_MARK,
     Cell,
     StepView,
@@ -93,11 +94,11 @@ def _step_lines(view: StepView, color: bool) -> list[str]:
     for position in view.positions:
         alternatives = "  ".join(f"{t} {p:.3f}" for t, p in position.alternatives)
         if position.state == "masked":
-            what = "_ masked"
+            what = f"{MASK_GLYPH} masked"
         elif position.state == "changed":
             what = f"{position.token}{WRONG_MARK if position.wrong else ''} changed"
         elif position.state == "taken_back":
-            what = f"_ taken back (was {position.token})"
+            what = f"{MASK_GLYPH} taken back (was {position.token})"
         else:
             confidence = "n/a" if math.isnan(position.confidence) else f"{position.confidence:.3f}"
             mark = WRONG_MARK if position.wrong else ""
@@ -114,7 +115,7 @@ def _step_lines(view: StepView, color: bool) -> list[str]:
 def _cell(cell: Cell, color: bool) -> str:
     if cell.state == "masked":  # wrong only after the last step: never generated
         mark = WRONG_MARK if cell.wrong else ""
-        return f"{_DIM}_{_RESET}{mark}" if color else f"_{mark}"
+        return f"{_DIM}{MASK_GLYPH}{_RESET}{mark}" if color else f"{MASK_GLYPH}{mark}"
     text = cell.text + (WRONG_MARK if cell.wrong else "")
     if not color:
         return f"*{text}*" if cell.state == "committed" else f"~{text}~" if cell.state == "changed" else text
