@@ -368,6 +368,21 @@ def test_a_stopped_generation_after_training_says_the_training_finished(tmp_path
             ) in capsys.readouterr().err
 
 
+def test_a_generation_after_training_stopped_after_a_batch_says_how_to_continue_it(tmp_path, monkeypatch, capsys):
+    """Not how to generate again, from the first batch: the finished batches are kept."""
+    _stop_at_call(monkeypatch, Terminated(), 2)
+    run_dir = tmp_path / "run"
+    assert main(["train", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=2", "generate_after_train=true",
+                 "data.num_test_samples=72", f"run_dir={run_dir}"]) == 143
+    [folder] = (run_dir / "generate").iterdir()
+    assert 0 < len(_lines(folder / "predictions.partial.jsonl")) < 72
+    assert (f"xdllm: training finished (checkpoints in {run_dir / 'checkpoints'}); the generation after it was "
+            f"stopped: continue it with: xdllm generate resume={folder}\n") in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main(["generate", f"resume={folder}"]) == 0
+    assert len(_lines(folder / "predictions.jsonl")) == 72
+
+
 @pytest.mark.slow
 def test_a_real_sigterm_keeps_what_the_generation_finished_and_resume_finishes_it(run, tmp_path):
     out = tmp_path / "gen"

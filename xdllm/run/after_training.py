@@ -26,7 +26,9 @@ from xdllm.run.checkpoint import load_trained
 from xdllm.run.choice_scores import CHOICE_FIGURES
 from xdllm.run.evaluate import evaluate_run, held_out_loss
 from xdllm.run.generate import checkpoint_fields, generate, generate_from_config
+from xdllm.run.generation_folder import resume_command
 from xdllm.run.generation_record import write_scalars
+from xdllm.run.partial_generation import PARTIAL_PREDICTIONS
 from xdllm.run.train import TrainResult
 
 log = logging.getLogger(__name__)
@@ -62,11 +64,13 @@ def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int
 def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] | None:
     """The after-training step of a run that trained to its end, as ``config`` asks
     (``generate_after_train``); None where it asks none or no checkpoint was saved. A failure or
-    a stop says that the checkpoints are whole and how to generate again."""
+    a stop says that the checkpoints are whole and how to generate again (a stop that kept finished
+    batches: how to continue that generation)."""
     checkpoint = result.best_checkpoint or result.last_checkpoint
     if not config.generate_after_train or checkpoint is None:
         return None
     again = command("xdllm", "generate", override("ckpt", result.run_dir))
+    earlier = generation_folders(result.run_dir)
     try:
         summary: dict[str, Any] = {}
         if config.data.num_test_samples == 0:  # prepared data without a test split, say
@@ -83,6 +87,14 @@ def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] |
         raise XdllmError(f"training finished (checkpoints in {checkpoint.parent}), but the generation after "
                          f"training failed: {error}. Generate again with {again} once that is fixed") from error
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM
+        kept = [folder for folder in generation_folders(result.run_dir) - earlier
+                if (folder / PARTIAL_PREDICTIONS).is_file()]  # the stopped generation kept finished batches
+        what_next = f"continue it with: {resume_command(kept[0])}" if kept else f"generate again with: {again}"
         print(f"xdllm: training finished (checkpoints in {checkpoint.parent}); the generation after it was "
-              f"stopped: generate again with: {again}", file=sys.stderr)
+              f"stopped: {what_next}", file=sys.stderr)
         raise
+
+
+def generation_folders(run_dir: Path) -> set[Path]:
+    """The generation folders ``run_dir`` holds now."""
+    return set((run_dir / "generate").glob("*"))
