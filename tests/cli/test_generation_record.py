@@ -129,6 +129,9 @@ def test_sweep_combinations_are_the_cartesian_product():
     (["ckpt=a,b", "predictor.threshold=0.5,0.9"], "ckpt cannot be swept"),
     (["ckpt=r", "ema=true,false"], "ema cannot be swept"),
     (["ckpt=r", "a=b=c,"], "invalid override"),
+    # the second generation was refused at the first's folder, after the first had run
+    (["ckpt=r", "predictor.threshold=0.5,0.5"], r"two combinations are threshold=0.5 \(a value given twice"),
+    (["ckpt=r", "predictor.threshold=0.5,.5", "seed=1,2"], "two combinations are threshold=0.5,seed=1"),
 ])
 def test_bad_sweeps_are_refused(overrides, message):
     with pytest.raises(XdllmError, match=message):

@@ -5,6 +5,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from omegaconf import OmegaConf
@@ -104,6 +105,18 @@ def test_the_ranking_puts_the_best_first_for_the_metric_s_mode():
     assert train_sweep.ranking([{**maximised[1], "folder": "d"}, *lines]).splitlines() == [
         "the sweep's runs, best val/exact_match first:", "  0.25  d",
         "the sweep's runs, best val/loss first:", "  0.25  b", "  0.5  a", "  none  c"]
+
+
+@pytest.mark.parametrize("swept", [["seed=0,0"], ["optim.lr=1e-3,0.001", "seed=0,1"]])
+def test_a_combination_given_twice_is_refused_before_any_run_trains(tmp_path, capsys, swept):
+    """The second run used to be refused at the first's folder once the first had trained, and the
+    sweep said to continue it, which stopped there again."""
+    sweep = tmp_path / "sweep"
+    assert main(["train", "-m", *SHORT, *swept, f"run_dir={sweep}"]) == 2
+    repeated = "seed=0" if swept == ["seed=0,0"] else "optim.lr=0.001,seed=0"
+    assert (f"xdllm: error: -m: two combinations are {repeated} (a value given twice, or one written two ways): "
+            "each is one run, in a folder of that name; give each value once") in capsys.readouterr().err
+    assert not sweep.exists()
 
 
 def test_a_config_group_is_swept_by_its_option_names(tmp_path, capsys):

@@ -49,6 +49,7 @@ from xdllm.run.generation_folder import (
 )
 from xdllm.run.generation_record import parse_record_json, read_record, settings_name
 from xdllm.run.partial_generation import PARTIAL_STATE
+from xdllm.run.sweep_repeats import refuse_repeats
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 
 SWEEP_SUMMARY = "sweep.jsonl"
@@ -101,6 +102,7 @@ def sweep_configs(overrides: Sequence[str]) -> tuple[list[dict[str, str]], list[
         if override_key(key) in ("ckpt", "output_dir", "ema"):
             raise XdllmError(f"{override_key(key)} cannot be swept: a sweep runs one checkpoint's weights into one "
                              "folder")
+    refuse_repeats(_folder_names(combinations), "generation")
     return combinations, [compose_config("generate", [*fixed, *(f"{k}={v}" for k, v in combination.items())])
                           for combination in combinations]
 

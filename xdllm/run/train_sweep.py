@@ -37,6 +37,7 @@ from xdllm.run.generation_record import settings_name
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
 from xdllm.run.run_log import keeping_run_log
 from xdllm.run.sweep import SWEEP_SUMMARY, sweep_combinations, sweep_summary_lines, swept_settings
+from xdllm.run.sweep_repeats import refuse_repeats
 from xdllm.run.train import TrainResult, check_run_options, train
 from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
 
@@ -104,6 +105,7 @@ def plan_sweep(overrides: Sequence[str]) -> tuple[Path, list[PlannedRun], list[D
     and its components built) before anything is written."""
     fixed, combinations = sweep_combinations(overrides, TRAIN_EXAMPLE)
     _refuse_unsweepable(combinations)
+    refuse_repeats([settings_name(combination) for combination in combinations], "run")
     sweep_dir = _sweep_dir(compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combinations[0].items())]))
     plan, configs = [], []
     for combination in combinations:
