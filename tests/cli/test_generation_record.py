@@ -132,6 +132,7 @@ def test_sweep_combinations_are_the_cartesian_product():
     # the second generation was refused at the first's folder, after the first had run
     (["ckpt=r", "predictor.threshold=0.5,0.5"], r"two combinations are threshold=0.5 \(a value given twice"),
     (["ckpt=r", "predictor.threshold=0.5,.5", "seed=1,2"], "two combinations are threshold=0.5,seed=1"),
+    (["ckpt=r", "seed=range(0,0)"], r"-m: seed=range\(0,0\) gives no value, so the sweep would run nothing"),
 ])
 def test_bad_sweeps_are_refused(overrides, message):
     with pytest.raises(XdllmError, match=message):

@@ -119,6 +119,12 @@ def test_a_combination_given_twice_is_refused_before_any_run_trains(tmp_path, ca
     assert not sweep.exists()
 
 
+def test_a_swept_option_of_no_value_is_refused(tmp_path, capsys):
+    assert main(["train", "-m", *SHORT, "seed=range(0,0)", f"run_dir={tmp_path / 'sweep'}"]) == 2
+    assert capsys.readouterr().err == ("xdllm: error: -m: seed=range(0,0) gives no value, so the sweep would run "
+                                       "nothing: give at least one\n")  # not an IndexError's traceback
+
+
 def test_a_config_group_is_swept_by_its_option_names(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     assert main(["train", "-m", *SHORT, "model=mlm,mdlm", f"run_dir={sweep}"]) == 0

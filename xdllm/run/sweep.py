@@ -82,6 +82,10 @@ def sweep_combinations(overrides: Sequence[str], example: str = "predictor.thres
         raise XdllmError(f"-m (sweep) needs at least one swept option, e.g. {example}")
     keys = [override.get_key_element() for override in swept]
     values = [list(override.sweep_string_iterator()) for override in swept]
+    for override, given in zip(swept, values):
+        if not given:
+            raise XdllmError(f"-m: {override.input_line} gives no value, so the sweep would run nothing: give at "
+                             "least one")
     return fixed, [dict(zip(keys, combination)) for combination in itertools.product(*values)]
 
 
