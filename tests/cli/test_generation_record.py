@@ -133,6 +133,9 @@ def test_sweep_combinations_are_the_cartesian_product():
     (["ckpt=r", "predictor.threshold=0.5,0.5"], r"two combinations are threshold=0.5 \(a value given twice"),
     (["ckpt=r", "predictor.threshold=0.5,.5", "seed=1,2"], "two combinations are threshold=0.5,seed=1"),
     (["ckpt=r", "seed=range(0,0)"], r"-m: seed=range\(0,0\) gives no value, so the sweep would run nothing"),
+    (["ckpt=r", "seed=range(0,3,0)"], r"-m: seed=range\(0,3,0\) cannot be swept: range\(\) arg 3 must not be zero"),
+    (["ckpt=r", "predictor.threshold=interval(0,1)"], r"cannot be swept: Can only enumerate CHOICE and RANGE"),
+    (["ckpt=r", "seed=glob(*)"], r"-m: seed=glob\(\*\) cannot be swept: glob\(\) is not supported \(give"),
 ])
 def test_bad_sweeps_are_refused(overrides, message):
     with pytest.raises(XdllmError, match=message):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
@@ -81,12 +82,24 @@ def sweep_combinations(overrides: Sequence[str], example: str = "predictor.thres
     if not swept:
         raise XdllmError(f"-m (sweep) needs at least one swept option, e.g. {example}")
     keys = [override.get_key_element() for override in swept]
-    values = [list(override.sweep_string_iterator()) for override in swept]
+    values = [_swept_values(override) for override in swept]
     for override, given in zip(swept, values):
         if not given:
             raise XdllmError(f"-m: {override.input_line} gives no value, so the sweep would run nothing: give at "
                              "least one")
     return fixed, [dict(zip(keys, combination)) for combination in itertools.product(*values)]
+
+
+def _swept_values(override: Any) -> list[str]:
+    """The values a swept override gives, in order; one Hydra cannot list (``interval(0,1)``, a
+    zero step, ``glob`` of a non-group option) is refused in one line."""
+    try:
+        return list(override.sweep_string_iterator())
+    except (ValueError, HydraException) as error:
+        glob = override.value_type == ValueType.GLOB_CHOICE_SWEEP
+        reason = "glob() is not supported" if glob else str(error).splitlines()[0]
+        raise XdllmError(f"-m: {override.input_line} cannot be swept: {reason} (give the values: a=1,2,3, "
+                         "range(0,3), choice(x,y))") from error
 
 
 def _sweep_dir(requested: str | None, run_dir: Path) -> tuple[Path, Path | None]:
