@@ -19,7 +19,7 @@ def test_the_run_log_keeps_every_command_of_the_run(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", *TINY, "trainer.max_steps=2", "trainer.val_check_interval=2", "generate_after_train=true",
                  f"run_dir={run}"]) == 0
-    assert main(["train", f"resume={run}", "trainer.max_steps=4", "optim.lr=0.002"]) == 0
+    assert main(["train", f"resume={run}", "trainer.max_steps=4", "optim.lr=0.002", "generate_after_train=false"]) == 0
     written = (run / "train.log").read_text()
     assert main(["train", f"resume={run}", "trainer.max_steps=3"]) == 2  # refused: past the run's step 4
     assert (run / "train.log").read_text() == written
@@ -31,7 +31,9 @@ def test_the_run_log_keeps_every_command_of_the_run(tmp_path, capsys):
                                                                      f"generate_after_train=true run_dir={run}")
     assert "step 2/2 " in first and "validation at step 2 (" in first and "trained 2 steps in" in first
     assert first.rstrip().split("\n")[-1].split(" ", 2)[2].startswith('result: {"checkpoint": ')
-    assert second.split("\n")[0].endswith(f"xdllm train resume={run} trainer.max_steps=4 optim.lr=0.002")
+    assert second.split("\n")[0].endswith(f"xdllm train resume={run} trainer.max_steps=4 optim.lr=0.002 "
+                                           "generate_after_train=false")
+    assert second.rstrip().endswith(" finished")  # no generation after training: no figures printed
     assert "resume: optim.lr 0.001 -> 0.002" in second and "step 4/4 " in second
     assert f"resuming from {run}/checkpoints/last.ckpt (step 2)" in second
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", line) for line in written.split("\n") if line)

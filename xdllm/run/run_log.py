@@ -87,9 +87,9 @@ class RunLog(logging.Handler):
             self.failed = True
 
     def result(self, summary: dict[str, Any] | None) -> None:
-        """The figures the command printed at its end."""
-        if summary is not None:
-            self.note(f"result: {json.dumps(summary)}")
+        """The figures the command printed at its end (None: it printed none, as with
+        ``generate_after_train=false``)."""
+        self.note(f"result: {json.dumps(summary)}" if summary is not None else "finished")
 
 
 def _ending(error: BaseException) -> str:
