@@ -39,7 +39,8 @@ def test_mdlm_on_text_reports_its_bound_and_a_few_samples(text_folder, capsys):
     run_dir = text_folder / "run"
     assert main(["train", "task=text_file", "task.params.path=corpus.txt", "tokenizer=tokenizer.json",
                  "model=mdlm", *TINY_TEXT, "text_samples_after_train=2", f"run_dir={run_dir}"]) == 0
-    summary = _summary(capsys)
+    captured = capsys.readouterr()
+    summary = _summary_of(captured.out)
     assert summary["split"] == "test" and summary["nll_bound"] > 0 and summary["ppl_bound"] > 1
     assert "exact_match" not in summary and summary["text_samples"] == 2 and "num_samples" not in summary
     config = OmegaConf.load(run_dir / "config.yaml")
@@ -47,6 +48,9 @@ def test_mdlm_on_text_reports_its_bound_and_a_few_samples(text_folder, capsys):
     assert (config.checkpoint.monitor, config.checkpoint.mode) == ("val/loss", "min")
     records = [json.loads(line) for line in open(summary["predictions"])]
     assert len(records) == 2 and all("target" not in record and record["text"] for record in records)
+    for record in records:  # something to read at once, on stderr and in the run's log
+        said = f"text sample {record['sample_index']}: {' '.join(record['text'].split())[:200]}"
+        assert said in captured.err and said in (run_dir / "train.log").read_text()
     # drawn at text_samples_temperature (1.0), not greedily: two texts, not one written twice
     assert summary["predictions"].endswith("_temperature=1.0/predictions.jsonl")
     assert records[0]["ids"] != records[1]["ids"]

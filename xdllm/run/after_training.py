@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -56,9 +57,25 @@ def generate_after_training(checkpoint: Path, free_text: bool, text_samples: int
             with open_dict(sampling):
                 sampling.predictor.temperature = text_temperature
         samples = generate(run, sampling)
+        say_first_samples(Path(samples["predictions"]))
         samples["text_samples"] = samples.pop("num_samples")  # not the loss's samples: the split's
         summary.update({key: value for key, value in samples.items() if key not in summary})
     return summary
+
+
+SAMPLES_SAID = 2
+SAMPLE_CHARACTERS = 200
+
+
+def say_first_samples(predictions: Path) -> None:
+    """The first :data:`SAMPLES_SAID` text samples, a line each (cut at :data:`SAMPLE_CHARACTERS`
+    characters): something to read at once; the file holds them all."""
+    with open(predictions, encoding="utf-8") as lines:
+        for line, _ in zip(lines, range(SAMPLES_SAID)):
+            record = json.loads(line)
+            text = " ".join(record["text"].split())
+            cut = f"... ({len(text)} characters)" if len(text) > SAMPLE_CHARACTERS else ""
+            log.info("text sample %d: %s%s", record["sample_index"], text[:SAMPLE_CHARACTERS], cut)
 
 
 def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] | None:
