@@ -73,8 +73,7 @@ def run_data_command(arguments: argparse.Namespace) -> int:
     from xdllm.data.source_records import RecordFormat
 
     record_format = RecordFormat(source_format(arguments.format, arguments.inputs), arguments.text_field,
-                                 arguments.prompt_field,
-                                 arguments.response_field, arguments.documents)
+                                 arguments.prompt_field, arguments.response_field, arguments.documents)
     summary = prepare(PrepareOptions(
         inputs=arguments.inputs, output=arguments.output, tokenizer=arguments.tokenizer,
         record_format=record_format, workers=arguments.workers, val_fraction=arguments.val_fraction,

@@ -35,8 +35,9 @@ LOGGERS = ("xdllm", "xdllm_models")
 
 
 def _stamp(seconds: float | None = None) -> str:
-    return datetime.fromtimestamp(seconds if seconds is not None else datetime.now().timestamp()
-                                  ).strftime("%Y-%m-%d %H:%M:%S")
+    """``seconds`` since the epoch (None: now) as the metric lines write the time."""
+    moment = datetime.now() if seconds is None else datetime.fromtimestamp(seconds)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 class RunLog(logging.Handler):
