@@ -38,6 +38,24 @@ def test_num_samples_past_the_held_out_samples_is_refused(trained_run, tmp_path,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command", ["generate", "eval"])
+def test_num_samples_takes_the_first_prompts_of_a_prompts_file(trained_run, tmp_path, capsys, command):
+    """It was ignored: every prompt of the file was generated and scored."""
+    prompts = tmp_path / "pairs.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": prompt, "response": " ".join(sorted(prompt.split()))}) + "\n"
+                               for prompt in ["3 1 2 4", "4 4 1 2", "9 8 7 6"]))
+    out = [f"output_dir={tmp_path / 'out'}"] if command == "generate" else []
+    assert main([command, f"ckpt={trained_run}", f"prompts_file={prompts}", "num_samples=2", *out]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads(printed[printed.index("{"):])["num_samples"] == 2
+    if command == "generate":
+        assert [json.loads(line)["prompt"] for line in open(tmp_path / "out" / "predictions.jsonl")] == [
+            "3 1 2 4", "4 4 1 2"]
+    assert main([command, f"ckpt={trained_run}", f"prompts_file={prompts}", "num_samples=4"]) == 2
+    assert _error(capsys) == (f"xdllm: error: num_samples=4 is more than the 3 prompts of prompts_file {prompts}: "
+                              "give num_samples=3 or less, or leave it out (every prompt)")
+
+
 def test_a_bad_predictor_value_reads_as_at_training_time(trained_run, tmp_path, capsys):
     assert main(["generate", f"ckpt={trained_run}", "predictor.threshold=abc"]) == 2
     at_generation = _error(capsys)

@@ -121,7 +121,7 @@ def test_a_copied_run_generates_from_prompts_without_its_data(moved_text_run, ca
     """Prompts given need no training data: a copied run whose corpus is not at hand refused them
     too (loading it built its task, which read the corpus)."""
     run, data, _ = moved_text_run
-    Path("prompts.txt").write_text("the\nthe little\n")
+    Path("prompts.txt").write_text("the\nthe little\n" * 2)  # num_samples=4: the file's first 4 prompts
     code, error = _generate(capsys, f"ckpt={run}", "prompts_file=prompts.txt", "output_dir=nodata")
     assert code == 0, error
     code, error = _generate(capsys, f"ckpt={run}", "prompts_file=prompts.txt", f"data_path={data}",

@@ -101,7 +101,7 @@ def check_generation(run: TrainedRun, config: DictConfig, data: DiffusionData | 
         check_history_k(options.history_k, run.tokenizer, "history_k")
     warn_of_untrained_canvas(run, predictor)
     if options.prompts_file:
-        prompts = read_prompts_file(run, Path(options.prompts_file))
+        prompts = read_prompts_file(run, Path(options.prompts_file), options.num_samples)
         refuse_masks_to_continue(run, predictor, prompts.examples, prompts.places, "predictor.max_new_tokens=0")
         if prompts.scored:
             check_responses_fit(prompts.examples, prompts.places, predictor)

@@ -86,16 +86,19 @@ def text_file_lines(path: Path, what: str) -> tuple[list[str], str]:
         raise XdllmError(f"{what} {error}") from None
 
 
-def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
-    """One example per non-empty line of a UTF-8 file, tokenized with the run's tokenizer: the
-    line itself, or in a ``.jsonl`` file a JSON object's ``prompt`` and, where every line has
-    one, the ``response`` the generation is scored against (exact match, as a held-out split)."""
+def read_prompts_file(run: TrainedRun, path: Path, num_prompts: int | None = None) -> PromptsFile:
+    """One example per non-empty line of a UTF-8 file (its first ``num_prompts``; None: all; a
+    file holding fewer is refused), tokenized with the run's tokenizer: the line itself, or in a
+    ``.jsonl`` file a JSON object's ``prompt`` and, where every line has one, the ``response``
+    the generation is scored against (exact match, as a held-out split)."""
     lines, sha256 = text_file_lines(path, "prompts_file")
     examples: list[Example] = []
     places: list[str] = []
     responded: list[bool] = []
     blank = 0
     for number, line in enumerate(lines, start=1):
+        if num_prompts is not None and len(examples) == num_prompts:
+            break
         if not line.strip():
             blank += 1
             continue
@@ -108,6 +111,9 @@ def read_prompts_file(run: TrainedRun, path: Path) -> PromptsFile:
         responded.append(response is not None)
     if not examples:
         raise XdllmError(f"prompts_file {path} holds no prompts")
+    if num_prompts is not None and len(examples) < num_prompts:
+        raise XdllmError(f"num_samples={num_prompts} is more than the {len(examples)} prompts of prompts_file {path}: "
+                         f"give num_samples={len(examples)} or less, or leave it out (every prompt)")
     if any(responded) and not all(responded):  # scored as a whole or not at all
         raise XdllmError(f"{places[responded.index(False)]}: no {RESPONSE_FIELD!r}, where "
                          f"{places[responded.index(True)]} has one: give every prompt its response (to score the "
