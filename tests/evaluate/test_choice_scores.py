@@ -141,6 +141,9 @@ def test_choice_scores_from_python_and_their_records_per_question(mdlm_run, tmp_
     assert sum(right_nll) / 6 == pytest.approx(scores["answer_nll"])
     assert all(record["nll"][record["picked"]] == min(record["nll"]) for record in records)
     assert len(xdllm.score_choices(mdlm_run, path, num_questions=2)) == 2
+    with pytest.raises(XdllmError, match=r"num_samples=7 is more than the 6 questions of prompts_file .*: give "
+                                         r"num_samples=6 or less"):  # scored the 6 without a word
+        xdllm.score_choices(mdlm_run, path, num_questions=7)
     with pytest.raises(XdllmError, match="is not a multiple-choice .jsonl file"):
         xdllm.score_choices(mdlm_run, _write(tmp_path / "pairs.jsonl", [{"prompt": "1 2", "response": "1 2"}]))
 

@@ -60,9 +60,9 @@ def is_choice_file(path: Path) -> bool:
 
 def read_choice_file(tokenizer: Tokenizer, path: Path, num_questions: int | None = None,
                      as_documents: bool = False) -> ChoiceFile:
-    """The first ``num_questions`` questions of ``path`` (None: all), tokenized with the run's
-    tokenizer, each choice after its prompt as one document where ``as_documents`` (a run
-    trained on free text); a malformed line is refused naming it."""
+    """The first ``num_questions`` questions of ``path`` (None: all; a file holding fewer is
+    refused), tokenized with the run's tokenizer, each choice after its prompt as one document
+    where ``as_documents`` (a run trained on free text); a malformed line is refused naming it."""
     lines, sha256 = text_file_lines(path, "multiple-choice file")
     examples: list[Example] = []
     questions: list[int] = []
@@ -92,6 +92,9 @@ def read_choice_file(tokenizer: Tokenizer, path: Path, num_questions: int | None
         texts.append((prompt, choices))
     if not answers:
         raise XdllmError(f"prompts_file {path} holds no questions")
+    if num_questions is not None and len(answers) < num_questions:
+        raise XdllmError(f"num_samples={num_questions} is more than the {len(answers)} questions of prompts_file "
+                         f"{path}: give num_samples={len(answers)} or less, or leave it out (every question)")
     return ChoiceFile(examples, questions, answers, places, context, texts, sha256)
 
 
