@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from tiny_run import TINY
 
 from xdllm.cli.main import main
-from xdllm.run import train_sweep
+from xdllm.run import after_training, train_sweep
 from xdllm.run.sweep import swept_settings
 
 SHORT = [*TINY, "trainer.max_steps=2", "trainer.val_check_interval=2"]
@@ -49,7 +49,7 @@ def test_a_sweep_trains_each_combination_as_its_own_run_would(tmp_path, capsys):
 
 def test_a_stopped_sweep_continues_where_it_stopped(tmp_path, monkeypatch, capsys):
     sweep = tmp_path / "sweep"
-    finish = train_sweep.finish_training
+    finish = after_training.finish_training
     calls = []
 
     def stopped_in_the_second_run_s_generation(result, config):
@@ -58,7 +58,7 @@ def test_a_stopped_sweep_continues_where_it_stopped(tmp_path, monkeypatch, capsy
             raise KeyboardInterrupt  # Ctrl-C after the run's last checkpoint, before its line
         return finish(result, config)
 
-    monkeypatch.setattr(train_sweep, "finish_training", stopped_in_the_second_run_s_generation)
+    monkeypatch.setattr(after_training, "finish_training", stopped_in_the_second_run_s_generation)
     assert main(["train", "-m", *SHORT, "seed=0,1,2", f"run_dir={sweep}"]) == 130  # as Ctrl-C exits
     assert [line["folder"] for line in _lines(sweep)] == ["seed=0"]
     assert f"continue it with: xdllm train resume={sweep}" in capsys.readouterr().err
@@ -70,20 +70,20 @@ def test_a_stopped_sweep_continues_where_it_stopped(tmp_path, monkeypatch, capsy
     assert all(torch.equal(value, trained[name]) for name, value in _weights(sweep / "seed=1").items())
     stopped_run_log = (sweep / "seed=1" / "train.log").read_text()  # each run's log: both of its commands
     assert stopped_run_log.count("sweep run 2 of 3: seed=1") == 2 and "stopped by Ctrl-C or SIGTERM" in stopped_run_log
-    assert "resuming from" in stopped_run_log.split("\n\n")[1] and "result: {\"checkpoint\": " in stopped_run_log
+    assert "resuming from" in stopped_run_log.split("\n\n")[1] and stopped_run_log.endswith(" finished\n")
     assert main(["train", f"resume={sweep}"]) == 2
     assert "has finished all 3 runs: there is nothing to continue" in capsys.readouterr().err
 
 
 def test_a_run_stopped_before_its_first_checkpoint_trains_anew(tmp_path, monkeypatch):
     sweep = tmp_path / "sweep"
-    finish = train_sweep.finish_training
+    finish = after_training.finish_training
 
     def stopped_once(result, config):
-        monkeypatch.setattr(train_sweep, "finish_training", finish)
+        monkeypatch.setattr(after_training, "finish_training", finish)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_sweep, "finish_training", stopped_once)
+    monkeypatch.setattr(after_training, "finish_training", stopped_once)
     assert main(["train", "-m", *SHORT, "seed=0,1", f"run_dir={sweep}"]) == 130
     for checkpoint in (sweep / "seed=0" / "checkpoints").glob("*.ckpt"):
         checkpoint.unlink()  # as if stopped before its first step was saved

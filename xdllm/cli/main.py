@@ -171,7 +171,7 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
     if print_config:
         print(composed_yaml(config), end="")
         return 0
-    from xdllm.run.after_training import finish_training
+    from xdllm.run.after_training import finish_logged
     from xdllm.run.run_log import keeping_run_log
     from xdllm.run.train import train
 
@@ -180,11 +180,9 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
         if not result.is_global_zero:
             return 0
         print(f"run directory: {result.run_dir}")
-        if result.stopped_at_step is not None:
-            run_log.note(f"stopped by {result.stopped_by} after step {result.stopped_at_step}")
-            return _stopped(result, f", saved in {result.last_checkpoint}; continue with: {result.continue_command}")
-        summary = finish_training(result, config)
-        run_log.result(summary)
+        summary = finish_logged(result, config, run_log)
+    if result.stopped_at_step is not None:
+        return _stopped(result, f", saved in {result.last_checkpoint}; continue with: {result.continue_command}")
     if summary is not None:
         print(json.dumps(summary, indent=2))
     return 0
@@ -201,7 +199,7 @@ def _sweep_done(result: Any) -> int:
 def _stopped(run: Any, what_next: str) -> int:
     """Say what stopped a training run (a signal, ``trainer.max_time``) and at which step, then
     ``what_next``; the exit status for that cause."""
-    print(f"xdllm: stopped by {run.stopped_by} after step {run.stopped_at_step}{what_next}", file=sys.stderr)
+    print(f"xdllm: {run.stop_line}{what_next}", file=sys.stderr)
     return {"SIGTERM": EXIT_TERMINATED, "Ctrl-C": EXIT_INTERRUPTED}.get(run.stopped_by, EXIT_TIME_LIMIT)
 
 

@@ -30,6 +30,7 @@ from xdllm.run.generate import checkpoint_fields, generate, generate_from_config
 from xdllm.run.generation_folder import resume_command
 from xdllm.run.generation_record import write_scalars
 from xdllm.run.partial_generation import PARTIAL_PREDICTIONS
+from xdllm.run.run_log import RunLog
 from xdllm.run.train import TrainResult
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,18 @@ def say_first_samples(predictions: Path) -> None:
             text = " ".join(record["text"].split())
             cut = f"... ({len(text)} characters)" if len(text) > SAMPLE_CHARACTERS else ""
             log.info("text sample %d: %s%s", record["sample_index"], text[:SAMPLE_CHARACTERS], cut)
+
+
+def finish_logged(result: TrainResult, config: DictConfig, run_log: RunLog) -> dict[str, Any] | None:
+    """:func:`finish_training` for a run that trained to its end, its result written to
+    ``run_log``; a run stopped before its end (a signal, ``trainer.max_time``) gets its stop line
+    there instead, and None."""
+    if result.stopped_at_step is not None:
+        run_log.note(result.stop_line)
+        return None
+    summary = finish_training(result, config)
+    run_log.result(summary)
+    return summary
 
 
 def finish_training(result: TrainResult, config: DictConfig) -> dict[str, Any] | None:

@@ -89,6 +89,11 @@ class TrainResult:
     mode: str | None = None
     """Whether the best ``monitor`` is the ``max`` or the ``min``."""
 
+    @property
+    def stop_line(self) -> str:
+        """What stopped training, and after which step (of a run stopped before its end)."""
+        return f"stopped by {self.stopped_by} after step {self.stopped_at_step}"
+
 
 class TrainingInterrupted(KeyboardInterrupt):
     """A second Ctrl-C stopped training at once; ``run_dir`` holds what was saved before."""

@@ -31,7 +31,7 @@ from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.errors import XdllmError
-from xdllm.run.after_training import finish_training
+from xdllm.run.after_training import finish_logged
 from xdllm.run.build import build_components
 from xdllm.run.generation_record import settings_name
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
@@ -168,12 +168,10 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
                 log.info("sweep run %d of %d: %s", len(results) + 1, total, run.folder)
                 result = train(config, resume=str(sweep_dir / run.folder) if run.folder in resumed else None,
                                overrides=run.overrides, run_log=run_log)
-                if result.stopped_at_step is not None:
-                    run_log.note(f"stopped by {result.stopped_by} after step {result.stopped_at_step}")
-                    outcome.stopped = result
-                    break
-                summary = finish_training(result, config) or {"checkpoint": str(result.best_checkpoint)}
-                run_log.result(summary)
+                summary = finish_logged(result, config, run_log) or {"checkpoint": str(result.best_checkpoint)}
+            if result.stopped_at_step is not None:
+                outcome.stopped = result
+                break
             results.append({"settings": swept_settings(run.settings, config), "folder": run.folder,
                             "run_dir": str(result.run_dir), "monitor": result.monitor, "mode": result.mode,
                             "best_score": result.best_score, **summary})
