@@ -8,8 +8,8 @@ from xdllm.cli.main import main
 
 @pytest.mark.parametrize(("argv", "expected"), [
     (["generate", "ckpt=runs/x", "data.num_test_samples=8"],
-     "unknown key 'data.num_test_samples': data has no such key and takes no new ones; generate sets what it "
-     "generates with its own options: num_samples= (how many samples)"),
+     "unknown key 'data.num_test_samples' (did you mean num_samples?): data has no such key and takes no new "
+     "ones; generate sets what it generates with its own options: num_samples= (how many samples)"),
     (["train", "--cfg", "optim.foo=1"],
      "unknown key 'optim.foo': optim has no such key and takes no new ones; known keys there: accumulate_grad_batches"),
     (["train", "--cfg", "trainer.detect_anomaly=true"],
@@ -75,6 +75,35 @@ def test_a_typo_is_answered_with_the_key_it_was_meant_to_be(argv, expected, caps
     assert main(argv) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"xdllm: error: {expected}"), line
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["train", "--cfg", "experiment=sort_mlm", "lr=3e-4"], "unknown key 'lr' (did you mean optim.lr?): "),
+    (["train", "--cfg", "experiment=sort_mlm", "max_steps=10"],
+     "unknown key 'max_steps' (did you mean predictor.max_steps or trainer.max_steps?): "),
+    (["train", "--cfg", "experiment=sort_mlm", "d_model=64"],  # the name elsewhere, not 'model' here
+     "unknown key 'd_model' (did you mean model.d_model?): "),
+    (["train", "--cfg", "experiment=sort_mlm", "length=12"],
+     "unknown key 'length' (did you mean task.params.length?): "),
+    (["train", "--cfg", "trainer.lr=1"], "unknown key 'trainer.lr' (did you mean optim.lr?): "),
+    (["train", "--cfg", "max_step=10"],
+     "unknown key 'max_step' (did you mean predictor.max_steps or trainer.max_steps?)"),
+    (["generate", "ckpt=runs/x", "seed=1"], "unknown key 'seed' (did you mean predictor.seed?): "),
+    (["generate", "ckpt=runs/x", "temperature=0.7"],
+     "unknown key 'temperature' (did you mean predictor.temperature?): "),
+    (["eval", "ckpt=runs/x", "threshold=0.9"], "unknown key 'threshold' (did you mean predictor.threshold?): "),
+])
+def test_a_key_given_at_the_wrong_level_is_answered_with_where_it_is(argv, expected, capsys):
+    """An option given without its node (``lr`` for ``optim.lr``; generate's ``seed`` for the
+    predictor's) names the keys of that name elsewhere in the config, nearest the top first."""
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"xdllm: error: {expected}"), line
+
+
+def test_a_name_no_key_has_gets_no_suggestion(capsys):
+    assert main(["train", "--cfg", "experiment=sort_mlm", "nothing_like_it=1"]) == 2
+    assert capsys.readouterr().err.startswith("xdllm: error: unknown key 'nothing_like_it': the config has no such key")
 
 
 def test_a_typo_in_a_generate_predictor_option_names_the_option_meant(trained_run, capsys):

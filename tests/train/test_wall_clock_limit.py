@@ -24,7 +24,8 @@ def test_a_run_stops_at_its_time_limit_and_a_resume_gets_the_limit_again(tmp_pat
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"xdllm: stopped by trainer.max_time=00:00:00:01 after step {first}, saved in "
         f"{run_dir / 'checkpoints' / 'last.ckpt'}; continue with: xdllm train resume={run_dir}")
-    assert (run_dir / "train.log").read_text().endswith(f" stopped by trainer.max_time=00:00:00:01 after step {first}\n")
+    run_log = (run_dir / "train.log").read_text()
+    assert run_log.endswith(f" stopped by trainer.max_time=00:00:00:01 after step {first}\n")
     assert main(["train", f"resume={run_dir}"]) == EXIT_TIME_LIMIT
     assert _step(run_dir) > first  # trained another second's steps
 

@@ -165,7 +165,32 @@ def _unknown_key_line(unknown: str, config_name: str, without: DictConfig | None
     node, _, leaf = unknown.rpartition(".")
     target = OmegaConf.select(without, f"{node}._target_") if without is not None and node in COMPONENT_NODES else None
     refused_by = target if isinstance(target, str) and refuses_argument(target, leaf) else None
-    return unknown_key_message(unknown, config_name, present=_keys_at(without, node), refused_by=refused_by)
+    return unknown_key_message(unknown, config_name, present=_keys_at(without, node), refused_by=refused_by,
+                               elsewhere=_dotted_keys(without) + _predictor_keys(config_name))
+
+
+def _dotted_keys(config: DictConfig | None) -> list[str]:
+    """Every key of ``config``, nested ones dotted (``optim.lr``), ``_target_`` left out."""
+    def walk(node: object, prefix: str) -> list[str]:
+        if not isinstance(node, dict):
+            return []
+        return [key for name, value in node.items() if name != "_target_"
+                for key in (f"{prefix}{name}", *walk(value, f"{prefix}{name}."))]
+    return walk(OmegaConf.to_container(config, resolve=False), "") if config is not None else []
+
+
+def _predictor_keys(config_name: str) -> list[str]:
+    """For ``generate``: ``predictor.<argument>`` for the arguments of the unmasking predictors
+    (``seed=1`` means ``predictor.seed=1`` there), which the run's own predictor takes over."""
+    if config_name != "generate":
+        return []
+    import inspect
+
+    from xdllm.predict.engine import UnmaskingPredictor
+
+    built = {"self", "model", "tokenizer"}  # given by the run, not by an option
+    return [f"predictor.{name}" for name in inspect.signature(UnmaskingPredictor.__init__).parameters
+            if name not in built]
 
 
 def yaml_error_line(error: yaml.MarkedYAMLError) -> str:

@@ -177,11 +177,24 @@ def did_you_mean(name: str, names: Sequence[str], prefix: str) -> str:
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
+def keys_elsewhere(name: str, keys: Sequence[str], close: bool = True) -> str:
+    """`` (did you mean optim.lr?)`` for the dotted ``keys`` named ``name`` (or, where none is and
+    ``close``, a name close to it), the three nearest the top; nothing when none is."""
+    leaves = {key: key.rpartition(".")[2] for key in keys}
+    named = [key for key, leaf in leaves.items() if leaf == name]
+    if not named and close:
+        close = difflib.get_close_matches(name, sorted(set(leaves.values())), n=1, cutoff=0.8)
+        named = [key for key, leaf in leaves.items() if leaf in close]
+    named = sorted(named, key=lambda key: (key.count("."), key))[:3]
+    return f" (did you mean {' or '.join(named)}?)" if named else ""
+
+
 def unknown_key_message(key: str, config_name: str, where_given: str = "", present: Sequence[str] = (),
-                        refused_by: str | None = None) -> str:
-    """A key the config does not have, a close match (a typo's fix), the keys known there (the
-    schema's and ``present``: those the composed config has at the key's node), and what to give
-    instead: ``+key=value`` where its node takes new keys, unless the node's component
+                        refused_by: str | None = None, elsewhere: Sequence[str] = ()) -> str:
+    """A key the config does not have, a close match (a typo's fix) there or else a key of that
+    name at another node (``elsewhere``: dotted keys, ``lr`` for ``optim.lr``), the keys known
+    there (the schema's and ``present``: those the composed config has at the key's node), and
+    what to give instead: ``+key=value`` where its node takes new keys, unless the node's component
     (``refused_by``, its ``_target_``) takes no such argument (and, for ``generate``'s ``data.*``,
     generate's own options)."""
     open_nodes = OPEN_NODES.get(config_name, ())
@@ -190,7 +203,10 @@ def unknown_key_message(key: str, config_name: str, where_given: str = "", prese
     prefix = f"{node}." if node else ""
     known = sorted({k[len(prefix):].split(".")[0] for k in SCHEMAS.get(config_name, {}) if k.startswith(prefix)}
                    | set(() if node else open_nodes) | {k for k in present if not k.startswith("_")})
-    unknown = f"unknown key {key!r}{where_given}{did_you_mean(leaf, known, prefix)}"
+    other_nodes = [other for other in elsewhere if other.rpartition(".")[0] != node]
+    meant = (keys_elsewhere(leaf, other_nodes, close=False) or did_you_mean(leaf, known, prefix)
+             or keys_elsewhere(leaf, other_nodes))  # the same name elsewhere, else a typo here, else one elsewhere
+    unknown = f"unknown key {key!r}{where_given}{meant}"
     hint = f"; known keys there: {', '.join(known)}" if known else ""
     if top in open_nodes and refused_by is not None:
         return f"{unknown}: {node} does not list it{hint}; {refused_by} takes no argument {leaf!r}"
