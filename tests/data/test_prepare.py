@@ -223,12 +223,25 @@ def test_options_are_checked_before_anything_is_written(tmp_path):
         (dict(val_fraction=0.6, test_fraction=0.5), "must be below 1"),
         (dict(workers=0), "--workers must be >= 1"),
         (dict(inputs=[tmp_path / "missing.txt"]), "is not a file"),
+        (dict(inputs=[source, source]), f"input {source} is {source} given again"),
         (dict(val_fraction=0.5, test_fraction=0.4), "leave none for training"),
     ]:
         arguments = dict(inputs=[source], output=tmp_path / "new", tokenizer="builtin") | options
         with pytest.raises(XdllmError, match=message):
             prepare(PrepareOptions(**arguments))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "existing"]
+
+
+def test_a_file_given_twice_under_another_name_is_refused(tmp_path):
+    """``data/*.txt data/extra.txt``, or a link to an input: the documents would be prepared twice
+    and a held-out copy of one trained on."""
+    source = tmp_path / "corpus.txt"
+    source.write_text("a b\nc d\n")
+    (tmp_path / "link.txt").symlink_to(source)
+    with pytest.raises(XdllmError, match=f"input {tmp_path}/link.txt is {source} given again: its documents would "
+                                         "be prepared twice"):
+        prepare(PrepareOptions(inputs=[source, tmp_path / "link.txt"], output=tmp_path / "new", tokenizer="builtin"))
+    assert not (tmp_path / "new").exists()
 
 
 def test_held_out_counts_round_and_keep_at_least_one():
