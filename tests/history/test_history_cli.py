@@ -150,11 +150,24 @@ def test_a_logdir_that_cannot_be_made_is_named(run_dir, capsys):
     assert capsys.readouterr().err.endswith(": Not a directory (--logdir DIR writes them elsewhere)\n")
 
 
+def test_no_sample_views_still_write_the_statistics_of_every_sample(run_dir, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert _run("history", "tensorboard", str(run_dir), "--max-samples", "0") == 0
+    logdir = run_dir / "tensorboard" / "history"
+    assert f"wrote 0 of 3 samples to {logdir} (--max-samples; the statistics count all 3)" in capsys.readouterr().out
+    events = EventAccumulator(str(logdir), size_guidance={"tensors": 0, "scalars": 0})
+    events.Reload()
+    assert not events.Tags()["tensors"] and not events.Tags()["images"]  # no text cards, no pictures
+    passes = [tag for tag in events.Tags()["scalars"] if tag.endswith("/forward_passes_per_sample")]
+    assert len(passes) == 1 and len(events.Scalars(passes[0])) == 3
+
+
 def test_tensorboard_default_logdir(run_dir, capsys):
     assert _run("history", "tensorboard", str(run_dir), "--max-samples", "2", "--max-frames", "1") == 0
     logdir = run_dir / "tensorboard" / "history"
     out = capsys.readouterr().out
-    assert f"wrote 2 samples to {logdir}" in out
+    assert f"wrote 2 of 3 samples to {logdir} (--max-samples; the statistics count all 3)" in out
     assert f"view: tensorboard --logdir {logdir} --samples_per_plugin=images=1000" in out
     assert any(p.name.startswith("events.out.tfevents") for p in logdir.iterdir())
 

@@ -69,7 +69,8 @@ def add_history_parser(subparsers: argparse._SubParsersAction) -> argparse.Argum
              "folders, one subfolder each)",
     )
     board.add_argument("--max-samples", type=_non_negative, default=DEFAULT_MAX_SAMPLES,
-                       help=f"samples to render per folder (default {DEFAULT_MAX_SAMPLES})")
+                       help=f"samples drawn per folder, as text cards and pictures (default "
+                            f"{DEFAULT_MAX_SAMPLES}; 0: none); the statistics count every sample")
     board.add_argument("--max-frames", type=_positive, default=DEFAULT_MAX_FRAMES,
                        help=f"denoising pictures per sample (default {DEFAULT_MAX_FRAMES})")
     board.add_argument("--steps-per-card", type=_positive, default=DEFAULT_STEPS_PER_CARD,

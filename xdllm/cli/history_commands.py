@@ -40,7 +40,9 @@ def tensorboard_command(args: argparse.Namespace) -> int:
             print(f"replacing the views written before: removed {counted(removed, 'history event file')} in {logdir}")
         report = write_tensorboard(selection.files, logdir, max_samples=args.max_samples,
                                    max_frames=args.max_frames, text=text, grid=args.grid)
-        print(f"wrote {report.written} samples to {logdir}")
+        fewer = f" of {report.counted}" if report.written < report.counted else ""
+        statistics = f" (--max-samples; the statistics count all {report.counted})" if fewer else ""
+        print(f"wrote {report.written}{fewer} samples to {logdir}{statistics}")
         for path, reason in report.bad_files:
             print(f"xdllm history: error: skipped {path}: {reason}", file=sys.stderr)
         failed = failed or bool(report.bad_files)

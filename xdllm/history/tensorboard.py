@@ -94,6 +94,8 @@ class TensorboardReport:
 
     written: int
     bad_files: tuple[tuple[Path, str], ...] = ()
+    counted: int = 0
+    """Samples the statistics count: every sample of the files read."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,7 @@ def write_tensorboard(
         raise HistoryError(f"steps_per_card must be >= 1, got {text.steps_per_card}")
     paths = [history_paths] if isinstance(history_paths, (str, Path)) else list(history_paths)
     token_text = token_display(tokenizer) if tokenizer is not None else None
-    written, bad = 0, []
+    written, counted, bad = 0, 0, []
     statistics = DenoisingStatistics()
     with (event_writer(logdir, filename_suffix=EVENT_FILE_SUFFIX) as writer,
           ImageSummaryQueue(writer) as pictures):
@@ -157,6 +159,7 @@ def write_tensorboard(
                 bad.append((file_path, str(error)))
                 continue
             statistics.add(history, history.split or UNKNOWN_SPLIT)
+            counted += len(history)
             remaining = None if max_samples is None else max(max_samples - written, 0)
             for sample in (history.sample(i) for i in range(len(history))[:remaining]):
                 _write_sample(writer, pictures, sample, token_text, max_frames, text, png_path(file_path, sample))
@@ -164,7 +167,7 @@ def write_tensorboard(
                     _write_grid(writer, sample, token_text, grid, file_path)
                 written += 1
         _write_statistics(writer, statistics)
-    return TensorboardReport(written, tuple(bad))
+    return TensorboardReport(written, tuple(bad), counted)
 
 
 def _write_statistics(writer: SummaryWriter, statistics: DenoisingStatistics) -> None:
