@@ -70,11 +70,22 @@ def _from_entry_points() -> Iterable[RegisteredFamily]:
         yield RegisteredFamily(_check_family(loaded, source), source)
 
 
+def _check_search_path(search_path: Iterable[str | Path]) -> None:
+    """Refuse a folder that is not there, naming where it was given: ``model_search_path`` (which
+    a run records, so a package that moved since is met on ``resume=``) or the variable."""
+    for folder in map(Path, search_path):
+        if not folder.expanduser().is_dir():
+            raise ModelRegistryError(
+                f"model_search_path entry {folder} is not a directory: give the folder that holds the family's "
+                "package now with model_search_path=[<folder>] (a run records the folder its family was found "
+                "in, and resume= looks there)")
+    for folder in search_path_from_env():
+        if not folder.expanduser().is_dir():
+            raise ModelRegistryError(f"{SEARCH_PATH_ENV} entry {folder} is not a directory")
+
+
 def _from_search_path(folders: Iterable[Path]) -> Iterable[RegisteredFamily]:
     for folder in folders:
-        folder = Path(folder).expanduser().resolve()
-        if not folder.is_dir():
-            raise ModelRegistryError(f"model search path entry {folder} is not a directory")
         for package_dir in sorted(p for p in folder.iterdir() if (p / "__init__.py").is_file()):
             source = f"package {package_dir}"
             if str(folder) not in sys.path:
@@ -94,6 +105,8 @@ def _from_search_path(folders: Iterable[Path]) -> Iterable[RegisteredFamily]:
 
 def discover_families(search_path: Iterable[str | Path] = ()) -> dict[str, RegisteredFamily]:
     """All model families, by name. Raises :class:`ModelRegistryError` on any problem."""
+    search_path = list(search_path)
+    _check_search_path(search_path)
     folders = list(dict.fromkeys(Path(p).expanduser().resolve()
                                  for p in [*search_path, *search_path_from_env()]))
     found: dict[str, RegisteredFamily] = {}

@@ -127,6 +127,14 @@ def test_a_family_that_moved_is_given_with_model_search_path(workspace, monkeypa
     generated = _subprocess(["generate", f"ckpt={run}", "num_samples=2", "model_search_path=[fams]"],
                             cwd=workspace / "elsewhere")
     assert generated.returncode == 0, generated.stderr
+    refused = _subprocess(["train", f"resume={run}", "trainer.max_steps=4"], cwd=workspace / "elsewhere")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (  # the recorded folder is gone
+        f"xdllm: error: model_search_path entry {workspace / 'fams'} is not a directory: give the folder that holds "
+        "the family's package now with model_search_path=[<folder>] (a run records the folder its family was found "
+        "in, and resume= looks there)")
+    resumed = _subprocess(["train", f"resume={run}", "trainer.max_steps=4", "model_search_path=[fams]"],
+                          cwd=workspace / "elsewhere")
+    assert resumed.returncode == 0, resumed.stderr
 
 
 def test_the_last_model_search_path_decides_what_is_discovered():
