@@ -34,6 +34,37 @@ def test_train_errors_are_one_line(capsys, overrides, expected):
     assert expected in _error_line(capsys)
 
 
+@pytest.mark.parametrize("overrides, expected", [
+    (["task=null"], "task=null: a config group takes one of its options, not null: addition, prepared, "),
+    (["collator=null"], "collator=null: a config group takes one of its options, not null: packed_arlm, "
+                        "packed_bd3lm, packed_mlm; ~collator removes it"),
+    (["~model"], "~model: a run needs a model: choose one of arlm, "),
+    (["loss=3"], "loss=3 is not allowed: loss is a group of options, not a value: set them one by one "
+                 "(loss.NAME=VALUE; xdllm train --cfg shows them)"),
+    (["predictor=null"], "predictor=None is not allowed: predictor is a group of options, not a value"),
+    (["collator.val=null"], "collator.val=None is not allowed: collator.val is a group of options"),
+    (["mlm=3"], "mlm=3 is not allowed: mlm is a group of options"),
+    (["history=null"], "history=None is not allowed: history is a group of options, not a value: set them one by "
+                       "one (history.num_samples=..., history.k=...); history.num_samples=0 records no validation"),
+    (["data=3"], "data=3 is not allowed: data is a group of options, not a value: set them one by one "
+                 "(data.batch_size=..., "),
+])
+def test_a_group_given_one_value_is_one_line(capsys, overrides, expected):
+    """These were tracebacks (``loss=3``, ``task=null``), a run that failed at its first
+    validation (``predictor=null``), or an error about a key never given
+    (``history=null``: ``history.num_samples=None is not allowed``)."""
+    assert main(["train", "--cfg", "experiment=varlen_sort_packed", *overrides]) == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"xdllm: error: {expected}"), line
+
+
+def test_an_optional_group_is_removed_with_a_tilde(capsys):
+    """``~collator`` after an experiment's packed collator gives the family's own (it was refused
+    as ``unknown collator ''``)."""
+    assert main(["train", "--cfg", "experiment=varlen_sort_packed", "~collator"]) == 0
+    assert "_target_: xdllm_models.mlm.collator.MLMSeq2SeqTrainCollator" in capsys.readouterr().out
+
+
 def test_missing_checkpoint_is_one_line(capsys, tmp_path):
     assert main(["generate", f"ckpt={tmp_path / 'missing.ckpt'}"]) == 2
     assert "checkpoint not found" in _error_line(capsys)

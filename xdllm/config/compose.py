@@ -89,13 +89,30 @@ def group_options(families: dict[str, RegisteredFamily]) -> dict[str, list[str]]
     return {name: sorted(options) for name, options in sorted(groups.items())}
 
 
+def optional_groups() -> list[str]:
+    """The groups ``train.yaml``'s defaults list leaves unset (``collator: null``): those ``~GROUP``
+    may remove again (``~collator`` after an experiment's packed collator: the family's own)."""
+    defaults = yaml.safe_load((ROOT_CONFIG_DIR / "train.yaml").read_text(encoding="utf-8"))["defaults"]
+    return [group for entry in defaults if isinstance(entry, dict) for group, option in entry.items() if option is None]
+
+
 def check_group_choices(overrides: Sequence[str], options: dict[str, list[str]]) -> None:
-    """``GROUP=OPTION`` for any config group must name an existing option. Hydra would say so
-    too, but in a message of many lines that ends with its whole search path."""
+    """``GROUP=OPTION`` for any config group must name an existing option, and ``~GROUP`` only an
+    optional group. Hydra would say so in a message of many lines that ends with its whole search
+    path, or in a traceback (``GROUP=null``)."""
+    optional = optional_groups()
     for override in overrides:
         group, value = override_key(override), override.partition("=")[2]
-        if group in options and value not in (*options[group], "null"):
-            raise XdllmError(f"unknown {group} '{value}'; available: {', '.join(options[group])}")
+        if group not in options:
+            continue
+        available = ", ".join(options[group])
+        if override.startswith("~") and group not in optional:
+            raise XdllmError(f"{override}: a run needs a {group}: choose one of {available}")
+        if value == "null":
+            removes = f"; ~{group} removes it" if group in optional else ""
+            raise XdllmError(f"{group}=null: a config group takes one of its options, not null: {available}{removes}")
+        if not override.startswith("~") and value not in options[group]:
+            raise XdllmError(f"unknown {group} '{value}'; available: {available}")
 
 
 def _open_merged_overrides(overrides: Sequence[str]) -> list[str]:

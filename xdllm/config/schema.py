@@ -217,8 +217,41 @@ def unknown_key_message(key: str, config_name: str, where_given: str = "", prese
     return f"{unknown}: {where} no such key and takes no new ones{hint}{own}"
 
 
+NODE_HINTS = {"history": "; history.num_samples=0 records no validation history"}
+
+
+def _check_nodes(config: DictConfig, config_name: str) -> None:
+    """A group of options given one value (``history=null``, ``data=3``) is refused naming its
+    options (its keys' rules would each have reported a ``None`` the user never gave)."""
+    keys = SCHEMAS.get(config_name, {})
+    for node in dict.fromkeys(key.rpartition(".")[0] for key in keys if "." in key):
+        value = OmegaConf.select(config, node, throw_on_missing=False)
+        if not OmegaConf.is_config(value):
+            options = ", ".join(f"{key}=..." for key in keys if key.startswith(f"{node}."))
+            raise XdllmError(f"{node}={value!r} is not allowed: {node} is a group of options, not a value: set "
+                             f"them one by one ({options}){NODE_HINTS.get(node, '')}")
+
+
+ABSENT = object()
+
+
+def _check_components(config: DictConfig) -> None:
+    """A training run's components (and its family's options node, ``mlm``) given one value
+    (``loss=3``, ``predictor=null``) are refused: each is built from its options (a traceback, or
+    a run that failed at its first validation). A family may leave ``evaluator`` out or null."""
+    for node in ("collator", *COMPONENT_NODES, str(config.get("model_family"))):
+        value = OmegaConf.select(config, node, default=ABSENT, throw_on_missing=False)
+        if value is ABSENT or OmegaConf.is_config(value) or (node == "evaluator" and value is None):
+            continue
+        raise XdllmError(f"{node}={value!r} is not allowed: {node} is a group of options, not a value: set them one "
+                         f"by one ({node}.NAME=VALUE; xdllm train --cfg shows them)")
+
+
 def check_values(config: DictConfig, config_name: str) -> None:
     """Every key of the root schema against its rule."""
+    _check_nodes(config, config_name)
+    if config_name == "train":
+        _check_components(config)
     for key, rule in SCHEMAS.get(config_name, {}).items():
         value = OmegaConf.select(config, key, throw_on_missing=False)
         if OmegaConf.is_config(value):
