@@ -58,6 +58,18 @@ def test_a_group_given_one_value_is_one_line(capsys, overrides, expected):
     assert line.startswith(f"xdllm: error: {expected}"), line
 
 
+@pytest.mark.parametrize("command", ["generate", "eval"])
+@pytest.mark.parametrize("override", ["predictor=3", "predictor=null", "evaluator=3", "evaluator=null"])
+def test_a_generation_component_given_one_value_is_one_line(capsys, tmp_path, command, override):
+    """They were tracebacks (``Input cfg is not an OmegaConf config object``), before any
+    checkpoint was read."""
+    assert main([command, f"ckpt={tmp_path}", override]) == 2
+    node, _, value = override.partition("=")
+    assert _error_line(capsys) == (
+        f"xdllm: error: {node}={None if value == 'null' else int(value)!r} is not allowed: {node} is a group of "
+        f"options, not a value: set them one by one ({node}.NAME=VALUE; xdllm generate --cfg ckpt=<run> shows them)")
+
+
 def test_an_optional_group_is_removed_with_a_tilde(capsys):
     """``~collator`` after an experiment's packed collator gives the family's own (it was refused
     as ``unknown collator ''``)."""

@@ -235,23 +235,25 @@ def _check_nodes(config: DictConfig, config_name: str) -> None:
 ABSENT = object()
 
 
-def _check_components(config: DictConfig) -> None:
-    """A training run's components (and its family's options node, ``mlm``) given one value
+def _check_components(config: DictConfig, config_name: str) -> None:
+    """Components (and a training run's family options node, ``mlm``) given one value
     (``loss=3``, ``predictor=null``) are refused: each is built from its options (a traceback, or
-    a run that failed at its first validation). A family may leave ``evaluator`` out or null."""
-    for node in ("collator", *COMPONENT_NODES, str(config.get("model_family"))):
+    a run that failed at its first validation). A family may leave its ``evaluator`` out or null."""
+    nodes = (("collator", *COMPONENT_NODES, str(config.get("model_family"))) if config_name == "train"
+             else ("predictor", "evaluator"))  # generate's: merged over the run's
+    for node in nodes:
         value = OmegaConf.select(config, node, default=ABSENT, throw_on_missing=False)
-        if value is ABSENT or OmegaConf.is_config(value) or (node == "evaluator" and value is None):
+        if value is ABSENT or OmegaConf.is_config(value) or (config_name, node, value) == ("train", "evaluator", None):
             continue
+        shown = "xdllm generate --cfg ckpt=<run>" if config_name == "generate" else "xdllm train --cfg"
         raise XdllmError(f"{node}={value!r} is not allowed: {node} is a group of options, not a value: set them one "
-                         f"by one ({node}.NAME=VALUE; xdllm train --cfg shows them)")
+                         f"by one ({node}.NAME=VALUE; {shown} shows them)")
 
 
 def check_values(config: DictConfig, config_name: str) -> None:
     """Every key of the root schema against its rule."""
     _check_nodes(config, config_name)
-    if config_name == "train":
-        _check_components(config)
+    _check_components(config, config_name)
     for key, rule in SCHEMAS.get(config_name, {}).items():
         value = OmegaConf.select(config, key, throw_on_missing=False)
         if OmegaConf.is_config(value):
