@@ -281,3 +281,18 @@ def test_documents_other_than_lines_are_for_text_only(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == ("xdllm: error: --documents paragraph is for --format text; in "
                                               "prompt_response each line is one record")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("read_as", "option", "reader"), [
+    ("text", "--prompt-field", "prompt_response"), ("text", "--text-field", "jsonl"),
+    ("jsonl", "--response-field", "prompt_response"), ("prompt_response", "--text-field", "jsonl")])
+def test_a_field_option_of_another_format_is_refused(tmp_path, capsys, read_as, option, reader):
+    """It was ignored: ``--format text --prompt-field q`` prepared each line as a document."""
+    source = tmp_path / "lines.jsonl"
+    source.write_text('{"text": "a", "prompt": "a", "response": "b"}\n')
+    code = main(["data", "prepare", str(source), "-o", str(tmp_path / "out"), "--tokenizer", "builtin",
+                 "--format", read_as, option, "q"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (f"xdllm: error: data prepare: {option} is for --format {reader}; "
+                                              f"--format {read_as} does not read it")
+    assert not (tmp_path / "out").exists()

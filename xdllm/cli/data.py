@@ -44,9 +44,9 @@ def add_data_parser(commands: argparse._SubParsersAction) -> None:
                          help="how a line is read (default: text; a .jsonl input must name one)")
     prepare.add_argument("--documents", default="line", choices=("line", "paragraph", "file"),
                          help="text: what one document is (default: a line)")
-    prepare.add_argument("--text-field", default="text", help="jsonl: the field holding the document")
-    prepare.add_argument("--prompt-field", default="prompt", help="prompt_response: the prompt's field")
-    prepare.add_argument("--response-field", default="response", help="prompt_response: the response's field")
+    prepare.add_argument("--text-field", help="jsonl: the field holding the document (default: text)")
+    prepare.add_argument("--prompt-field", help="prompt_response: the prompt's field (default: prompt)")
+    prepare.add_argument("--response-field", help="prompt_response: the response's field (default: response)")
     prepare.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                          help="tokenizing processes (default: the CPU count)")
     prepare.add_argument("--val-fraction", type=float, default=0.01, help="share held out for validation")
@@ -68,12 +68,30 @@ def source_format(given: str | None, inputs: list[Path]) -> str:
     return given or "text"
 
 
+FIELD_OPTIONS = {"text_field": ("jsonl", "text"), "prompt_field": ("prompt_response", "prompt"),
+                 "response_field": ("prompt_response", "response")}
+"""Each field option: the format that reads it, and its default."""
+
+
+def record_fields(arguments: argparse.Namespace, record_format: str) -> dict[str, str]:
+    """The field options, defaults filled in; one given for another format (which would ignore it)
+    is refused."""
+    fields = {}
+    for name, (reader, default) in FIELD_OPTIONS.items():
+        given = getattr(arguments, name)
+        if given is not None and reader != record_format:
+            raise XdllmError(f"data prepare: --{name.replace('_', '-')} is for --format {reader}; --format "
+                             f"{record_format} does not read it")
+        fields[name] = default if given is None else given
+    return fields
+
+
 def run_data_command(arguments: argparse.Namespace) -> int:
     from xdllm.data.prepare import PrepareOptions, prepare
     from xdllm.data.source_records import RecordFormat
 
-    record_format = RecordFormat(source_format(arguments.format, arguments.inputs), arguments.text_field,
-                                 arguments.prompt_field, arguments.response_field, arguments.documents)
+    read_as = source_format(arguments.format, arguments.inputs)
+    record_format = RecordFormat(read_as, **record_fields(arguments, read_as), documents=arguments.documents)
     summary = prepare(PrepareOptions(
         inputs=arguments.inputs, output=arguments.output, tokenizer=arguments.tokenizer,
         record_format=record_format, workers=arguments.workers, val_fraction=arguments.val_fraction,
