@@ -69,6 +69,8 @@ def test_an_existing_tokenizer_is_not_overwritten_silently(corpus, tmp_path, cap
     ("empty", ["empty.txt", "-o", "t.json"], "holds no text"),
     ("text", ["ok.txt", "-o", "t.txt"], "must be a .json file"),
     ("text", ["ok.txt", "-o", "t.json", "--vocab-size", "100"], "is too small for a bpe tokenizer"),
+    ("text", ["ok.txt", "./ok.txt", "-o", "t.json"], "tokenizer train: input ok.txt is ok.txt given again: its "
+                                                    "words would count twice"),
 ])
 def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, setup, arguments, message):
     monkeypatch.chdir(tmp_path)

@@ -43,6 +43,7 @@ from xdllm.data.prepared_store import (
     array_path,
     token_dtype,
 )
+from xdllm.data.repeated_inputs import refuse_repeated_files
 from xdllm.data.source_records import Chunk, RecordFormat, plan_chunks
 from xdllm.data.tokenizer import load_tokenizer
 from xdllm.errors import XdllmError
@@ -71,16 +72,11 @@ class PrepareOptions:
     def check(self) -> None:
         if not self.inputs:
             raise XdllmError("data prepare: no input files given")
-        given: dict[tuple[int, int], Path] = {}  # by device and inode: a link or another spelling is the file
         for path in self.inputs:
             if not Path(path).is_file():
                 raise XdllmError(f"data prepare: input {path} is not a file")
-            identity = (os.stat(path).st_dev, os.stat(path).st_ino)
-            if identity in given:
-                raise XdllmError(f"data prepare: input {path} is {given[identity]} given again: its documents would "
-                                 "be prepared twice, and a held-out copy of one would be trained on too; give each "
-                                 "file once")
-            given[identity] = Path(path)
+        refuse_repeated_files(self.inputs, "data prepare", "its documents would be prepared twice, and a held-out "
+                              "copy of one would be trained on too")
         if self.workers < 1:
             raise XdllmError(f"data prepare: --workers must be >= 1, got {self.workers}")
         for name, value in (("--val-fraction", self.val_fraction), ("--test-fraction", self.test_fraction)):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from xdllm.data.repeated_inputs import refuse_repeated_files
 from xdllm.data.tokenizer import SPECIAL_TOKENS, HFTokenizerFile
 from xdllm.data.utf8_text import NotUTF8Text, decode_utf8
 from xdllm.errors import XdllmError
@@ -57,6 +58,8 @@ def _check_corpus(paths: Sequence[Path]) -> int:
             raise
     if lines == 0:
         raise XdllmError(f"tokenizer train: the corpus ({', '.join(map(str, paths))}) holds no text")
+    refuse_repeated_files(paths, "tokenizer train", "its words would count twice (a merge or word seen once "
+                          "would pass --min-frequency 2)")
     return lines
 
 
