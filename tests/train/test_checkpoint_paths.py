@@ -76,6 +76,17 @@ def test_a_flipped_byte_is_caught_on_every_read(tmp_path):
         read_checkpoint_file(path)
 
 
+def test_a_history_file_given_as_a_checkpoint_is_named_as_one(tmp_path):
+    """It was ``has no content digest: not a checkpoint written by this version of xdllm``."""
+    from xdllm.history.format import FORMAT_NAME
+
+    path = tmp_path / "history-00000.pt"
+    torch.save({"format": FORMAT_NAME, "version": 1}, path)
+    with pytest.raises(CheckpointError, match=f"{path} is a denoising-history file, not a checkpoint: give the run's "
+                                              r"folder or one of its checkpoints/\*.ckpt"):
+        read_checkpoint_file(path)
+
+
 def test_an_unreadable_checkpoint_says_what_is_wrong_with_the_file(tmp_path):
     path = tmp_path / "x.ckpt"
     save_checkpoint_file(_checkpoint(3), path)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from xdllm.errors import XdllmError
+from xdllm.history.format import FORMAT_NAME as HISTORY_FORMAT
 from xdllm.temporary_files import torch_save_atomically
 from xdllm.torch_files import why_unreadable
 
@@ -65,6 +66,9 @@ def read_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
         checkpoint = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as error:
         raise CheckpointError(f"could not read checkpoint {path}: {why_unreadable(path, error)}") from error
+    if isinstance(checkpoint, dict) and checkpoint.get("format") == HISTORY_FORMAT:
+        raise CheckpointError(f"{path} is a denoising-history file, not a checkpoint: give the run's folder or one "
+                              "of its checkpoints/*.ckpt")
     if not isinstance(checkpoint, dict) or DIGEST_KEY not in checkpoint:
         raise CheckpointError(f"{path} has no content digest: not a checkpoint written by this "
                               "version of xdllm")
