@@ -183,8 +183,8 @@ def keys_elsewhere(name: str, keys: Sequence[str], close: bool = True) -> str:
     leaves = {key: key.rpartition(".")[2] for key in keys}
     named = [key for key, leaf in leaves.items() if leaf == name]
     if not named and close:
-        close = difflib.get_close_matches(name, sorted(set(leaves.values())), n=1, cutoff=0.8)
-        named = [key for key, leaf in leaves.items() if leaf in close]
+        nearest = difflib.get_close_matches(name, sorted(set(leaves.values())), n=1, cutoff=0.8)
+        named = [key for key, leaf in leaves.items() if leaf in nearest]
     named = sorted(named, key=lambda key: (key.count("."), key))[:3]
     return f" (did you mean {' or '.join(named)}?)" if named else ""
 
