@@ -7,7 +7,7 @@ import pytest
 from xdllm.cli.main import main
 from xdllm.data import HFTokenizerFile, TextFileTask
 from xdllm.data.prepared_store import SPLITS, PreparedData
-from xdllm.data.text_encoding import SpecialTokenInText, encode_as_text
+from xdllm.data.text_encoding import SpecialTokenInText, UnencodableText, encode_as_text
 from xdllm.data.tokenizer import builtin_tokenizer
 from xdllm.data.tokenizer_training import train_tokenizer_file
 
@@ -60,3 +60,18 @@ def test_a_tokenizer_that_cannot_read_a_special_token_as_text_is_refused_naming_
     with pytest.raises(SpecialTokenInText) as caught:
         encode_as_text(builtin_tokenizer(), ["1 2", "3 <pad>"])
     assert caught.value.index == 1
+
+
+def test_a_text_the_tokenizer_cannot_encode_is_named_by_its_line(tmp_path, capsys):
+    """``task=text_file`` with the built-in tokenizer said ``unknown symbol '#' at position 0``,
+    naming neither the file nor the line."""
+    corpus = tmp_path / "notes.txt"
+    corpus.write_text("3 1 4\n\n5 9 2\n# a heading\n")
+    with pytest.raises(ValueError, match=rf"^{corpus}:4: SymbolTokenizer.encode: unknown symbol '#' at position 0"):
+        TextFileTask(corpus, builtin_tokenizer())
+    with pytest.raises(UnencodableText) as caught:
+        encode_as_text(builtin_tokenizer(), ["1 2", "3 4", "5 ?"])
+    assert caught.value.index == 2 and not isinstance(caught.value, SpecialTokenInText)
+    assert main(["data", "prepare", str(corpus), "-o", str(tmp_path / "out"), "--tokenizer", "builtin",
+                 "--workers", "1"]) == 2
+    assert f"{corpus}:4: SymbolTokenizer.encode: unknown symbol '#'" in capsys.readouterr().err

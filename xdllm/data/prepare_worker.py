@@ -19,7 +19,7 @@ import numpy as np
 from jaxtyping import Int64
 
 from xdllm.data.source_records import Chunk, RecordFormat, chunk_lines, document_blocks
-from xdllm.data.text_encoding import SpecialTokenInText, encode_as_text
+from xdllm.data.text_encoding import UnencodableText, encode_as_text
 from xdllm.data.tokenizer import HFTokenizerFile, SymbolTokenizer, load_tokenizer
 from xdllm.errors import XdllmError
 
@@ -83,21 +83,14 @@ def _encode_records(tokenizer: HFTokenizerFile | SymbolTokenizer, batch: _Record
     """The prompt ids (empty for text, and for an empty prompt) and target ids of each record, in
     one tokenizer call; an error names the file and line of the first record that fails."""
     count = len(batch.numbers)
-    try:
-        ids = encode_as_text(tokenizer, batch.prompts + batch.targets if pairs else batch.targets)
-    except SpecialTokenInText as error:
-        raise XdllmError(f"{path}:{batch.numbers[error.index % count]}: {error}") from error
-    except ValueError:  # e.g. a symbol the built-in tokenizer lacks: find its line
-        for number, prompt, target in zip(batch.numbers, batch.prompts, batch.targets):
-            for text in (prompt, target):
-                try:
-                    tokenizer.encode(text)
-                except ValueError as error:
-                    raise XdllmError(f"{path}:{number}: {error}") from error
-        raise
+    texts = [text for pair in zip(batch.prompts, batch.targets) for text in pair] if pairs else batch.targets
+    try:  # each prompt before its response: the first text that fails is on the first line that does
+        ids = encode_as_text(tokenizer, texts)
+    except UnencodableText as error:  # a special token's text, a symbol the built-in tokenizer lacks
+        raise XdllmError(f"{path}:{batch.numbers[error.index // 2 if pairs else error.index]}: {error}") from error
     if not pairs:
         return [[]] * count, ids
-    return [prompt if text else [] for text, prompt in zip(batch.prompts, ids[:count])], ids[count:]
+    return [prompt if text else [] for text, prompt in zip(batch.prompts, ids[0::2])], ids[1::2]
 
 
 def _concatenated(ids: Iterable[list[int]], count: int, dtype: str) -> np.ndarray:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from xdllm.data.source_records import DOCUMENTS, split_documents
-from xdllm.data.text_encoding import SpecialTokenInText, encode_as_text
+from xdllm.data.text_encoding import UnencodableText, encode_as_text
 from xdllm.data.utf8_text import decode_utf8
 from xdllm.interfaces import Tokenizer
 
@@ -59,7 +59,7 @@ class TextFileTask:
         numbered = split_documents(list(enumerate(lines, start=1)), unit)[0]
         try:
             encoded = encode_as_text(tokenizer, [text for _, text in numbered])
-        except SpecialTokenInText as error:
+        except UnencodableText as error:
             raise ValueError(f"{self.path}:{numbered[error.index][0]}: {error}") from error
         for (number, _), ids in zip(numbered, encoded):
             if unknown is not None and unknown in ids:

@@ -15,25 +15,41 @@ from collections.abc import Sequence
 from xdllm.tokenizer_protocol import Tokenizer
 
 
-class SpecialTokenInText(ValueError):
-    """Text ``index`` of a batch encoded to a special token the tokenizer cannot read as text."""
+class UnencodableText(ValueError):
+    """Text ``index`` of a batch could not be encoded as text (the caller names its file and line)."""
 
     def __init__(self, index: int, message: str) -> None:
         super().__init__(message)
         self.index = index
 
 
-def encode_as_text(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """The ids of each text, special-token text encoded as ordinary characters (a tokenizer's
-    ``encode_batch_as_text``, where it has one); a text that still encodes to a special id is
-    :class:`SpecialTokenInText`, naming it."""
+class SpecialTokenInText(UnencodableText):
+    """Text ``index`` of a batch encoded to a special token the tokenizer cannot read as text."""
+
+
+def _encoded(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     as_text = getattr(tokenizer, "encode_batch_as_text", None)
     if as_text is not None:
-        ids = as_text(texts)
-    elif hasattr(tokenizer, "encode_batch"):
-        ids = tokenizer.encode_batch(texts)
-    else:
-        ids = [tokenizer.encode(text) for text in texts]
+        return as_text(texts)
+    if hasattr(tokenizer, "encode_batch"):
+        return tokenizer.encode_batch(texts)
+    return [tokenizer.encode(text) for text in texts]
+
+
+def encode_as_text(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """The ids of each text, special-token text encoded as ordinary characters (a tokenizer's
+    ``encode_batch_as_text``, where it has one); a text the tokenizer refuses (a symbol the
+    built-in one lacks) is :class:`UnencodableText`, and one that still encodes to a special id
+    :class:`SpecialTokenInText`, each naming the text's index."""
+    try:
+        ids = _encoded(tokenizer, texts)
+    except ValueError as error:  # one call for the batch: find the text it failed on
+        for index, text in enumerate(texts):
+            try:
+                _encoded(tokenizer, [text])
+            except ValueError as refused:
+                raise UnencodableText(index, str(refused)) from error
+        raise
     special = tokenizer.special_token_ids
     for index, row in enumerate(ids):
         if not special.isdisjoint(row):
