@@ -92,6 +92,15 @@ def test_schema_violations_name_file_and_problem(history_path, edit, message):
     assert str(history_path) in str(error.value)
 
 
+def test_a_checkpoint_given_as_a_history_file_is_named_as_one(tmp_path):
+    """It said ``not a denoising-history file (format=None, expected 'xdllm.history.topk')``."""
+    path = tmp_path / "best.ckpt"
+    torch.save({"state_dict": {}, "global_step": 3}, path)
+    with pytest.raises(HistoryFormatError, match=f"{path}: a training checkpoint, not a denoising-history file: "
+                                                 "those are the history-NNNNN.pt of a history/ folder"):
+        load_history(path)
+
+
 def test_invalid_payload_is_never_written(history_path):
     payload = torch.load(history_path, weights_only=True)
     payload["canvas"] = payload["canvas"][:1]

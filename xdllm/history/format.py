@@ -110,6 +110,9 @@ def validate_payload(payload: Any, path: Path | str) -> dict[str, int]:
     where = str(path)
     if not isinstance(payload, dict):
         raise HistoryFormatError(f"{where}: expected a dict payload, got {type(payload).__name__}")
+    if "state_dict" in payload and "format" not in payload:  # a Lightning checkpoint's keys
+        raise HistoryFormatError(f"{where}: a training checkpoint, not a denoising-history file: those are the "
+                                 "history-NNNNN.pt of a history/ folder (give the run's folder for its newest)")
     if payload.get("format") != FORMAT_NAME:
         raise HistoryFormatError(
             f"{where}: not a denoising-history file (format={payload.get('format')!r}, "
