@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from xdllm.config.components import check_component_keys, refuses_argument
+from xdllm.config.flat_keys import flat_keys
 from xdllm.config.override_text import check_override_syntax
 from xdllm.config.schema import (
     COMPONENT_NODES,
@@ -183,17 +184,11 @@ def _unknown_key_line(unknown: str, config_name: str, without: DictConfig | None
     target = OmegaConf.select(without, f"{node}._target_") if without is not None and node in COMPONENT_NODES else None
     refused_by = target if isinstance(target, str) and refuses_argument(target, leaf) else None
     return unknown_key_message(unknown, config_name, present=_keys_at(without, node), refused_by=refused_by,
-                               elsewhere=_dotted_keys(without) + _predictor_keys(config_name))
+                               elsewhere=[*_leaf_keys(without), *_predictor_keys(config_name)])
 
 
-def _dotted_keys(config: DictConfig | None) -> list[str]:
-    """Every key of ``config``, nested ones dotted (``optim.lr``), ``_target_`` left out."""
-    def walk(node: object, prefix: str) -> list[str]:
-        if not isinstance(node, dict):
-            return []
-        return [key for name, value in node.items() if name != "_target_"
-                for key in (f"{prefix}{name}", *walk(value, f"{prefix}{name}."))]
-    return walk(OmegaConf.to_container(config, resolve=False), "") if config is not None else []
+def _leaf_keys(config: DictConfig | None) -> list[str]:
+    return list(flat_keys(OmegaConf.to_container(config, resolve=False))) if config is not None else []
 
 
 def _predictor_keys(config_name: str) -> list[str]:

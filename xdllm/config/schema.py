@@ -218,42 +218,36 @@ def unknown_key_message(key: str, config_name: str, where_given: str = "", prese
 
 
 NODE_HINTS = {"history": "; history.num_samples=0 records no validation history"}
-
-
-def _check_nodes(config: DictConfig, config_name: str) -> None:
-    """A group of options given one value (``history=null``, ``data=3``) is refused naming its
-    options (its keys' rules would each have reported a ``None`` the user never gave)."""
-    keys = SCHEMAS.get(config_name, {})
-    for node in dict.fromkeys(key.rpartition(".")[0] for key in keys if "." in key):
-        value = OmegaConf.select(config, node, throw_on_missing=False)
-        if not OmegaConf.is_config(value):
-            options = ", ".join(f"{key}=..." for key in keys if key.startswith(f"{node}."))
-            raise XdllmError(f"{node}={value!r} is not allowed: {node} is a group of options, not a value: set "
-                             f"them one by one ({options}){NODE_HINTS.get(node, '')}")
-
-
 ABSENT = object()
 
 
-def _check_components(config: DictConfig, config_name: str) -> None:
-    """Components (and a training run's family options node, ``mlm``) given one value
-    (``loss=3``, ``predictor=null``) are refused: each is built from its options (a traceback, or
-    a run that failed at its first validation). A family may leave its ``evaluator`` out or null."""
-    nodes = (("collator", *COMPONENT_NODES, str(config.get("model_family"))) if config_name == "train"
-             else ("predictor", "evaluator"))  # generate's: merged over the run's
-    for node in nodes:
+def _check_groups_of_options(config: DictConfig, config_name: str) -> None:
+    """A group of options given one value is refused, naming its options: the schema's groups
+    (``history=null``, ``data=3``: each key's rule would have reported a ``None`` never given) and
+    the components (``loss=3``, ``predictor=null``; a training run's family options, ``mlm``),
+    each built from its options (a traceback, or a run that failed at its first validation). A
+    family may leave its ``evaluator`` out or null, and leave out any component."""
+    keys = SCHEMAS.get(config_name, {})
+    groups = dict.fromkeys(key.rpartition(".")[0] for key in keys if "." in key)
+    components = (("collator", *COMPONENT_NODES, str(config.get("model_family"))) if config_name == "train"
+                  else ("predictor", "evaluator"))  # generate's: merged over the run's
+    for node in (*groups, *components):
         value = OmegaConf.select(config, node, default=ABSENT, throw_on_missing=False)
-        if value is ABSENT or OmegaConf.is_config(value) or (config_name, node, value) == ("train", "evaluator", None):
+        if OmegaConf.is_config(value) or (node in components and value is ABSENT):
+            continue
+        if (config_name, node, value) == ("train", "evaluator", None):
             continue
         shown = "xdllm generate --cfg ckpt=<run>" if config_name == "generate" else "xdllm train --cfg"
+        options = ", ".join(f"{key}=..." for key in keys if key.startswith(f"{node}.")) or \
+            f"{node}.NAME=VALUE; {shown} shows them"
+        value = None if value is ABSENT else value
         raise XdllmError(f"{node}={value!r} is not allowed: {node} is a group of options, not a value: set them one "
-                         f"by one ({node}.NAME=VALUE; {shown} shows them)")
+                         f"by one ({options}){NODE_HINTS.get(node, '')}")
 
 
 def check_values(config: DictConfig, config_name: str) -> None:
     """Every key of the root schema against its rule."""
-    _check_nodes(config, config_name)
-    _check_components(config, config_name)
+    _check_groups_of_options(config, config_name)
     for key, rule in SCHEMAS.get(config_name, {}).items():
         value = OmegaConf.select(config, key, throw_on_missing=False)
         if OmegaConf.is_config(value):

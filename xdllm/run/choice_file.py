@@ -16,7 +16,14 @@ from pathlib import Path
 
 from xdllm.errors import XdllmError
 from xdllm.interfaces import Example, Tokenizer
-from xdllm.run.prompt_sources import CHOICES_FIELD, PROMPT_FIELD, prompt_example, response_ids, text_file_lines
+from xdllm.run.prompt_sources import (
+    CHOICES_FIELD,
+    PROMPT_FIELD,
+    prompt_example,
+    refuse_more_than_held,
+    response_ids,
+    text_file_lines,
+)
 
 ANSWER_FIELD = "answer"
 
@@ -92,9 +99,7 @@ def read_choice_file(tokenizer: Tokenizer, path: Path, num_questions: int | None
         texts.append((prompt, choices))
     if not answers:
         raise XdllmError(f"prompts_file {path} holds no questions")
-    if num_questions is not None and len(answers) < num_questions:
-        raise XdllmError(f"num_samples={num_questions} is more than the {len(answers)} questions of prompts_file "
-                         f"{path}: give num_samples={len(answers)} or less, or leave it out (every question)")
+    refuse_more_than_held(num_questions, len(answers), "question", path)
     return ChoiceFile(examples, questions, answers, places, context, texts, sha256)
 
 

@@ -21,6 +21,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from xdllm.config.flat_keys import flat_keys
 from xdllm.errors import XdllmError
 from xdllm.event_files import event_writer
 from xdllm.temporary_files import write_text_atomically
@@ -28,17 +29,6 @@ from xdllm.temporary_files import write_text_atomically
 GENERATE_CONFIG = "generate.yaml"
 SCALAR_PREFIX = "generate/"
 BY_FORWARD_PASSES = "generate_by_forward_passes/"
-
-
-def flat_settings(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested overrides as ``{"key.sub": value}``."""
-    flat: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if isinstance(value, Mapping):
-            flat.update(flat_settings(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def show_value(value: Any) -> str:
@@ -52,7 +42,7 @@ def show_value(value: Any) -> str:
 def generation_settings(options: DictConfig) -> dict[str, Any]:
     """What a generation set beyond the run's own predictor: its predictor overrides, flat, and
     ``ema=false`` where it asked for the trained weights instead of their average."""
-    settings = flat_settings(OmegaConf.to_container(options.predictor, resolve=True))
+    settings = flat_keys(OmegaConf.to_container(options.predictor, resolve=True))
     return settings if options.get("ema", True) else {"ema": False, **settings}
 
 

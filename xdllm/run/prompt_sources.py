@@ -86,6 +86,13 @@ def text_file_lines(path: Path, what: str) -> tuple[list[str], str]:
         raise XdllmError(f"{what} {error}") from None
 
 
+def refuse_more_than_held(asked: int | None, held: int, item: str, path: Path) -> None:
+    """Refuse ``num_samples`` above the ``held`` items (``prompt``, ``question``) of prompts_file ``path``."""
+    if asked is not None and held < asked:
+        raise XdllmError(f"num_samples={asked} is more than the {held} {item}s of prompts_file {path}: give "
+                         f"num_samples={held} or less, or leave it out (every {item})")
+
+
 def read_prompts_file(run: TrainedRun, path: Path, num_prompts: int | None = None) -> PromptsFile:
     """One example per non-empty line of a UTF-8 file (its first ``num_prompts``; None: all; a
     file holding fewer is refused), tokenized with the run's tokenizer: the line itself, or in a
@@ -111,9 +118,7 @@ def read_prompts_file(run: TrainedRun, path: Path, num_prompts: int | None = Non
         responded.append(response is not None)
     if not examples:
         raise XdllmError(f"prompts_file {path} holds no prompts")
-    if num_prompts is not None and len(examples) < num_prompts:
-        raise XdllmError(f"num_samples={num_prompts} is more than the {len(examples)} prompts of prompts_file {path}: "
-                         f"give num_samples={len(examples)} or less, or leave it out (every prompt)")
+    refuse_more_than_held(num_prompts, len(examples), "prompt", path)
     if any(responded) and not all(responded):  # scored as a whole or not at all
         raise XdllmError(f"{places[responded.index(False)]}: no {RESPONSE_FIELD!r}, where "
                          f"{places[responded.index(True)]} has one: give every prompt its response (to score the "

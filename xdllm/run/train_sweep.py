@@ -168,10 +168,11 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
                 log.info("sweep run %d of %d: %s", len(results) + 1, total, run.folder)
                 result = train(config, resume=str(sweep_dir / run.folder) if run.folder in resumed else None,
                                overrides=run.overrides, run_log=run_log)
-                summary = finish_logged(result, config, run_log) or {"checkpoint": str(result.best_checkpoint)}
+                summary = finish_logged(result, config, run_log)
             if result.stopped_at_step is not None:
                 outcome.stopped = result
                 break
+            summary = summary or {"checkpoint": str(result.best_checkpoint)}
             results.append({"settings": swept_settings(run.settings, config), "folder": run.folder,
                             "run_dir": str(result.run_dir), "monitor": result.monitor, "mode": result.mode,
                             "best_score": result.best_score, **summary})

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from xdllm.config.flat_keys import flat_keys
 from xdllm.run.checkpoint import ResumePoint
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, run_dir_of
 
@@ -27,18 +28,18 @@ MEASURE_KEYS = ("task", "seed", "data.num_val_samples", "data.validation_roles",
 ``validation_choices`` file's content are compared by their digests)."""
 
 
-def _flat(value: Any, prefix: str) -> dict[str, Any]:
-    if isinstance(value, Mapping):
-        return {key: item for name, child in value.items() for key, item in _flat(child, f"{prefix}.{name}").items()}
-    return {prefix: value}
-
-
 def _lookup(config: Mapping[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         if not isinstance(config, Mapping):
             return None
         config = config.get(part)
     return config
+
+
+def _flat_at(config: Mapping[str, Any], dotted: str) -> dict[str, Any]:
+    """The leaves under ``dotted`` by their dotted keys (a leaf there: itself)."""
+    value = _lookup(config, dotted)
+    return flat_keys(value, f"{dotted}.") if isinstance(value, Mapping) else {dotted: value}
 
 
 def _is_a_path(key: str) -> bool:
@@ -55,7 +56,7 @@ def measure_changes(recorded: Mapping[str, Any], resolved: Mapping[str, Any], ot
     ``other_choices``: the task's data or the ``validation_choices`` file changed (by digest)."""
     changes = []
     for dotted in MEASURE_KEYS:
-        before, after = _flat(_lookup(recorded, dotted), dotted), _flat(_lookup(resolved, dotted), dotted)
+        before, after = _flat_at(recorded, dotted), _flat_at(resolved, dotted)
         for key in sorted(before.keys() | after.keys()):
             if before.get(key) == after.get(key) or (dotted == "task" and _is_a_path(key)):
                 continue
