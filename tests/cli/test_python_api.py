@@ -86,6 +86,15 @@ def test_a_completion_s_denoising_is_a_picture_in_a_notebook(trained_run, tmp_pa
     assert first.tobytes() != last.tobytes()  # later rows are filled in
 
 
+def test_a_loaded_run_prints_in_one_line_that_says_what_it_is(trained_run):
+    """It printed its config twice and the whole model: some hundred lines in a notebook."""
+    run = xdllm.load_trained(trained_run)
+    parameters = sum(parameter.numel() for parameter in run.model.parameters())
+    assert repr(run) == (f"TrainedRun(family='mlm', task='sort', step={run.global_step}, parameters={parameters:,}, "
+                         f"checkpoint='{run.checkpoint}')")
+    assert str([run]) == f"[{run!r}]"
+
+
 def test_a_run_predictor_takes_overrides_checked_against_its_signature(trained_run):
     run = xdllm.load_trained(trained_run)
     assert run.predictor(threshold=0.7).threshold == 0.7

@@ -54,6 +54,8 @@ def test_the_drafter_reads_the_target_it_is_pointed_at(moved_runs):
     drafter, target, _ = moved_runs
     run = load_trained(drafter, frozen={"target": target})
     assert run.config.frozen.target == run.config.model.target == str(target)  # model.target gave it straight
+    assert repr(run).startswith("TrainedRun(family='dflash', ") and repr(run).endswith(
+        f", frozen=['target'], checkpoint='{run.checkpoint}')")
 
 
 def test_a_frozen_model_the_run_lacks_is_refused_naming_what_it_has(moved_runs, tmp_path, capsys):

@@ -128,6 +128,7 @@ def test_the_average_leaves_training_alone_and_is_what_validation_and_generation
     trained = load_trained(ema / "checkpoints" / "last.ckpt", ema=False)
     averaged = load_trained(ema / "checkpoints" / "last.ckpt")
     assert (trained.ema, averaged.ema, load_trained(plain).ema) == (False, True, None)
+    assert ", ema=True, checkpoint=" in repr(averaged) and ", ema=False, " in repr(trained)
     state = averaged.model.state_dict()
     assert set(entry["weights"]) <= set(state)
     for name, value in entry["weights"].items():

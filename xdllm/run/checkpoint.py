@@ -91,6 +91,15 @@ class TrainedRun:
     frozen: dict[str, torch.nn.Module]
     ema: bool | None = None
 
+    def __repr__(self) -> str:
+        """One line for a notebook or a log: what the run is and where it came from (the config and
+        the model print on their own: ``run.config``, ``run.model``)."""
+        parameters = sum(parameter.numel() for parameter in self.model.parameters())
+        weights = "" if self.ema is None else f", ema={self.ema}"
+        weights += f", frozen={sorted(self.frozen)}" if self.frozen else ""
+        return (f"TrainedRun(family={self.config.get('model_family')!r}, task={self.config.task.get('name')!r}, "
+                f"step={self.global_step}, parameters={parameters:,}{weights}, checkpoint='{self.checkpoint}')")
+
     @property
     def model(self) -> torch.nn.Module:
         return self.components.model
