@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from xdllm.cli.history import add_history_parser, run_history_command
 from xdllm.data.tokenizer import SymbolTokenizer
@@ -201,6 +202,17 @@ def test_tensorboard_outside_a_run_needs_logdir(tmp_path, generate, capsys):
     generate(recorder, prompt_lens=[1], gen_len=2, commits_per_step=[1])
     assert _run("history", "tensorboard", str(recorder.files_written[0])) == 1
     assert "not inside a run directory" in capsys.readouterr().err
+
+
+def test_tensorboard_of_a_file_that_is_no_history_outside_a_run_names_what_the_file_is(tmp_path, capsys):
+    """It said 'not inside a run directory; pass --logdir', and with --logdir 'skipped' the file."""
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    torch.save({"state_dict": {}, "global_step": 3}, checkpoint)
+    assert _run("history", "tensorboard", str(checkpoint)) == 1
+    err = capsys.readouterr().err
+    assert f"{checkpoint.resolve()}: a training checkpoint, not a denoising-history file" in err
+    assert "pass --logdir" not in err
 
 
 def test_tensorboard_writes_every_valid_file_and_names_every_bad_one(tmp_path, generate, capsys):

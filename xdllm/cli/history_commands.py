@@ -16,7 +16,7 @@ from xdllm.history.reader import iter_samples
 from xdllm.history.revisions import count_revisions
 from xdllm.history.selection import Selection, select, select_sample
 from xdllm.history.show import format_replay
-from xdllm.history.storage import HISTORY_SUBDIR
+from xdllm.history.storage import HISTORY_SUBDIR, read_history_file
 from xdllm.history.tensorboard import TextOptions, remove_event_files, write_tensorboard
 from xdllm.history.view_defaults import VIEW_COMMAND
 
@@ -75,7 +75,7 @@ def _logdirs(selections: list[Selection], logdir: Path | None) -> list[Path]:
         if len(selections) == 1:
             return [logdir]
         return [logdir / label for label in _labels(selections)]
-    defaults = [default_logdir(selection.folder) for selection in selections]
+    defaults = [_default_logdir(selection) for selection in selections]
     if len(set(defaults)) == len(defaults):
         return defaults
     return [base / label for base, label in zip(defaults, _labels(selections))]
@@ -93,6 +93,17 @@ def _labels(selections: list[Selection]) -> list[str]:
             candidate = f"{label}-{number}"
         labels.append(candidate)
     return labels
+
+
+def _default_logdir(selection: Selection) -> Path:
+    """:func:`default_logdir` of the selection's folder; a file outside a run that is no history
+    file is refused for that, not for its place."""
+    try:
+        return default_logdir(selection.folder)
+    except HistoryError:
+        if selection.note == "file":
+            read_history_file(selection.path)
+        raise
 
 
 def default_logdir(path: Path) -> Path:
