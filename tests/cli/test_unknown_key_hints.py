@@ -92,6 +92,10 @@ def test_a_typo_is_answered_with_the_key_it_was_meant_to_be(argv, expected, caps
     (["generate", "ckpt=runs/x", "temperature=0.7"],
      "unknown key 'temperature' (did you mean predictor.temperature?): "),
     (["eval", "ckpt=runs/x", "threshold=0.9"], "unknown key 'threshold' (did you mean predictor.threshold?): "),
+    # the whole key with a dot for an underscore or back (train's history.k is generate's history_k)
+    (["generate", "ckpt=runs/x", "history=topk", "history.k=3"], "unknown key 'history.k' (did you mean history_k?): "),
+    (["train", "--cfg", "history_k=3"], "unknown key 'history_k' (did you mean history.k?): "),
+    (["train", "--cfg", "optim_lr=3e-4"], "unknown key 'optim_lr' (did you mean optim.lr?): "),
 ])
 def test_a_key_given_at_the_wrong_level_is_answered_with_where_it_is(argv, expected, capsys):
     """An option given without its node (``lr`` for ``optim.lr``; generate's ``seed`` for the

@@ -170,10 +170,10 @@ GENERATE_OWN_OPTIONS = ("; generate sets what it generates with its own options:
                         "samples), batch_size= (prompts per predictor call), split=")
 
 
-def did_you_mean(name: str, names: Sequence[str], prefix: str) -> str:
+def did_you_mean(name: str, names: Sequence[str], prefix: str, cutoff: float = 0.75) -> str:
     """`` (did you mean <prefix><closest>?)`` for the name in ``names`` closest to a mistyped
     ``name``, or nothing when none is close."""
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=cutoff)
     return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
@@ -204,8 +204,11 @@ def unknown_key_message(key: str, config_name: str, where_given: str = "", prese
     known = sorted({k[len(prefix):].split(".")[0] for k in SCHEMAS.get(config_name, {}) if k.startswith(prefix)}
                    | set(() if node else open_nodes) | {k for k in present if not k.startswith("_")})
     other_nodes = [other for other in elsewhere if other.rpartition(".")[0] != node]
-    meant = (keys_elsewhere(leaf, other_nodes, close=False) or did_you_mean(leaf, known, prefix)
-             or keys_elsewhere(leaf, other_nodes))  # the same name elsewhere, else a typo here, else one elsewhere
+    every_key = sorted(set(SCHEMAS.get(config_name, {})) | set(elsewhere))
+    meant = (did_you_mean(key, every_key, "", cutoff=0.85) or keys_elsewhere(leaf, other_nodes, close=False)
+             or did_you_mean(leaf, known, prefix) or keys_elsewhere(leaf, other_nodes))
+    # the whole key mistyped (history_k for history.k), else the same name elsewhere, else a typo here
+    # or one elsewhere
     unknown = f"unknown key {key!r}{where_given}{meant}"
     hint = f"; known keys there: {', '.join(known)}" if known else ""
     if top in open_nodes and refused_by is not None:
