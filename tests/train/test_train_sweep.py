@@ -107,6 +107,17 @@ def test_the_ranking_puts_the_best_first_for_the_metric_s_mode():
         "the sweep's runs, best val/loss first:", "  0.25  b", "  0.5  a", "  none  c"]
 
 
+def test_the_ranking_shows_each_run_s_scores_after_training_beside_its_best():
+    """A sweep whose runs never validated ranked them 'none' a line each, with nothing to compare."""
+    lines = [{"folder": "a", "monitor": "val/loss", "mode": "min", "best_score": 0.5, "num_samples": 512,
+              "mean_steps": 9.0, "tokens_per_second": 4026.5, "exact_match": 0.25, "token_accuracy": 0.87654},
+             {"folder": "b", "monitor": "val/loss", "mode": "min", "best_score": None, "exact_match": 0.0,
+              "ema": True}, {"folder": "c", "monitor": "val/loss", "mode": "min", "best_score": None}]
+    assert train_sweep.ranking(lines).splitlines() == [
+        "the sweep's runs, best val/loss first:", "  0.5  a  (after training: exact_match=0.25, token_accuracy=0.8765)",
+        "  none  b  (after training: exact_match=0)", "  none  c"]
+
+
 @pytest.mark.parametrize("swept", [["seed=0,0"], ["optim.lr=1e-3,0.001", "seed=0,1"]])
 def test_a_combination_given_twice_is_refused_before_any_run_trains(tmp_path, capsys, swept):
     """The second run used to be refused at the first's folder once the first had trained, and the

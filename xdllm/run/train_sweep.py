@@ -43,6 +43,8 @@ from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
 
 SWEEP_PLAN = "sweep.yaml"
 TRAIN_EXAMPLE = "optim.lr=1e-3,3e-4 seed=0,1"
+GENERATION_SPEED = ("mean_steps", "tokens_per_second")
+"""A generation summary's figures that are not scores (the ranking leaves them out)."""
 log = logging.getLogger(__name__)
 
 
@@ -198,11 +200,21 @@ def ranking(results: Sequence[dict[str, Any]]) -> str:
     lines = []
     for (monitor, mode), scored in by_metric.items():
         order = sorted(scored, key=lambda line: line["best_score"], reverse=mode != "min")
-        lines += [f"the sweep's runs, best {monitor} first:", *(f"  {line['best_score']:.4g}  {line['folder']}"
-                                                                for line in order)]
+        lines += [f"the sweep's runs, best {monitor} first:",
+                  *(f"  {line['best_score']:.4g}  {line['folder']}{_generation_scores(line)}" for line in order)]
     lines = lines or ["the sweep's runs, best score first:"]
-    lines += [f"  none  {line['folder']}" for line in results if line.get("best_score") is None]
+    lines += [f"  none  {line['folder']}{_generation_scores(line)}"
+              for line in results if line.get("best_score") is None]
     return "\n".join(lines)
+
+
+def _generation_scores(line: dict[str, Any]) -> str:
+    """``  (after training: exact_match=0.998, token_accuracy=0.9998)``: the scores of the run's
+    generation after training, where it made one (the figures of its speed are left out)."""
+    scores = {name: value for name, value in line.items()
+              if isinstance(value, float) and name not in ("best_score", *GENERATION_SPEED)}
+    shown = ", ".join(f"{name}={value:.4g}" for name, value in scores.items())
+    return f"  (after training: {shown})" if shown else ""
 
 
 def _read_plan(path: Path) -> list[PlannedRun]:
