@@ -110,7 +110,14 @@ def test_a_sweep_over_options_outside_the_predictor_records_them_as_hparams(trai
     sweep_dir = tmp_path / "sweep"
     assert main(["generate", "-m", f"ckpt={trained_run}", "batch_size=2,4", "num_samples=4",
                  f"output_dir={sweep_dir}"]) == 0
-    assert [run["folder"] for run in _summary(capsys)["runs"]] == ["batch_size=2", "batch_size=4"]
+    captured = capsys.readouterr()
+    runs = json.loads(captured.out[captured.out.index("{"):])["runs"]
+    assert [run["folder"] for run in runs] == ["batch_size=2", "batch_size=4"]
+    # the figures side by side on stderr, scores first: only the JSON on stdout had them
+    table = captured.err[captured.err.index("the sweep's generations:\n"):].splitlines()[1:3]
+    assert table == [f"  {run['folder']}: exact_match={run['exact_match']:.4g}, "
+                     f"token_accuracy={run['token_accuracy']:.4g}, mean_steps={run['mean_steps']:.4g}, "
+                     f"tokens_per_second={run['tokens_per_second']:.4g}" for run in runs]
     for size in (2, 4):
         assert _hparams(sweep_dir / f"batch_size={size}" / "tensorboard")["batch_size"] == size
 

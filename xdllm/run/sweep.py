@@ -235,6 +235,8 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     return _run_planned(run, sweep_dir, plan, results, resume_overrides=overrides)
 
 
+GENERATION_SPEED = ("mean_steps", "tokens_per_second")
+"""A generation summary's figures of its speed, not scores."""
 _NOT_IN_CONFIG = object()
 
 
@@ -289,4 +291,13 @@ def _run_planned(run: TrainedRun, sweep_dir: Path, plan: Sequence[_Planned], res
             log.warning("the sweep stopped with %d of %d generations finished%s; continue it with: %s",
                         len(results), total, kept, resume_command(sweep_dir))
         raise
+    log.info("the sweep's generations:\n%s", "\n".join(f"  {line['folder']}: {result_figures(line)}"
+                                                         for line in results))
     return {"sweep": str(sweep_dir), "summary": str(path), "runs": results}
+
+
+def result_figures(line: dict[str, Any], leave_out: Sequence[str] = ()) -> str:
+    """``exact_match=0.998, token_accuracy=0.9998, mean_steps=3.1, ...``: the figures of a sweep's
+    line, a generation's scores and then its speed, less ``leave_out``."""
+    figures = [name for name, value in line.items() if isinstance(value, float) and name not in leave_out]
+    return ", ".join(f"{name}={line[name]:.4g}" for name in sorted(figures, key=lambda name: name in GENERATION_SPEED))

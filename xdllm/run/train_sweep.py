@@ -36,15 +36,20 @@ from xdllm.run.build import build_components
 from xdllm.run.generation_record import settings_name
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
 from xdllm.run.run_log import keeping_run_log
-from xdllm.run.sweep import SWEEP_SUMMARY, sweep_combinations, sweep_summary_lines, swept_settings
+from xdllm.run.sweep import (
+    GENERATION_SPEED,
+    SWEEP_SUMMARY,
+    result_figures,
+    sweep_combinations,
+    sweep_summary_lines,
+    swept_settings,
+)
 from xdllm.run.sweep_repeats import refuse_repeats
 from xdllm.run.train import TrainResult, check_run_options, train
 from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
 
 SWEEP_PLAN = "sweep.yaml"
 TRAIN_EXAMPLE = "optim.lr=1e-3,3e-4 seed=0,1"
-GENERATION_SPEED = ("mean_steps", "tokens_per_second")
-"""A generation summary's figures that are not scores (the ranking leaves them out)."""
 log = logging.getLogger(__name__)
 
 
@@ -211,9 +216,7 @@ def ranking(results: Sequence[dict[str, Any]]) -> str:
 def _generation_scores(line: dict[str, Any]) -> str:
     """``  (after training: exact_match=0.998, token_accuracy=0.9998)``: the scores of the run's
     generation after training, where it made one (the figures of its speed are left out)."""
-    scores = {name: value for name, value in line.items()
-              if isinstance(value, float) and name not in ("best_score", *GENERATION_SPEED)}
-    shown = ", ".join(f"{name}={value:.4g}" for name, value in scores.items())
+    shown = result_figures(line, leave_out=("best_score", *GENERATION_SPEED))
     return f"  (after training: {shown})" if shown else ""
 
 
