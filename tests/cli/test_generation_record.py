@@ -115,9 +115,12 @@ def test_a_sweep_over_options_outside_the_predictor_records_them_as_hparams(trai
     assert [run["folder"] for run in runs] == ["batch_size=2", "batch_size=4"]
     # the figures side by side on stderr, scores first: only the JSON on stdout had them
     table = captured.err[captured.err.index("the sweep's generations:\n"):].splitlines()[1:3]
-    assert table == [f"  {run['folder']}: exact_match={run['exact_match']:.4g}, "
-                     f"token_accuracy={run['token_accuracy']:.4g}, mean_steps={run['mean_steps']:.4g}, "
-                     f"tokens_per_second={run['tokens_per_second']:.4g}" for run in runs]
+    for line, run in zip(table, runs, strict=True):
+        figures, _, speed = line.rpartition(", tokens_per_second=")
+        assert figures == (f"  {run['folder']}: exact_match={run['exact_match']:.4g}, "
+                           f"token_accuracy={run['token_accuracy']:.4g}, mean_steps={run['mean_steps']:.4g}")
+        assert float(speed) == pytest.approx(run["tokens_per_second"], rel=1e-3, abs=0.5)  # 11042, not 1.104e+04
+        assert "e+" not in speed
     for size in (2, 4):
         assert _hparams(sweep_dir / f"batch_size={size}" / "tensorboard")["batch_size"] == size
 

@@ -300,4 +300,10 @@ def result_figures(line: dict[str, Any], leave_out: Sequence[str] = ()) -> str:
     """``exact_match=0.998, token_accuracy=0.9998, mean_steps=3.1, ...``: the figures of a sweep's
     line, a generation's scores and then its speed, less ``leave_out``."""
     figures = [name for name, value in line.items() if isinstance(value, float) and name not in leave_out]
-    return ", ".join(f"{name}={line[name]:.4g}" for name in sorted(figures, key=lambda name: name in GENERATION_SPEED))
+    figures.sort(key=lambda name: name in GENERATION_SPEED)
+    return ", ".join(f"{name}={_figure(line[name])}" for name in figures)
+
+
+def _figure(value: float) -> str:
+    """Four significant digits, and a large figure whole (``11042``, not ``1.104e+04``)."""
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
