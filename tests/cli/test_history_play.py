@@ -122,6 +122,8 @@ def test_live_generation_draws_the_first_sample_as_it_denoises(trained_run, tmp_
     record = _first_record(out_dir)
     frames = [line for line in err.splitlines() if line.startswith("step ")]
     assert len(frames) == record["steps_taken"]
+    assert [frame.split(", ")[0] for frame in frames] == [  # it said '(1 run)'
+        f"step {step} (forward pass {step + 1})" for step in range(len(frames))]
     lines = err.splitlines()
     last = lines[lines.index(frames[-1]) + 1]
     assert "_" not in last.split() and f"output: {record['text']}" in err

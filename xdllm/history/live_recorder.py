@@ -75,7 +75,7 @@ class LiveRecorder:
         mask = self.tokenizer.mask_token_id
         masked = [token == mask for token in tokens]
         self._step_count += 1
-        view = frame(f"step {state.step} ({self._step_count} run), {sum(masked)} masked",
+        view = frame(f"step {state.step} (forward pass {self._step_count}), {sum(masked)} masked",
                      [self._token(t) for t in tokens], masked, committed, self._probabilities[:valid],
                      [self._token(ids[0]) for ids in top_ids], plain=self.console.color_system is None)
         if self._live is not None:
