@@ -31,7 +31,7 @@ def corpus(tmp_path):
 def test_bpe_tokenizer_has_xdllm_special_tokens_and_round_trips_any_text(corpus, tmp_path, capsys):
     output = tmp_path / "tokenizer.json"
     assert main(["tokenizer", "train", str(corpus), "-o", str(output), "--vocab-size", "300"]) == 0
-    assert f"wrote {output}: bpe" in capsys.readouterr().out
+    assert capsys.readouterr().out.startswith(f"wrote {output}: bpe, 300 tokens, trained on 24 lines; ")
     tokenizer = HFTokenizerFile(output)
     assert [tokenizer.pad_token_id, tokenizer.mask_token_id, tokenizer.bos_token_id,
             tokenizer.eos_token_id] == [0, 1, 2, 3]
@@ -41,6 +41,16 @@ def test_bpe_tokenizer_has_xdllm_special_tokens_and_round_trips_any_text(corpus,
     assert tokenizer.decode(ids) == text  # byte level: nothing becomes <unk>
     assert 4 not in ids
     assert len(tokenizer.encode("the dog ran to the park")) < len("the dog ran to the park")  # merges learnt
+
+
+@pytest.mark.parametrize(("kind", "seen"), [("bpe", "pairs of tokens"), ("wordlevel", "words")])
+def test_a_tokenizer_smaller_than_asked_for_says_why(corpus, tmp_path, capsys, kind, seen):
+    """It said '330 tokens' after --vocab-size 1000, as if it had dropped what was asked for."""
+    output = tmp_path / "tokenizer.json"
+    assert main(["tokenizer", "train", str(corpus), "-o", str(output), "--kind", kind, "--vocab-size", "1000"]) == 0
+    assert capsys.readouterr().out.startswith(
+        f"wrote {output}: {kind}, {HFTokenizerFile(output).vocab_size} tokens (fewer than --vocab-size 1000: the "
+        f"corpus holds no more {seen} seen at least --min-frequency 2 times), trained on 24 lines; ")
 
 
 def test_wordlevel_tokenizer_maps_unseen_words_to_unk(corpus, tmp_path):

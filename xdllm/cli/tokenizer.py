@@ -44,6 +44,15 @@ def add_tokenizer_parser(subparsers: argparse._SubParsersAction) -> argparse.Arg
 def run_tokenizer_command(args: argparse.Namespace) -> int:
     trained = train_tokenizer_file(args.corpus, args.output, kind=args.kind, vocab_size=args.vocab_size,
                                    min_frequency=args.min_frequency, overwrite=args.overwrite)
-    print(f"wrote {trained.path}: {trained.kind}, {trained.vocab_size} tokens, trained on "
-          f"{trained.corpus_lines} lines; use it with tokenizer={trained.path}")
+    print(f"wrote {trained.path}: {trained.kind}, {trained.vocab_size} tokens{_fewer(trained.vocab_size, args)}, "
+          f"trained on {trained.corpus_lines} lines; use it with tokenizer={trained.path}")
     return 0
+
+
+def _fewer(vocab_size: int, args: argparse.Namespace) -> str:
+    """Why a tokenizer holds fewer tokens than ``--vocab-size`` asked for, where it does."""
+    if vocab_size >= args.vocab_size:
+        return ""
+    seen = "pairs of tokens" if args.kind == "bpe" else "words"
+    return (f" (fewer than --vocab-size {args.vocab_size}: the corpus holds no more {seen} seen at least "
+            f"--min-frequency {args.min_frequency} times)")
