@@ -140,6 +140,19 @@ def test_a_closed_stdout_ends_quietly_with_141(run_dir, command):
     assert "error" not in done.stderr.lower()  # revisions names its folder on stderr, nothing more
 
 
+def test_the_lines_on_stdout_and_stderr_keep_their_order_in_one_pipe(run_dir):
+    """``xdllm history show <run> --k 10 2>&1 | cat`` printed the error before the 'using' line
+    written first: stdout waited in its buffer until the exit."""
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-c", "import sys; from xdllm.cli.main import main; "
+                           "sys.exit(main(sys.argv[1:]))", "history", "show", str(run_dir), "--k", "10"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, check=False,
+                          env=buffered)
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("using ") and lines[1].startswith("xdllm history: error: k=10 out of range"), lines
+
+
 def test_a_logdir_that_cannot_be_made_is_named(run_dir, capsys):
     """It was ``[Errno 20] Not a directory: '...'``, naming neither the views nor --logdir."""
     (run_dir / "file").write_text("")

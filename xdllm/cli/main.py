@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -346,6 +347,8 @@ def refuse_multirun(argv: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if isinstance(sys.stdout, io.TextIOWrapper):  # each line at once: in `2>&1 | tee` the lines keep their order
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         refuse_multirun(argv)
         arguments = _parser().parse_args(flags_first(argv))
