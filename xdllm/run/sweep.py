@@ -54,6 +54,8 @@ from xdllm.run.sweep_repeats import refuse_repeats
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 
 SWEEP_SUMMARY = "sweep.jsonl"
+GENERATION_SPEED = ("mean_steps", "tokens_per_second")
+"""A generation summary's figures of its speed, not scores."""
 log = logging.getLogger(__name__)
 
 
@@ -235,8 +237,6 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     return _run_planned(run, sweep_dir, plan, results, resume_overrides=overrides)
 
 
-GENERATION_SPEED = ("mean_steps", "tokens_per_second")
-"""A generation summary's figures of its speed, not scores."""
 _NOT_IN_CONFIG = object()
 
 
