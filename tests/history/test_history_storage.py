@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -37,6 +39,18 @@ def test_plain_torch_layout(history_path):
     assert payload["num_steps"].tolist() == [5, 2]
     assert payload["mask_token_id"] == 1 and payload["texts"] == ["row 0", "row 1"]
     assert list(history_path.parent.iterdir()) == [history_path]  # no temp file left behind
+
+
+def test_a_file_and_a_sample_print_in_one_line(history_path):
+    """A sample printed every tensor it holds: hundreds of lines in a notebook."""
+    history = load_history(history_path)
+    assert repr(history) == f"HistoryFile('{history_path}', samples=2, k=2)"
+    first, second = history
+    assert repr(first) == "SampleHistory(sample_id=0, steps=5, region=5, k=2, prompt_tokens=2, text='row 0')"
+    assert repr(second).startswith("SampleHistory(sample_id=1, steps=2, region=4, k=2, prompt_tokens=3, ")
+    long = dataclasses.replace(first, text="7 " * 40, split="test")
+    assert repr(long) == ("SampleHistory(sample_id=0, split='test', steps=5, region=5, k=2, prompt_tokens=2, "
+                          f"text='{'7 ' * 30}... (20 more characters)')")
 
 
 def test_truncated_file_names_the_file(history_path):

@@ -196,6 +196,25 @@ class SampleHistory:
         """The stored string of a token id, or the id itself when no tokenizer was given."""
         return self.vocab.get(int(token_id), str(int(token_id)))
 
+    def __repr__(self) -> str:
+        """One line for a notebook: which sample, its size and output (the tensors print on their
+        own: ``s.canvas``, ``s.topk_probs``)."""
+        split = "" if self.split is None else f", split={self.split!r}"
+        text = "" if self.text is None else f", text={_shortened(self.text)!r}"
+        return (f"SampleHistory(sample_id={self.sample_id}{split}, steps={self.num_steps}, "
+                f"region={self.canvas.shape[1]}, k={self.k}, prompt_tokens={len(self.prompt_ids)}{text})")
+
+
+REPR_TEXT_CHARS = 60
+"""Characters of an output shown in a sample's one-line description."""
+
+
+def _shortened(text: str) -> str:
+    """``text``, or its first :data:`REPR_TEXT_CHARS` characters and how many more there are."""
+    if len(text) <= REPR_TEXT_CHARS:
+        return text
+    return f"{text[:REPR_TEXT_CHARS]}... ({len(text) - REPR_TEXT_CHARS} more characters)"
+
 
 class HistoryFile:
     """One validated history file. ``len(file)`` samples; ``file.sample(i)`` the i-th."""
@@ -207,6 +226,9 @@ class HistoryFile:
 
     def __len__(self) -> int:
         return int(self._data["sample_ids"].shape[0])
+
+    def __repr__(self) -> str:
+        return f"HistoryFile('{self.path}', samples={len(self)}, k={self.k})"
 
     def __iter__(self) -> Iterator[SampleHistory]:
         return (self.sample(i) for i in range(len(self)))
