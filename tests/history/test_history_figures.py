@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import warnings
 
 import numpy as np
@@ -96,6 +97,12 @@ def test_render_blanks_later_rows_and_names_the_step(sample, figure):
         f"step, 2 still masked")
     with pytest.raises(IndexError, match="row 4 out of range"):
         figure.render(4)
+
+
+def test_a_notebook_shows_a_figure_as_its_complete_picture(figure):
+    """A notebook printed '<xdllm.history.figures.DenoisingFigure object at 0x...>'."""
+    shown = Image.open(io.BytesIO(figure._repr_png_()))
+    assert np.array_equal(np.asarray(shown), figure.render(figure.num_steps - 1))
 
 
 def test_rendering_only_the_changes_matches_a_full_redraw(sample):

@@ -141,6 +141,10 @@ class DenoisingFigure:
             self.figure.draw_artist(artist)
         return Image.fromarray(np.asarray(self.canvas.buffer_rgba())).convert("RGB")  # [H, W, 4]: RGBA
 
+    def _repr_png_(self) -> bytes:
+        """A notebook shows the figure as its complete picture (every step drawn)."""
+        return encode_png(self.picture(self.num_steps - 1))
+
     def save_png(self, path: Path, row: int | None = None) -> None:
         """Write the picture up to ``row`` (default: the last) to ``path`` (temporary file,
         then renamed)."""
