@@ -16,6 +16,7 @@ from xdllm.config.override_text import command
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generation_record import GENERATE_CONFIG, parse_record_json
+from xdllm.run.new_folder import make_new_folder
 from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE
 from xdllm.temporary_files import remove_stale_temporaries
 
@@ -56,16 +57,8 @@ def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "")
                 held = [GENERATE_CONFIG]
         raise XdllmError(f"output_dir {folder} already holds {', '.join(held)}; a generation writes those "
                          f"there and would overwrite or mix with them: choose another folder{stopped_hint(folder)}")
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"_{settings}" if settings else "")
-    generated.mkdir(parents=True, exist_ok=True)
-    for attempt in range(1000):
-        folder = generated / (stamp if attempt == 0 else f"{stamp}-{attempt}")
-        try:
-            folder.mkdir()
-            return folder, folder
-        except FileExistsError:
-            continue
-    raise XdllmError(f"could not make a new generation folder in {generated}")
+    folder = make_new_folder(generated, datetime.now().strftime("%Y%m%d-%H%M%S") + (f"_{settings}" if settings else ""))
+    return folder, folder
 
 
 def read_summary(folder: Path) -> dict[str, Any]:

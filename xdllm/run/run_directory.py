@@ -1,7 +1,7 @@
 """A training run's directory: where it is, who may use it, and what is written into it first.
 
 A run directory belongs to one run. ``resolve_run_dir`` names it (``run_dir``, the run being
-resumed, or a new ``runs/<name>/<time>`` shared by every DDP process through the environment);
+resumed, or a new run's ``runs/<name>/<time>``, made by :mod:`xdllm.run.new_run_dir`);
 ``claim_run_dir`` refuses (or moves aside) a directory that holds another run; ``prepare_run_dir``
 clears what interrupted writes left and writes the run's ``config.yaml`` and ``overrides.yaml``.
 """
@@ -20,25 +20,22 @@ from omegaconf import DictConfig, OmegaConf
 from xdllm.config.override_text import shell_word
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import ResumePoint
+from xdllm.run.new_run_dir import RUN_DIR_ENV
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, RUN_CONFIG, run_dir_of
 from xdllm.run.run_overrides import save_overrides
 from xdllm.temporary_files import remove_stale_temporaries, write_text_atomically
 
-RUN_DIR_ENV = "XDLLM_RUN_DIR"
 log = logging.getLogger(__name__)
 
 
 def resolve_run_dir(config: DictConfig, resume: ResumePoint | None = None) -> Path:
-    """``run_dir`` if set; else the run being resumed; else a new one shared by every DDP process
-    (through the environment)."""
+    """``run_dir`` if set; else the run being resumed; else the new run's folder, shared by every
+    DDP process through the environment."""
     if config.run_dir is not None:
         return Path(config.run_dir).expanduser().resolve()
     if resume is not None:
         return run_dir_of(resume.checkpoint)
-    if RUN_DIR_ENV not in os.environ:
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        os.environ[RUN_DIR_ENV] = str(Path("runs", config.name, stamp).resolve())
-    return Path(os.environ[RUN_DIR_ENV])
+    return Path(os.environ[RUN_DIR_ENV])  # made by xdllm.run.new_run_dir for the run, or its launcher
 
 
 EXISTING_RUN_DIR_CHOICES = ("refuse", "move_aside")

@@ -41,6 +41,7 @@ from xdllm.run.frozen_models import load_frozen_models
 from xdllm.run.held_out_check import the_trained_values, unkept_held_out
 from xdllm.run.initial_weights import initial_weights, naming_the_tokenizer_taken
 from xdllm.run.judge_model import validation_judging
+from xdllm.run.new_run_dir import new_run_dir
 from xdllm.run.preflight import check_loss_reads_collated_batches
 from xdllm.run.resume_check import CHOICES_SHA256_KEY, TASK_DATA_SHA256_KEY, check_resume_matches
 from xdllm.run.rewind import set_aside_later_steps
@@ -222,6 +223,11 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     from any directory. Everything is validated (config, components, the resume checkpoint's
     integrity, the run directory) before anything is written.
     """
+    with new_run_dir(config, resume):
+        return _train(config, resume, overrides, run_log)
+
+
+def _train(config: DictConfig, resume: str | None, overrides: Sequence[str], run_log: RunLog | None) -> TrainResult:
     overrides = record_absolute_paths(config, overrides)
     check_run_options(config)
     point = resume_point(resume) if resume else None
