@@ -9,8 +9,9 @@ from omegaconf import OmegaConf
 from tiny_run import TINY
 
 from xdllm.cli.main import main
+from xdllm.errors import XdllmError
 from xdllm.run import new_run_dir as new_run_dir_module
-from xdllm.run import sweep
+from xdllm.run import sweep, train_sweep
 from xdllm.run.new_folder import make_new_folder
 from xdllm.run.new_run_dir import RUN_DIR_ENV, new_run_dir
 
@@ -76,3 +77,13 @@ def test_generation_sweeps_started_in_the_same_second_each_get_a_folder(tmp_path
     monkeypatch.setattr(sweep, "datetime", _FrozenClock)
     first, second = (sweep._sweep_dir(None, tmp_path / "run")[0] for _ in range(2))
     assert (first.name, second.name) == ("sweep-20261129-023124", "sweep-20261129-023124-2")
+
+
+def test_training_sweeps_started_in_the_same_second_each_get_a_folder(same_second, monkeypatch):
+    """Both planned runs/<name>/sweep-<time>; the second then found the first's sweep.yaml."""
+    monkeypatch.setattr(train_sweep, "datetime", _FrozenClock)
+    first, second = (train_sweep.plan_sweep([*TINY, "seed=0,1"])[0] for _ in range(2))
+    assert (first.name, second.name) == ("sweep-20261129-023124", "sweep-20261129-023124-2")
+    with pytest.raises(XdllmError, match="not divisible by n_heads=3"):
+        train_sweep.plan_sweep([*TINY, "model.n_heads=2,3"])
+    assert sorted(path.name for path in same_second.iterdir()) == [first.name, second.name]  # none left by it

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from xdllm.run.new_folder import make_new_folder
+from xdllm.run.new_folder import new_folder
 
 RUN_DIR_ENV = "XDLLM_RUN_DIR"
 
@@ -29,23 +29,9 @@ def new_run_dir(config: DictConfig, resume: str | None) -> Iterator[None]:
     if config.get("run_dir") is not None or resume or RUN_DIR_ENV in os.environ:
         yield
         return
-    parent = Path("runs", str(config.name)).resolve()
-    missing = [folder for folder in (parent, *parent.parents) if not folder.exists()]
-    run_dir = make_new_folder(parent, datetime.now().strftime("%Y%m%d-%H%M%S"))
-    os.environ[RUN_DIR_ENV] = str(run_dir)
-    try:
-        yield
-    except BaseException:
-        _remove_empty([run_dir, *missing])
-        raise
-    finally:
-        os.environ.pop(RUN_DIR_ENV, None)  # a later run of this process gets a folder of its own
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    """Each folder that is empty, innermost first (one another run has written into stays)."""
-    for folder in folders:
+    with new_folder(Path("runs", str(config.name)).resolve(), datetime.now().strftime("%Y%m%d-%H%M%S")) as run_dir:
+        os.environ[RUN_DIR_ENV] = str(run_dir)
         try:
-            folder.rmdir()
-        except OSError:  # not empty, or gone
-            return
+            yield
+        finally:
+            os.environ.pop(RUN_DIR_ENV, None)  # a later run of this process gets a folder of its own

@@ -34,6 +34,7 @@ from xdllm.errors import XdllmError
 from xdllm.run.after_training import finish_logged
 from xdllm.run.build import build_components
 from xdllm.run.generation_record import settings_name
+from xdllm.run.new_folder import new_folder
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
 from xdllm.run.run_log import keeping_run_log
 from xdllm.run.sweep import (
@@ -101,19 +102,23 @@ def _refuse_several_processes(config: DictConfig) -> None:
                          "value for those")
 
 
-def _sweep_dir(config: DictConfig) -> Path:
-    if config.run_dir is not None:
-        return Path(config.run_dir).expanduser().resolve()
-    return Path("runs", config.name, f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}").resolve()
-
-
 def plan_sweep(overrides: Sequence[str]) -> tuple[Path, list[PlannedRun], list[DictConfig]]:
     """The sweep's folder, its runs and their composed configs, every one checked (its options,
-    and its components built) before anything is written."""
+    and its components built) before anything is written. Without ``run_dir`` the folder is a new
+    ``runs/<name>/sweep-<time>`` (numbered when another sweep started in the same second), removed
+    again when a check fails."""
     fixed, combinations = sweep_combinations(overrides, TRAIN_EXAMPLE)
     _refuse_unsweepable(combinations)
     refuse_repeats([settings_name(combination) for combination in combinations], "run")
-    sweep_dir = _sweep_dir(compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combinations[0].items())]))
+    first = compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combinations[0].items())])
+    if first.run_dir is not None:
+        return _planned(Path(first.run_dir).expanduser().resolve(), fixed, combinations)
+    with new_folder(Path("runs", first.name).resolve(), f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}") as made:
+        return _planned(made, fixed, combinations)
+
+
+def _planned(sweep_dir: Path, fixed: Sequence[str], combinations: Sequence[dict[str, str]]
+             ) -> tuple[Path, list[PlannedRun], list[DictConfig]]:
     plan, configs = [], []
     for combination in combinations:
         folder = settings_name(combination)
