@@ -349,7 +349,8 @@ def _train(config: DictConfig, resume: str | None, overrides: Sequence[str], run
         refuse_if_training(run_dir)  # again: one may have started since
         claim_run_dir(run_dir, point, config.get("existing_run_dir", "refuse"))
         lock = RunDirLock(run_dir)
-        say_what_never_happens(config, optim)  # once the run is sure to start
+        if point is None or point.global_step < config.trainer.max_steps:  # once sure to start; else nothing trains
+            say_what_never_happens(config, optim)
     stopped_at_step, stopped_by = None, ""
     try:
         if launching:
