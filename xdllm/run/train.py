@@ -219,9 +219,9 @@ def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str
     composed from, stored in the run (``overrides.yaml``) so that ``resume=`` alone continues it;
     ``run_log`` writes to the run's ``train.log`` once its folder is claimed.
 
-    Relative paths in ``config`` (and ``overrides``) are made absolute first, so the run works
-    from any directory. Everything is validated (config, components, the resume checkpoint's
-    integrity, the run directory) before anything is written.
+    Relative paths in ``config`` (and ``overrides``) are made absolute first, so the run works from any
+    directory. Everything is validated (config, components, the resume checkpoint's integrity, the run
+    directory) before anything is written (a new run's folder, made first, is removed where a check fails).
     """
     with new_run_dir(config, resume):
         return _train(config, resume, overrides, run_log)
