@@ -45,7 +45,7 @@ def test_bpe_tokenizer_has_xdllm_special_tokens_and_round_trips_any_text(corpus,
 
 @pytest.mark.parametrize(("kind", "seen"), [("bpe", "pairs of tokens"), ("wordlevel", "words")])
 def test_a_tokenizer_smaller_than_asked_for_says_why(corpus, tmp_path, capsys, kind, seen):
-    """It said '330 tokens' after --vocab-size 1000, as if it had dropped what was asked for."""
+    """It said '449 tokens' after --vocab-size 500 (a 3000-line corpus), as if it had dropped what was asked."""
     output = tmp_path / "tokenizer.json"
     assert main(["tokenizer", "train", str(corpus), "-o", str(output), "--kind", kind, "--vocab-size", "1000"]) == 0
     assert capsys.readouterr().out.startswith(
