@@ -157,6 +157,17 @@ def test_settings_name():
     assert name == "threshold=0.9,confidence=entropy,top_k=null,stop_at_eos=true"
 
 
+def test_a_long_settings_name_is_cut_to_fit_a_folder_name_and_stays_distinct():
+    """A sweep over long paths named folders past the 255 bytes a file system allows ('File name
+    too long'), after planning every run."""
+    first, second, accented = (settings_name({"task.params.path": f"/data/{'d' * 300}/{end}"})
+                               for end in ("a.txt", "b.txt", "é" * 100))
+    assert len(first.encode()) == len(second.encode()) == 180 >= len(accented.encode())
+    assert first != second and first[:-10] == second[:-10]  # they differ in the digest of the whole
+    assert first.startswith("task.params.path=_data_ddd") and first[-13:-10] == "..."
+    assert settings_name({"task.params.path": f"/data/{'d' * 300}/a.txt"}) == first
+
+
 @pytest.mark.slow
 def test_a_generation_folder_is_named_by_its_predictor_settings(trained_run, tmp_path, capsys):
     run_dir = tmp_path / "run"  # a copy: the shared run keeps its one generation folder

@@ -93,6 +93,18 @@ def test_a_run_stopped_before_its_first_checkpoint_trains_anew(tmp_path, monkeyp
     assert [path.name.split(".moved-")[0] for path in sweep.glob("seed=0.moved-*")] == ["seed=0"]
 
 
+def test_a_sweep_over_long_values_trains_each_run_in_a_folder_of_a_name_that_fits(tmp_path, capsys):
+    """The runs' folders were named by the whole values: 'File name too long' once the first began."""
+    sweep = tmp_path / "sweep"
+    names = ["a" * 200, "a" * 199 + "b"]
+    assert main(["train", "-m", *SHORT, f"name={','.join(names)}", f"run_dir={sweep}"]) == 0
+    lines = _lines(sweep)
+    assert [line["settings"] for line in lines] == [{"name": name} for name in names]
+    assert len({line["folder"] for line in lines}) == 2
+    assert all(len(line["folder"].encode()) == 180 and (sweep / line["folder"] / "checkpoints").is_dir()
+               for line in lines)
+
+
 def test_the_ranking_puts_the_best_first_for_the_metric_s_mode():
     lines = [{"folder": "a", "monitor": "val/loss", "mode": "min", "best_score": 0.5},
              {"folder": "b", "monitor": "val/loss", "mode": "min", "best_score": 0.25},

@@ -11,6 +11,7 @@ forward passes over every generation of a run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -46,11 +47,23 @@ def generation_settings(options: DictConfig) -> dict[str, Any]:
     return settings if options.get("ema", True) else {"ema": False, **settings}
 
 
+MAX_SETTINGS_NAME_BYTES = 180
+"""The longest settings name kept whole: a folder name holds at most 255 bytes, and a run's
+folder may get a suffix (``-2``, ``.moved-<time>``, ``.abandoned-after-step<S>-<time>``)."""
+
+
 def settings_name(settings: Mapping[str, Any]) -> str:
     """``threshold=0.5,temperature=0``: a folder name that says what was set (a path separator
-    in a value becomes ``_``; the exact values are in generate.yaml)."""
+    in a value becomes ``_``; the exact values are in generate.yaml). A name longer than
+    :data:`MAX_SETTINGS_NAME_BYTES` is cut, and ends in ``...`` and a digest of the whole, so that
+    settings that differ only past the cut get folders of their own."""
     parts = [f"{key}={show_value(value)}" for key, value in settings.items()]
-    return ",".join(parts).replace(os.sep, "_")
+    name = ",".join(parts).replace(os.sep, "_")
+    encoded = name.encode()
+    if len(encoded) <= MAX_SETTINGS_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(encoded).hexdigest()[:10]
+    return f"{encoded[:MAX_SETTINGS_NAME_BYTES - 13].decode(errors='ignore')}...{digest}"
 
 
 def predictor_config(run_config: DictConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
