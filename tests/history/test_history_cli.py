@@ -79,7 +79,7 @@ def test_show_run_dir_counts_across_files_and_filters_step(run_dir, capsys):
                 "--color", "always") == 0
     out = capsys.readouterr().out
     assert out.startswith(f"using {run_dir / 'history'} (the only history folder under {run_dir})\n"
-                          "sample 2: 1 step (0..0)")
+                          "sample 2: 1 step (0)")
     assert "\033[1;3" in out and "step 0 (1 of 1): 3 committed, 0 masked" in out
 
 

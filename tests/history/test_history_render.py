@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import pytest
+import torch
 
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.history import HistoryError, HistoryTopKPlugin, load_history
@@ -77,3 +78,13 @@ def test_an_underscore_token_is_not_shown_as_a_mask(sample):
         view.positions) - bool(view.hidden_masked)]
     assert canvas_line.split().count("_") == view.masks_remaining  # only the masked positions read "_"
     assert cell_markdown(underscore[0]).strip("*") != cell_markdown(dataclasses.replace(underscore[0], state="masked"))
+
+
+def test_a_sample_that_sat_out_a_step_lists_its_steps_with_the_gap(sample):
+    """A block predictor's row idles while others of its batch run a step (udlm: steps 0, 1, 3,
+    4, 5); the header said '(0..5)' and `--step 2` answered 'has no step 2 (steps: 0..5)'."""
+    assert sample.num_steps == 2
+    gapped = dataclasses.replace(sample, steps=torch.tensor([0, 2]))
+    assert f"sample {sample.sample_id}: 2 steps (0, 2) = 2 forward passes;" in format_replay(gapped)
+    with pytest.raises(HistoryError, match=r"has no step 1 \(steps: 0, 2\)"):
+        format_replay(gapped, step=1)

@@ -124,4 +124,4 @@ def test_the_replay_counts_one_thing_in_the_singular(tokenizer, tiny_model, tmp_
     two_blocks, one_block = (format_replay(load_history(path).sample(0)) for path in recorder.files_written)
     assert "  ... 1 masked position of later blocks, not scored at this step" in two_blocks
     assert "masked positions" not in two_blocks
-    assert ": 1 step (0..0) = 1 forward pass;" in one_block
+    assert ": 1 step (0) = 1 forward pass;" in one_block
