@@ -10,7 +10,7 @@ from tiny_run import TINY
 
 from xdllm.cli.main import main
 from xdllm.errors import XdllmError
-from xdllm.run import new_run_dir as new_run_dir_module
+from xdllm.run import new_folder as new_folder_module
 from xdllm.run import sweep, train_sweep
 from xdllm.run.new_folder import make_new_folder
 from xdllm.run.new_run_dir import RUN_DIR_ENV, new_run_dir
@@ -29,7 +29,7 @@ def same_second(tmp_path, monkeypatch):
     """Runs started in ``tmp_path`` at one and the same second."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(RUN_DIR_ENV, raising=False)
-    monkeypatch.setattr(new_run_dir_module, "datetime", _FrozenClock)
+    monkeypatch.setattr(new_folder_module, "datetime", _FrozenClock)
     return tmp_path / "runs" / "sort_mlm"
 
 
@@ -74,14 +74,13 @@ def test_a_new_folder_of_a_taken_name_is_numbered(tmp_path):
 
 def test_generation_sweeps_started_in_the_same_second_each_get_a_folder(tmp_path, monkeypatch):
     """The second ended in '[Errno 17] File exists: .../generate/sweep-20261129-023124'."""
-    monkeypatch.setattr(sweep, "datetime", _FrozenClock)
+    monkeypatch.setattr(new_folder_module, "datetime", _FrozenClock)
     first, second = (sweep._sweep_dir(None, tmp_path / "run")[0] for _ in range(2))
     assert (first.name, second.name) == ("sweep-20261129-023124", "sweep-20261129-023124-2")
 
 
 def test_training_sweeps_started_in_the_same_second_each_get_a_folder(same_second, monkeypatch):
     """Both planned runs/<name>/sweep-<time>; the second then found the first's sweep.yaml."""
-    monkeypatch.setattr(train_sweep, "datetime", _FrozenClock)
     first, second = (train_sweep.plan_sweep([*TINY, "seed=0,1"])[0] for _ in range(2))
     assert (first.name, second.name) == ("sweep-20261129-023124", "sweep-20261129-023124-2")
     with pytest.raises(XdllmError, match="not divisible by n_heads=3"):

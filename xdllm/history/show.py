@@ -129,9 +129,10 @@ def _cell(cell: Cell, color: bool) -> str:
 def _step_range(sample: SampleHistory) -> str:
     """The sample's step numbers, each run of consecutive ones as ``first..last``: ``0..1, 3..5``
     where the sample sat out step 2 while others of its batch ran it (one step alone: ``0``)."""
-    steps = sample.steps.tolist()
-    if not steps:
-        return "none"
-    firsts = [step for previous, step in zip([None, *steps], steps) if previous is None or step != previous + 1]
-    lasts = [step for step, following in zip(steps, [*steps[1:], None]) if following is None or following != step + 1]
-    return ", ".join(str(first) if first == last else f"{first}..{last}" for first, last in zip(firsts, lasts))
+    runs: list[tuple[int, int]] = []
+    for step in sample.steps.tolist():
+        if runs and step == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], step)
+        else:
+            runs.append((step, step))
+    return ", ".join(str(first) if first == last else f"{first}..{last}" for first, last in runs) or "none"

@@ -8,7 +8,6 @@ only a finished generation writes."""
 from __future__ import annotations
 
 import os
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from xdllm.config.override_text import command
 from xdllm.errors import XdllmError
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generation_record import GENERATE_CONFIG, parse_record_json
-from xdllm.run.new_folder import make_new_folder
+from xdllm.run.new_folder import make_new_folder, time_stamp
 from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE
 from xdllm.temporary_files import remove_stale_temporaries
 
@@ -57,7 +56,7 @@ def claim_output_dir(run: TrainedRun, requested: str | None, settings: str = "")
                 held = [GENERATE_CONFIG]
         raise XdllmError(f"output_dir {folder} already holds {', '.join(held)}; a generation writes those "
                          f"there and would overwrite or mix with them: choose another folder{stopped_hint(folder)}")
-    folder = make_new_folder(generated, datetime.now().strftime("%Y%m%d-%H%M%S") + (f"_{settings}" if settings else ""))
+    folder = make_new_folder(generated, time_stamp() + (f"_{settings}" if settings else ""))
     return folder, folder
 
 

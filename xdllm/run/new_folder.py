@@ -4,23 +4,28 @@ removed with the folders made for it."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
+
+
+def time_stamp() -> str:
+    """Now as a folder name: ``20261129-023124``."""
+    return datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def make_new_folder(parent: Path, name: str) -> Path:
     """``parent/name`` made now with an exclusive ``mkdir`` (its parents too), or ``name-2``,
     ``name-3``, ... where another process made it first."""
-    for attempt in itertools.count(1):
-        folder = parent / (name if attempt == 1 else f"{name}-{attempt}")
+    folder, attempt = parent / name, 1
+    while True:
         try:
             folder.mkdir(parents=True)
             return folder
         except FileExistsError:
-            continue
-    raise AssertionError("unreachable: itertools.count never ends")
+            attempt += 1
+            folder = parent / f"{name}-{attempt}"
 
 
 @contextmanager

@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 
 from omegaconf import DictConfig
 
-from xdllm.run.new_folder import new_folder
+from xdllm.run.new_folder import new_folder, time_stamp
 
 RUN_DIR_ENV = "XDLLM_RUN_DIR"
 
@@ -29,7 +28,7 @@ def new_run_dir(config: DictConfig, resume: str | None) -> Iterator[None]:
     if config.get("run_dir") is not None or resume or RUN_DIR_ENV in os.environ:
         yield
         return
-    with new_folder(Path("runs", str(config.name)).resolve(), datetime.now().strftime("%Y%m%d-%H%M%S")) as run_dir:
+    with new_folder(Path("runs", str(config.name)).resolve(), time_stamp()) as run_dir:
         os.environ[RUN_DIR_ENV] = str(run_dir)
         try:
             yield

@@ -15,10 +15,10 @@ import logging
 import os
 import re
 import shutil
-from datetime import datetime
 from pathlib import Path
 
 from xdllm.run.checkpoint import ResumePoint, checkpoint_step
+from xdllm.run.new_folder import time_stamp
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR, RUN_CONFIG, run_dir_of
 from xdllm.run.run_log import RUN_LOG
 from xdllm.run.run_overrides import OVERRIDES_FILE
@@ -61,8 +61,7 @@ def set_aside_later_steps(run_dir: Path, point: ResumePoint) -> Path | None:
     later = later_files(run_dir, point)
     if not later:
         return None
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    aside = run_dir.with_name(f"{run_dir.name}.abandoned-after-step{point.global_step}-{stamp}")
+    aside = run_dir.with_name(f"{run_dir.name}.abandoned-after-step{point.global_step}-{time_stamp()}")
     for relative in later:
         (aside / relative).parent.mkdir(parents=True, exist_ok=True)
         os.replace(run_dir / relative, aside / relative)

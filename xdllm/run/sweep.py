@@ -19,7 +19,6 @@ import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ from xdllm.run.generation_folder import (
     sweep_of,
 )
 from xdllm.run.generation_record import parse_record_json, read_record, settings_name
-from xdllm.run.new_folder import make_new_folder
+from xdllm.run.new_folder import make_new_folder, time_stamp
 from xdllm.run.partial_generation import PARTIAL_STATE
 from xdllm.run.sweep_repeats import refuse_repeats
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
@@ -110,7 +109,7 @@ def _sweep_dir(requested: str | None, run_dir: Path) -> tuple[Path, Path | None]
     if requested:
         folder = Path(requested).expanduser()
         return folder, make_output_dir(folder)
-    folder = make_new_folder(run_dir / "generate", f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    folder = make_new_folder(run_dir / "generate", f"sweep-{time_stamp()}")
     return folder, folder
 
 

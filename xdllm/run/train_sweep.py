@@ -20,7 +20,6 @@ import copy
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from xdllm.errors import XdllmError
 from xdllm.run.after_training import finish_logged
 from xdllm.run.build import build_components
 from xdllm.run.generation_record import settings_name
-from xdllm.run.new_folder import new_folder
+from xdllm.run.new_folder import new_folder, time_stamp
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
 from xdllm.run.run_log import keeping_run_log
 from xdllm.run.sweep import (
@@ -113,7 +112,7 @@ def plan_sweep(overrides: Sequence[str]) -> tuple[Path, list[PlannedRun], list[D
     first = compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combinations[0].items())])
     if first.run_dir is not None:
         return _planned(Path(first.run_dir).expanduser().resolve(), fixed, combinations)
-    with new_folder(Path("runs", first.name).resolve(), f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}") as made:
+    with new_folder(Path("runs", first.name).resolve(), f"sweep-{time_stamp()}") as made:
         return _planned(made, fixed, combinations)
 
 
