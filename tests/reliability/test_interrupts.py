@@ -19,8 +19,9 @@ import pytest
 from tiny_run import TINY
 
 from xdllm.cli.main import main
+from xdllm.run.dead_worker import dead_worker_error
 from xdllm.run.run_overrides import continue_command
-from xdllm.run.train import TrainingInterrupted, dead_worker_error
+from xdllm.run.train import TrainingInterrupted
 from xdllm.train.checkpoint_io import read_checkpoint_file
 from xdllm.train.stop_on_interrupt import StopOnInterrupt, StoppedByInterrupt
 

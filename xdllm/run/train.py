@@ -36,6 +36,7 @@ from xdllm.history.recorder import check_history_k
 from xdllm.run.build import build_components, build_datamodule, check_positions
 from xdllm.run.checkpoint import resume_point
 from xdllm.run.choice_scores import ChoiceProbe
+from xdllm.run.dead_worker import dead_worker_error
 from xdllm.run.free_text import apply_task_defaults, is_free_text
 from xdllm.run.frozen_models import load_frozen_models
 from xdllm.run.held_out_check import the_trained_values, unkept_held_out
@@ -80,8 +81,6 @@ class TrainResult:
     """The step training stopped after because of Ctrl-C or SIGTERM (None: it ran to the end)."""
     stopped_by: str = ""
     """What stopped it: ``Ctrl-C`` or ``SIGTERM``."""
-
-
     continue_command: str = ""
     """The command that continues this run (its overrides and ``resume=<run_dir>``)."""
     monitor: str | None = None
@@ -192,24 +191,6 @@ def _stopped_at(step: int, run_dir: Path, continuing: str) -> str:
     only where a checkpoint was saved to continue from."""
     saved = (run_dir / CHECKPOINT_DIR / LAST_NAME).exists()
     return f" (training stopped at step {step}{f'; once fixed, continue with: {continuing}' if saved else ''})"
-
-
-def dead_worker_error(error: BaseException, num_workers: int) -> BaseException | None:
-    """How a DataLoader worker's death reached the main process, if ``error`` is or was raised
-    while handling it: the DataLoader's report (killed by a signal, exited unexpectedly), or a
-    connection to it reset or closed in mid-transfer. The report comes from a SIGCHLD handler, so
-    it interrupts whatever runs then, and code that wraps every error (``inspect`` turning one into
-    "unsupported callable") can hide it behind its own: the whole chain of causes is searched."""
-    if num_workers < 1:
-        return None
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, (ConnectionError, EOFError)) or (
-                isinstance(error, RuntimeError) and str(error).startswith("DataLoader worker (pid")):
-            return error
-        error = error.__cause__ or error.__context__
-    return None
 
 
 def train(config: DictConfig, resume: str | None = None, overrides: Sequence[str] = (),
