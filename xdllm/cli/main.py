@@ -213,7 +213,7 @@ def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: b
     from xdllm.run.sweep import refuse_sweep_without_multirun, run_sweep, sweep_configs
 
     overrides, resume = _split_resume(overrides)
-    check_override_syntax(overrides)
+    check_override_syntax(overrides, "generate", sweep)
     overrides = absolute_generate_paths(overrides)
     if resume is not None:
         return _continue_generation(resume, overrides, print_config, sweep)

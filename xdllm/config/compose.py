@@ -125,7 +125,7 @@ def _open_merged_overrides(overrides: Sequence[str]) -> list[str]:
 
 def compose_config(config_name: str, overrides: Sequence[str]) -> DictConfig:
     """Compose ``configs/<config_name>.yaml`` with ``overrides``; errors become XdllmError."""
-    check_override_syntax(overrides)
+    check_override_syntax(overrides, config_name)
     if config_name == "generate":
         overrides = _open_merged_overrides(overrides)
     families = discover_families(search_path_override(overrides))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 
 from xdllm.errors import XdllmError
 
@@ -54,16 +55,40 @@ def command(*words: str) -> str:
     return " ".join(map(shell_word, words))
 
 
-def check_override_syntax(overrides: Sequence[str]) -> None:
+def _path_given_bare(text: str, command_name: str | None, sweep: bool) -> str:
+    """Where ``text`` (an override without ``=``) names an existing file or folder: the override
+    ``xdllm <command_name>`` (train, generate; ``-m`` where ``sweep``) takes it as: ``resume=`` a
+    run or checkpoint to continue, a stopped generation or sweep to finish; ``ckpt=`` the run or
+    checkpoint to generate from."""
+    from xdllm.run.generation_folder import SWEEP_RECORD  # the same name in a training sweep's folder
+    from xdllm.run.generation_record import GENERATE_CONFIG
+
+    path = Path(text)
+    if command_name not in ("train", "generate") or not path.exists():
+        return ""
+    records = (SWEEP_RECORD,) if sweep else (GENERATE_CONFIG,) if command_name == "generate" else ()
+    if any((path / name).is_file() for name in records) or (command_name == "train" and not sweep):
+        key = "resume"
+    elif command_name == "generate":
+        key = "ckpt"
+    else:
+        return ""
+    return f"; it is a {'folder' if path.is_dir() else 'file'}: give it as {shell_word(override(key, text))}"
+
+
+def check_override_syntax(overrides: Sequence[str], command_name: str | None = None, sweep: bool = False) -> None:
     """Refuse an override Hydra cannot read, in one line; for a value Hydra needs quoted, the line
-    gives the quoted form, for the command line and for the shell."""
+    gives the quoted form, for the command line and for the shell. A path given alone (``xdllm
+    generate runs/a``) is named with the key ``command_name`` (train, generate; a sweep of them
+    where ``sweep``) takes it as."""
     from hydra.core.override_parser.overrides_parser import OverridesParser  # not for the history views
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
     for text in overrides:
         if "=" not in text and not text.startswith("~"):
-            raise XdllmError(f"override {text!r} is not KEY=VALUE (nor ~KEY, which deletes a key)")
+            raise XdllmError(f"override {text!r} is not KEY=VALUE (nor ~KEY, which deletes a key)"
+                             f"{_path_given_bare(text, command_name, sweep)}")
         try:
             parser.parse_override(text).value()  # value(): "d (1)" parses as a call of a function d
         except HydraException as error:

@@ -28,6 +28,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.compose import compose_config, first_swept_override
+from xdllm.config.override_text import check_override_syntax
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
@@ -55,6 +56,8 @@ from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomical
 
 SWEEP_SUMMARY = "sweep.jsonl"
 GENERATION_SPEED = ("mean_steps", "tokens_per_second")
+SWEEP_EXAMPLES = {"generate": "predictor.threshold=0.5,0.7,0.9", "train": "optim.lr=1e-3,3e-4 seed=0,1"}
+"""What a refusal of a sweep with nothing swept shows, for each command."""
 """A generation summary's figures of its speed, not scores."""
 log = logging.getLogger(__name__)
 
@@ -71,18 +74,16 @@ def refuse_sweep_without_multirun(overrides: Sequence[str]) -> None:
                          "per value (quote a single value that contains a comma)")
 
 
-def sweep_combinations(overrides: Sequence[str], example: str = "predictor.threshold=0.5,0.7,0.9"
+def sweep_combinations(overrides: Sequence[str], command_name: str = "generate"
                        ) -> tuple[list[str], list[dict[str, str]]]:
-    """The fixed overrides, and one ``{key: value}`` per combination of the swept ones (none
-    swept is refused, with ``example``)."""
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except HydraException as error:
-        raise XdllmError(f"invalid override: {str(error).splitlines()[0]}") from error
+    """The fixed overrides, and one ``{key: value}`` per combination of the swept ones of a sweep
+    of ``command_name`` (train, generate; none swept is refused, with an example)."""
+    check_override_syntax(overrides, command_name, sweep=True)
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
     fixed = [override.input_line for override in parsed if not override.is_sweep_override()]
     swept = [override for override in parsed if override.is_sweep_override()]
     if not swept:
-        raise XdllmError(f"-m (sweep) needs at least one swept option, e.g. {example}")
+        raise XdllmError(f"-m (sweep) needs at least one swept option, e.g. {SWEEP_EXAMPLES[command_name]}")
     keys = [override.get_key_element() for override in swept]
     values = [_swept_values(override) for override in swept]
     for override, given in zip(swept, values):

@@ -49,7 +49,6 @@ from xdllm.run.train import TrainResult, check_run_options, train
 from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
 
 SWEEP_PLAN = "sweep.yaml"
-TRAIN_EXAMPLE = "optim.lr=1e-3,3e-4 seed=0,1"
 log = logging.getLogger(__name__)
 
 
@@ -106,7 +105,7 @@ def plan_sweep(overrides: Sequence[str]) -> tuple[Path, list[PlannedRun], list[D
     and its components built) before anything is written. Without ``run_dir`` the folder is a new
     ``runs/<name>/sweep-<time>`` (numbered when another sweep started in the same second), removed
     again when a check fails."""
-    fixed, combinations = sweep_combinations(overrides, TRAIN_EXAMPLE)
+    fixed, combinations = sweep_combinations(overrides, "train")
     _refuse_unsweepable(combinations)
     refuse_repeats([settings_name(combination) for combination in combinations], "run")
     first = compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combinations[0].items())])
@@ -240,7 +239,7 @@ def is_train_sweep(path: str | Path) -> bool:
 
 def sweep_run_configs(overrides: Sequence[str]) -> list[DictConfig]:
     """The composed config of every run of a sweep, for ``--cfg`` (nothing is checked or written)."""
-    fixed, combinations = sweep_combinations(overrides, TRAIN_EXAMPLE)
+    fixed, combinations = sweep_combinations(overrides, "train")
     return [compose_config("train", [*fixed, *(f"{k}={v}" for k, v in combination.items())])
             for combination in combinations]
 
