@@ -2,10 +2,15 @@
 and runs nothing."""
 
 import inspect
+import platform
+from importlib import metadata
+from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
+import xdllm
 from xdllm.cli.config_help import config_section
 from xdllm.cli.main import PREDICTOR_HELP, main
 from xdllm.config.compose import ROOT_CONFIG_DIR
@@ -85,3 +90,16 @@ def test_cfg_works_anywhere_among_the_overrides(capsys):
 def test_generate_help_names_every_option_of_the_mlm_predictor():
     options = [name for name in inspect.signature(MLMPredictor).parameters if name not in ("tokenizer", "model")]
     assert [name for name in options if name not in PREDICTOR_HELP] == []
+
+
+def test_version_names_xdllm_where_it_runs_from_and_the_libraries(capsys):
+    """``xdllm --version``, for a bug report (it was ``error: the following arguments are required``)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    package = Path(xdllm.__file__).resolve().parent
+    cuda = (f"CUDA {torch.version.cuda}: {torch.cuda.device_count()} device(s)" if torch.cuda.is_available()
+            else "no CUDA device")
+    assert capsys.readouterr().out == (
+        f"xdllm {metadata.version('xdllm')} at {package}; python {platform.python_version()}, torch "
+        f"{torch.__version__} ({cuda}), lightning {metadata.version('lightning')}\n")

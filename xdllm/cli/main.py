@@ -86,11 +86,13 @@ def _parser() -> argparse.ArgumentParser:
     from xdllm.cli.data import add_data_parser
     from xdllm.cli.history import add_history_parser
     from xdllm.cli.tokenizer import add_tokenizer_parser
+    from xdllm.cli.version import ShowVersion
 
     train_epilog = _help_epilog()
     parser = argparse.ArgumentParser(
         prog="xdllm", description="Diffusion language models: train, generate, inspect.",
         epilog=train_epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=ShowVersion)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, text in (
         ("train", "train a model (Hydra overrides; resume=<ckpt or run dir> to continue)"),
