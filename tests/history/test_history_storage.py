@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -137,10 +138,22 @@ def test_finding_files_in_a_run_directory(tmp_path, generate):
     with pytest.raises(HistoryError, match="no such file or directory"):
         find_history_files(tmp_path / "missing_dir")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(HistoryError, match="no history files"):
+    with pytest.raises(HistoryError, match=r"empty: no history files \(history-NNNNN.pt\) found under it$"):
         find_history_files(tmp_path / "empty")
     with pytest.raises(HistoryError, match="no such history file"):
         load_history(tmp_path / "missing.pt")
+
+
+def test_a_folder_of_generations_without_history_says_so(tmp_path):
+    """A generation sweep run without ``history=topk`` was refused as holding no history files, not why."""
+    for name in ("threshold=0.5", "threshold=0.9"):
+        (tmp_path / "sweep" / name).mkdir(parents=True)
+        (tmp_path / "sweep" / name / "generate.yaml").write_text("history: null\n")
+    why = re.escape("ran without history (xdllm generate records it with history=topk)")
+    with pytest.raises(HistoryError, match=rf"sweep: no history files .* found under it: its 2 generations {why}"):
+        find_history_files(tmp_path / "sweep")
+    with pytest.raises(HistoryError, match=rf"threshold=0.5: no .* found under it: its generation {why}"):
+        find_history_files(tmp_path / "sweep" / "threshold=0.5")
 
 
 def test_finding_files_in_nested_validation_folders(tmp_path, generate):

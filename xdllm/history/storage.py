@@ -96,8 +96,17 @@ def find_history_files(path: Path | str) -> list[Path]:
         if (m := FILE_PATTERN.match(p.name))
     )
     if not found:
-        raise HistoryError(f"{path}: no history files (history-NNNNN.pt) found under {path}")
+        raise HistoryError(f"{path}: no history files (history-NNNNN.pt) found under it{_why_none(path)}")
     return [p for _, _, p in found]
+
+
+def _why_none(folder: Path) -> str:
+    """Why ``folder`` holds no history: the generations in it (their ``generate.yaml``) ran without it."""
+    generations = sum(1 for _ in folder.rglob("generate.yaml"))
+    if not generations:
+        return ""
+    which = "its generation" if generations == 1 else f"its {generations} generations"
+    return f": {which} ran without history (xdllm generate records it with history=topk)"
 
 
 def history_folders(path: Path | str) -> list[Path]:
