@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 
 import xdllm
 from xdllm.cli.config_help import config_section
-from xdllm.cli.main import PREDICTOR_HELP, main
+from xdllm.cli.help_text import PREDICTOR_HELP
+from xdllm.cli.main import main
 from xdllm.config.compose import ROOT_CONFIG_DIR
 from xdllm_models.mlm.predictor import MLMPredictor
 

@@ -26,69 +26,15 @@ EXIT_TIME_LIMIT = 124  # as timeout(1) reports a command it stopped: training st
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as for any program whose reader went away
 
 
-def _help_epilog() -> str:
-    from xdllm.config.compose import group_options
-
-    try:
-        families = discover_families()
-    except ModelRegistryError as error:
-        return f"(model discovery failed: {error})"
-    lines = ["config groups (choose with GROUP=OPTION, e.g. experiment=sort_mlm):"]
-    for group, options in group_options(families).items():
-        lines.append(f"  {group:<18} {', '.join(options)}")
-    lines += [
-        "",
-        "examples:",
-        "  xdllm train experiment=sort_mlm",
-        "  xdllm train experiment=sort_mlm trainer.max_steps=200 run_dir=runs/quick",
-        "  xdllm generate ckpt=runs/quick predictor.threshold=0.9 history=topk",
-        "  xdllm eval ckpt=runs/quick split=test",
-        "  xdllm train --cfg experiment=sort_mlm      (print the composed config, run nothing)",
-        "  xdllm train -m experiment=sort_mlm optim.lr=1e-3,3e-4 seed=0,1   (a sweep: one run each)",
-        "  xdllm train resume=runs/quick trainer.max_steps=400   (continue a run, to step 400)",
-        "  xdllm train resume=runs/quick/checkpoints/best.ckpt optim.lr=3e-4   (back to its best step;"
-        " later files move aside)",
-        "  xdllm train model=mdlm init_from=runs/quick optim.lr=3e-4   (start from another run's weights)",
-        "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
-        "  xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json",
-        "",
-        "from Python (docs/predictor.md):",
-        "  import xdllm; run = xdllm.load_trained('runs/quick')",
-        "  xdllm.complete(run, ['7 6 5 5 5 4 9 6'], predictor={'threshold': 0.9})",
-        "  xdllm.evaluate_run(run, split='test', predictor={'threshold': 0.9})",
-    ]
-    return "\n".join(lines)
-
-
-PREDICTOR_HELP = """\
-predictor.KEY=VALUE is merged over the run's predictor config (mlm and mdlm; other
-families take their own, named in docs/model_families.md):
-  max_steps, max_new_tokens, confidence=top_prob|prob_diff|entropy|null,
-  threshold, entropy_budget, noise_schedule=linear|cosine|log_linear, temperature,
-  top_k, top_p, block_size, stop_at_eos, remask, prefix_cache, prefix_cache_refresh,
-  dual_cache, guidance, seed, skip_special_tokens   (docs/predictor.md)
-  mdlm also: sampler=confidence|ancestral|remdm, and for remdm: remdm_schedule=
-  cap|rescale|conf|loop, remdm_eta, remdm_t_on, remdm_t_off, remdm_alpha_on
-
-examples:
-  xdllm generate ckpt=runs/sort_mlm predictor.threshold=0.9 history=topk
-  xdllm generate ckpt=runs/sort_mlm prompts_file=prompts.txt predictor.temperature=0.7
-  xdllm generate ckpt=runs/sort_mlm prompts_file=bench.jsonl   ({"prompt", "response"}: scored)
-  xdllm eval ckpt=runs/sort_mlm split=validation
-  xdllm generate -m ckpt=runs/sort_mlm predictor.threshold=0.5,0.7,0.9   (a sweep)
-  xdllm generate ckpt=runs/text_mdlm judge=runs/text_arlm predictor.temperature=1   (Gen PPL)
-  xdllm generate --cfg ckpt=runs/sort_mlm      (print the composed options, run nothing)
-"""
-
-
 def _parser() -> argparse.ArgumentParser:
     from xdllm.cli.config_help import generate_options_help, train_options_help
     from xdllm.cli.data import add_data_parser
+    from xdllm.cli.help_text import PREDICTOR_HELP, help_epilog
     from xdllm.cli.history import add_history_parser
     from xdllm.cli.tokenizer import add_tokenizer_parser
     from xdllm.cli.version import ShowVersion
 
-    train_epilog = _help_epilog()
+    train_epilog = help_epilog()
     parser = argparse.ArgumentParser(
         prog="xdllm", description="Diffusion language models: train, generate, inspect.",
         epilog=train_epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
