@@ -82,7 +82,9 @@ def test_a_sweep_that_fails_part_way_keeps_the_summary_of_what_finished(trained_
     assert main(["generate", "-m", f"ckpt={trained_run}", "predictor.block_size=2",
                  "predictor.max_steps=5,2", "num_samples=4", f"output_dir={sweep_dir}"]) == 2
     assert "max_steps=2 is smaller" in capsys.readouterr().err
-    assert sorted(path.name for path in sweep_dir.iterdir()) == ["max_steps=5", "sweep.jsonl", "sweep.yaml"]
+    assert sorted(path.name for path in sweep_dir.iterdir()) == ["generate.log", "max_steps=5", "sweep.jsonl",
+                                                                 "sweep.yaml"]
+    assert "error: MLMPredictor: max_steps=2 is smaller" in (sweep_dir / "generate.log").read_text().splitlines()[-1]
     (line,) = (sweep_dir / "sweep.jsonl").read_text().splitlines()
     assert json.loads(line)["folder"] == "max_steps=5"
     assert (sweep_dir / "max_steps=5" / "predictions.jsonl").exists()

@@ -89,7 +89,7 @@ def test_predictions_refused_by_a_full_disk_keep_the_finished_batches_to_continu
     assert err.strip().splitlines()[-1] == f"xdllm: error: No space left on device: {out / 'predictions.jsonl'}"
     assert "generation stopped after 64 samples" in err
     assert sorted(path.name for path in out.iterdir()) == [  # no summary.json of predictions never written
-        "generate.yaml", "generation.partial.json", "predictions.partial.jsonl"]
+        "generate.log", "generate.yaml", "generation.partial.json", "predictions.partial.jsonl"]
     assert main(["generate", f"resume={out}"]) == 0
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 64
     assert json.loads((out / "summary.json").read_text())["num_samples"] == 64

@@ -4,6 +4,7 @@ as Ctrl-C does, with status 143 (Python's default died on the spot: no cleanup, 
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,12 @@ def _stop_at_call(monkeypatch, stop: BaseException, call: int) -> None:
     build = check_module._build_predictor
     monkeypatch.setattr(check_module, "_build_predictor",
                         lambda run, options: _StopsAtCall(build(run, options), stop, call))
+
+
+def _log_lines(path: Path) -> list[str]:
+    """A command log's lines without their time, blank lines and the attention backend's lines."""
+    return [re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "", line) for line in path.read_text().splitlines()
+            if line and "attention backend" not in line]
 
 
 def _lines(path: Path) -> list[dict]:
@@ -83,9 +90,16 @@ def test_a_stopped_generation_keeps_its_batches_and_resume_finishes_it(run, tmp_
     assert {k: resumed[k] for k in SUMMARY_FIGURES} == {k: whole_summary[k] for k in SUMMARY_FIGURES}
     assert [(r["sample_index"], r["ids"], r["exact_match"]) for r in _lines(stopped / "predictions.jsonl")] == \
         [(r["sample_index"], r["ids"], r["exact_match"]) for r in whole_records]
-    assert sorted(path.name for path in stopped.iterdir()) == ["generate.yaml", "history", "predictions.jsonl",
-                                                               "summary.json", "tensorboard"]
+    assert sorted(path.name for path in stopped.iterdir()) == ["generate.log", "generate.yaml", "history",
+                                                               "predictions.jsonl", "summary.json", "tensorboard"]
     assert json.loads((stopped / "summary.json").read_text()) == resumed  # what it printed
+    # its log: the command that stopped, how (the refused one in between wrote nothing), then the resume
+    log = _log_lines(stopped / "generate.log")
+    assert log[0] == f"xdllm generate ckpt={run} {' '.join(GENERATE)} output_dir={stopped}"
+    assert log[-5].startswith("warning: generation stopped after 8 samples")
+    assert log[-4:-1] == ["stopped by Ctrl-C or SIGTERM", f"xdllm generate resume={stopped}",
+                          f"continuing the generation in {stopped} after its 8 finished samples"]
+    assert json.loads(log[-1].removeprefix("result: ")) == resumed
     assert len(list((stopped / "history").glob("history-*.pt"))) == 3
 
 
@@ -229,6 +243,15 @@ def test_a_stopped_sweep_resumes_as_a_whole(run, tmp_path, monkeypatch, capsys, 
         assert [r["ids"] for r in _lines(stopped / name / "predictions.jsonl")] == \
             [r["ids"] for r in _lines(tmp_path / "whole" / name / "predictions.jsonl")]
         assert not (stopped / name / "predictions.partial.jsonl").exists()
+        assert not (stopped / name / "generate.log").exists()  # the sweep's log holds theirs
+    log = _log_lines(stopped / "generate.log")
+    assert log[0] == " ".join(["xdllm", *_sweep(run, stopped)])
+    stop = log.index("stopped by Ctrl-C or SIGTERM")
+    assert log[stop - 1].startswith("warning: the sweep stopped with")
+    assert log[stop + 1:stop + 3] == [f"xdllm generate resume={stopped}",
+                                      f"continuing the sweep in {stopped}: {finished} of 2 generations finished"]
+    assert log[-4:] == ["the sweep's generations:", *log[-3:-1], "finished"]
+    assert [line.split(":")[0] for line in log[-3:-1]] == ["  max_steps=5", "  max_steps=3"]
     capsys.readouterr()
     assert main(["generate", f"resume={stopped}"]) == 2
     assert f"the sweep in {stopped} has finished all 2 generations" in capsys.readouterr().err
@@ -333,7 +356,7 @@ def test_nothing_finished_leaves_nothing(run, tmp_path, monkeypatch, stopping):
     monkeypatch.setattr(check_module, "_build_predictor",
                         lambda run, options: wrapper(build(run, options), KeyboardInterrupt(), 1))
     assert main(["generate", f"ckpt={run}", *GENERATE]) == 130
-    assert not list((run / "generate").glob("*"))
+    assert not list((run / "generate").glob("*"))  # its generate.log went with the folder it made
 
 
 def test_stopped_while_writing_the_views_the_predictions_are_whole(run, tmp_path, monkeypatch, capsys):

@@ -11,7 +11,13 @@ from tiny_run import TINY
 from xdllm.cli.main import main
 from xdllm.cli.stderr_handler import StderrHandler
 from xdllm.log_marks import FILE_ONLY
-from xdllm.run.run_log import RunLog, keeping_run_log
+from xdllm.run.run_log import (
+    GENERATE_LOG,
+    RunLog,
+    drop_generation_log,
+    keeping_run_log,
+    start_generation_log,
+)
 
 
 @pytest.mark.slow
@@ -37,6 +43,7 @@ def test_the_run_log_keeps_every_command_of_the_run(tmp_path, capsys):
     assert "resume: optim.lr 0.001 -> 0.002" in second and "step 4/4 " in second
     assert f"resuming from {run}/checkpoints/last.ckpt (step 2)" in second
     assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", line) for line in written.split("\n") if line)
+    assert list(run.glob(f"generate/*/{GENERATE_LOG}")) == []  # the generation after training logs here
 
 
 @pytest.mark.slow
@@ -67,8 +74,40 @@ def test_a_run_log_holds_the_lines_before_the_run_s_folder_is_known_and_writes_n
     run_log = RunLog(["xdllm", "train"])
     run_log.start(tmp_path / "broken")
     run_log.note("again")
-    assert capsys.readouterr().err.count("could not write the run's log") == 1
+    assert capsys.readouterr().err.count("could not write the log") == 1
     assert run_log.failed
+
+
+def test_a_generation_log_starts_in_the_first_folder_claimed_and_goes_with_a_folder_removed(tmp_path):
+    """``xdllm generate``'s log: in a sweep's folder, not its generations'; a folder removed takes it away."""
+    logger = logging.getLogger("xdllm.test_run_log")
+    sweep, generation = tmp_path / "sweep", tmp_path / "sweep" / "a"
+    generation.mkdir(parents=True)
+    with keeping_run_log(["xdllm", "train", "seed=1"]) as run_log:  # a training's log is started by train alone
+        start_generation_log(tmp_path)
+        assert run_log.path is None
+    with keeping_run_log(["xdllm", "generate", "-m", "ckpt=r"], GENERATE_LOG):
+        logger.info("held")
+        start_generation_log(sweep)
+        start_generation_log(generation)
+        drop_generation_log(generation)  # a generation of the sweep that left nothing: the sweep's log goes on
+        logger.info("after")
+    assert [line[20:] for line in (sweep / GENERATE_LOG).read_text().splitlines()] == [
+        "xdllm generate -m ckpt=r", "held", "after"]
+    assert not (generation / GENERATE_LOG).exists() and not (tmp_path / "train.log").exists()
+    with pytest.raises(RuntimeError), keeping_run_log(["xdllm", "generate", "ckpt=r"], GENERATE_LOG):
+        start_generation_log(generation)
+        logger.info("generating")
+        drop_generation_log(generation)
+        raise RuntimeError("failed having finished nothing")
+    assert not (generation / GENERATE_LOG).exists()  # nor written again by the error it ended with
+    with pytest.raises(RuntimeError), keeping_run_log(["xdllm", "generate", "ckpt=r"], GENERATE_LOG):
+        start_generation_log(sweep)  # a log of earlier commands keeps their lines alone
+        logger.info("generating")
+        drop_generation_log(sweep)
+        raise RuntimeError("failed having finished nothing")
+    assert [line[20:] for line in (sweep / GENERATE_LOG).read_text().splitlines()] == [
+        "xdllm generate -m ckpt=r", "held", "after"]
 
 
 def test_the_terminal_leaves_the_lines_meant_for_the_run_log_only():

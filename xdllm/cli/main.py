@@ -158,31 +158,36 @@ def _cmd_generate(overrides: Sequence[str], print_config: bool = False, sweep: b
     from xdllm.config.override_text import check_override_syntax
     from xdllm.config.run_paths import absolute_generate_paths
     from xdllm.run.generate import config_to_print, generate_from_config
+    from xdllm.run.run_log import GENERATE_LOG, keeping_run_log
     from xdllm.run.sweep import refuse_sweep_without_multirun, run_sweep, sweep_configs
 
+    command = ("xdllm", "generate", *(["-m"] if sweep else []), *overrides)  # as given, for its log
     overrides, resume = _split_resume(overrides)
     check_override_syntax(overrides, "generate", sweep)
     overrides = absolute_generate_paths(overrides)
     if resume is not None:
-        return _continue_generation(resume, overrides, print_config, sweep)
+        return _continue_generation(resume, overrides, print_config, sweep, command)
     if sweep and print_config:  # one YAML document per combination
         print("---\n".join(composed_yaml(config_to_print(config)) for config in sweep_configs(overrides)[1]), end="")
         return 0
-    if sweep:
-        print(json.dumps(run_sweep(overrides), indent=2))
-        return 0
-    refuse_sweep_without_multirun(overrides)
-    config = compose_config("generate", overrides)
-    if print_config:
-        print(composed_yaml(config_to_print(config)), end="")
-        return 0
-    print(json.dumps(generate_from_config(config), indent=2))
+    if not sweep:
+        refuse_sweep_without_multirun(overrides)
+        config = compose_config("generate", overrides)
+        if print_config:
+            print(composed_yaml(config_to_print(config)), end="")
+            return 0
+    with keeping_run_log(command, GENERATE_LOG) as generation_log:
+        result = run_sweep(overrides) if sweep else generate_from_config(config)
+        generation_log.result(None if sweep else result)  # a sweep's results: its sweep.jsonl
+    print(json.dumps(result, indent=2))
     return 0
 
 
-def _continue_generation(folder: str, overrides: Sequence[str], print_config: bool, sweep: bool) -> int:
+def _continue_generation(folder: str, overrides: Sequence[str], print_config: bool, sweep: bool,
+                         command: Sequence[str]) -> int:
     from xdllm.config.schema import override_key
     from xdllm.run.generate import RESUME_OPTIONS
+    from xdllm.run.run_log import GENERATE_LOG, keeping_run_log
     from xdllm.run.sweep import continue_stopped
 
     if sweep or print_config:
@@ -195,7 +200,10 @@ def _continue_generation(folder: str, overrides: Sequence[str], print_config: bo
         raise XdllmError(f"resume= continues a generation with the options it started with (in {folder}); "
                          f"only {allowed} may be given with it, not {' '.join(others)}: start a new generation "
                          "for other options")
-    print(json.dumps(continue_stopped(Path(folder), overrides), indent=2))
+    with keeping_run_log(command, GENERATE_LOG) as generation_log:
+        result = continue_stopped(Path(folder), overrides)
+        generation_log.result(None if "sweep" in result else result)
+    print(json.dumps(result, indent=2))
     return 0
 
 

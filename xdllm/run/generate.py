@@ -65,6 +65,7 @@ from xdllm.run.partial_generation import (
     write_partial,
 )
 from xdllm.run.run_checkpoint import RUN_CONFIG, resolve_checkpoint, run_dir_of
+from xdllm.run.run_log import start_generation_log
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ def run_generation(run: TrainedRun, checked: CheckedGeneration, write_outputs: b
     if not write_outputs:
         return _generate_into(None, run, checked, device, dtype, settings)
     output_dir, made = claim_output_dir(run, options.output_dir, settings_name(settings))
+    start_generation_log(output_dir)
     try:
         return _generate_into(output_dir, run, checked, device, dtype, settings)
     except BaseException:
@@ -308,6 +310,7 @@ def continue_generation(folder: Path, overrides: Sequence[str] = (), run: Traine
         raise XdllmError(f"{run.checkpoint} now holds training step {run.global_step}, but the generation in {folder} "
                          f"started from step {record.global_step}: the rest would come from other weights; start "
                          "a new generation")
+    start_generation_log(folder)
     if views_cut:
         log.info("drawing the TensorBoard views of %s again: the stop cut them short", folder)
         summary = read_summary(folder)

@@ -17,6 +17,7 @@ from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generation_record import GENERATE_CONFIG, parse_record_json
 from xdllm.run.new_folder import make_new_folder, time_stamp
 from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE
+from xdllm.run.run_log import drop_generation_log
 from xdllm.temporary_files import remove_stale_temporaries
 
 PREDICTIONS = "predictions.jsonl"
@@ -111,8 +112,8 @@ def make_output_dir(folder: Path) -> Path | None:
 
 def discard_unfinished(folder: Path, made: Path | None) -> None:
     """After a generation failed: if it produced nothing (no predictions, finished or partial, no
-    history file), remove the ``generate.yaml`` it wrote, and the folders it made if they are then
-    empty. Anything a finished batch wrote stays."""
+    history file), remove the ``generate.yaml`` it wrote and its lines of ``generate.log``, and the
+    folders it made if they are then empty. Anything a finished batch wrote stays."""
     history_dir = folder / "history"
     if any((folder / name).exists() for name in (PREDICTIONS, PARTIAL_PREDICTIONS)) or (
             history_dir.is_dir() and any(history_dir.iterdir())):
@@ -120,6 +121,7 @@ def discard_unfinished(folder: Path, made: Path | None) -> None:
     if history_dir.is_dir():
         history_dir.rmdir()
     (folder / GENERATE_CONFIG).unlink(missing_ok=True)
+    drop_generation_log(folder)
     if made is None:
         return
     for candidate in (folder, *folder.parents):

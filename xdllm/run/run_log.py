@@ -1,4 +1,5 @@
-"""The run's own log: ``<run>/train.log`` keeps what xdllm said while training the run.
+"""A command's own log: ``<run>/train.log`` keeps what xdllm said while training the run,
+``<generation folder>/generate.log`` what ``xdllm generate`` said while generating into it.
 
 What a run says once (a resume's changed settings, a rewind's moved files, a best checkpoint kept
 aside, the validations, how it ended) is otherwise only on the terminal that started it. Each
@@ -12,13 +13,19 @@ even where a progress bar shows them on the terminal, the result or the error it
     ...
     2026-11-28 20:41:45 result: {"exact_match": 0.87, ...}
 
-Only the process that launches the run writes it (not the other DDP processes).
+Only the process that launches the run writes it (not the other DDP processes). ``xdllm generate``
+keeps its log the same way, in the folder of the generation (a sweep's: in the sweep's folder, a
+``resume=``: appended to the stopped one's), started by the code that claims that folder
+(:func:`start_generation_log`); a generation that fails having finished nothing takes its lines
+back (:func:`drop_generation_log`), as it leaves nothing else. The generation after training logs
+to ``train.log``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -31,6 +38,7 @@ from xdllm.errors import XdllmError
 from xdllm.log_marks import STAMPED
 
 RUN_LOG = "train.log"
+GENERATE_LOG = "generate.log"
 LOGGERS = ("xdllm", "xdllm_models")
 
 
@@ -41,15 +49,18 @@ def _stamp(seconds: float | None = None) -> str:
 
 
 class RunLog(logging.Handler):
-    """Appends xdllm's log lines to ``<run>/train.log`` once :meth:`start` names the run's folder;
+    """Appends xdllm's log lines to ``<folder>/<file_name>`` once :meth:`start` names the folder;
     the lines before it are held until then. A write that fails (a full disk) is said once on
-    stderr, and the run goes on without its log."""
+    stderr, and the command goes on without its log."""
 
-    def __init__(self, command: Sequence[str]) -> None:
+    def __init__(self, command: Sequence[str], file_name: str = RUN_LOG) -> None:
         super().__init__(logging.INFO)
         self.command = shell_command(*command)
+        self.file_name = file_name
         self.path: Path | None = None
+        self.earlier_size: int | None = None  # of the file before this command wrote to it (None: no file)
         self.failed = False
+        self.dropped = False
         self._held: list[str] = [f"{_stamp()} {self.command}"]
 
     def format(self, record: logging.LogRecord) -> str:
@@ -61,20 +72,20 @@ class RunLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self._write(self.format(record))
 
-    def start(self, run_dir: Path) -> None:
-        """Write to ``run_dir``'s log from now on, the held lines first (after the earlier
+    def start(self, folder: Path) -> None:
+        """Write to ``folder``'s log from now on, the held lines first (after the earlier
         commands' lines, which the file keeps)."""
-        self.path = run_dir / RUN_LOG
+        self.path = folder / self.file_name
         held, self._held = self._held, []
-        earlier = self.path.is_file() and self.path.stat().st_size > 0  # a blank line after them
-        self._write("\n" * earlier + "\n".join(held))
+        self.earlier_size = self.path.stat().st_size if self.path.is_file() else None
+        self._write("\n" * bool(self.earlier_size) + "\n".join(held))  # a blank line after earlier commands
 
     def note(self, text: str) -> None:
         """A line of the command's own (not a log record), timed."""
         self._write(f"{_stamp()} {text}")
 
     def _write(self, text: str) -> None:
-        if self.failed:
+        if self.failed or self.dropped:
             return
         if self.path is None:
             self._held.append(text)
@@ -83,7 +94,7 @@ class RunLog(logging.Handler):
             with open(self.path, "a", encoding="utf-8") as log_file:
                 log_file.write(text + "\n")
         except OSError as error:
-            print(f"xdllm: could not write the run's log {self.path} ({error.strerror or error}): the run goes on "
+            print(f"xdllm: could not write the log {self.path} ({error.strerror or error}): the command goes on "
                   "without it", file=sys.stderr)
             self.failed = True
 
@@ -101,11 +112,38 @@ def _ending(error: BaseException) -> str:
     return f"error: {error}" if isinstance(error, XdllmError) else f"error: {type(error).__name__}: {error}"
 
 
+def _generation_logs() -> list[RunLog]:
+    return [handler for handler in logging.getLogger(LOGGERS[0]).handlers
+            if isinstance(handler, RunLog) and handler.file_name == GENERATE_LOG]
+
+
+def start_generation_log(folder: Path) -> None:
+    """Write ``xdllm generate``'s log in ``folder``, the folder it claimed, if it has not started
+    in another (a sweep's, which holds the folders of its generations)."""
+    for handler in _generation_logs():
+        if handler.path is None:
+            handler.start(folder)
+
+
+def drop_generation_log(folder: Path) -> None:
+    """Take ``xdllm generate``'s lines back from ``folder``'s log, a generation that finished
+    nothing there being refused (it leaves nothing: the file goes, or keeps the earlier commands'
+    lines alone); the log writes no more."""
+    for handler in _generation_logs():
+        if handler.path == folder / GENERATE_LOG:
+            if handler.earlier_size is None:
+                handler.path.unlink(missing_ok=True)
+            else:
+                os.truncate(handler.path, handler.earlier_size)
+            handler.dropped = True
+
+
 @contextmanager
-def keeping_run_log(command: Sequence[str]) -> Iterator[RunLog]:
+def keeping_run_log(command: Sequence[str], file_name: str = RUN_LOG) -> Iterator[RunLog]:
     """A :class:`RunLog` on xdllm's loggers while the block runs (``command``: the words of the
-    command that runs it); an exception that ends the block is written to the log as it ends."""
-    handler = RunLog(command)
+    command that runs it; ``file_name``: its log's); an exception that ends the block is written to
+    the log as it ends."""
+    handler = RunLog(command, file_name)
     loggers = [logging.getLogger(name) for name in LOGGERS]
     for logger in loggers:
         logger.addHandler(handler)

@@ -51,6 +51,7 @@ from xdllm.run.generation_folder import (
 from xdllm.run.generation_record import parse_record_json, read_record, settings_name
 from xdllm.run.new_folder import make_new_folder, time_stamp
 from xdllm.run.partial_generation import PARTIAL_STATE
+from xdllm.run.run_log import start_generation_log
 from xdllm.run.sweep_repeats import refuse_repeats
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 
@@ -164,6 +165,7 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     write_text_atomically(sweep_dir / SWEEP_RECORD, OmegaConf.to_yaml(OmegaConf.create(
         {"overrides": list(overrides), "checkpoint": str(run.checkpoint), "global_step": run.global_step})))
     plan = [_Planned(*planned) for planned in zip(combinations, names, configs, generations)]
+    start_generation_log(sweep_dir)
     return _run_planned(run, sweep_dir, plan, [], made=made)
 
 
@@ -227,6 +229,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
         raise XdllmError(f"the sweep in {sweep_dir} has finished all {len(results)} generations: there is nothing "
                          "to continue")
     remove_stale_temporaries(sweep_dir)
+    start_generation_log(sweep_dir)
     log.info("continuing the sweep in %s: %d of %d generations finished", sweep_dir, len(results) - len(views_cut),
              len(combinations))
     for folder, config, predictions in views_cut:
