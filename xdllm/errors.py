@@ -19,3 +19,7 @@ class CollateError(XdllmError):
     def __init__(self, message: str) -> None:
         said = message.rstrip().splitlines()[-1].partition(f"{type(self).__name__}: ")[2] if message else ""
         super().__init__(said or message)
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised by SIGTERM while an xdllm command runs (:mod:`xdllm.cli.terminate`)."""

@@ -18,9 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-
-class Terminated(KeyboardInterrupt):
-    """Raised by SIGTERM while an xdllm command runs."""
+from xdllm.errors import Terminated
 
 
 class _RaiseOnce:

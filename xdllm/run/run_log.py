@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from xdllm.config.override_text import command as shell_command
-from xdllm.errors import XdllmError
+from xdllm.errors import Terminated, XdllmError
 from xdllm.log_marks import STAMPED
 
 RUN_LOG = "train.log"
@@ -106,7 +106,7 @@ class RunLog(logging.Handler):
 
 def _ending(error: BaseException) -> str:
     if isinstance(error, KeyboardInterrupt):
-        return "stopped by Ctrl-C or SIGTERM"
+        return f"stopped by {'SIGTERM' if isinstance(error, Terminated) else 'Ctrl-C'}"
     if isinstance(error, SystemExit):
         return f"exited with status {error.code}"
     return f"error: {error}" if isinstance(error, XdllmError) else f"error: {type(error).__name__}: {error}"
