@@ -24,13 +24,14 @@ examples:
   xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json
   xdllm data prepare books/*.txt -o data/books --tokenizer tokenizer.json --documents file --max-tokens 512
   xdllm data prepare pairs.jsonl -o data/pairs --tokenizer tokenizer.json --format prompt_response
+  xdllm data show data/corpus      (what it holds, its first samples decoded)
   xdllm train task=prepared task.params.path=data/corpus tokenizer=tokenizer.json
 """
 
 
 def add_data_parser(commands: argparse._SubParsersAction) -> None:
-    data = commands.add_parser("data", help="prepare datasets for training",
-                               description="Prepare local data for training.")
+    data = commands.add_parser("data", help="prepare datasets for training, and show what one holds",
+                               description="Prepare local data for training, and show what a prepared dataset holds.")
     actions = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     prepare = actions.add_parser(
         "prepare", help="tokenize local files into a memory-mapped dataset",
@@ -54,6 +55,15 @@ def add_data_parser(commands: argparse._SubParsersAction) -> None:
     prepare.add_argument("--seed", type=int, default=0, help="seed of the held-out choice")
     prepare.add_argument("--max-tokens", type=int, default=None,
                          help="text: cut longer documents into consecutive pieces of at most this many tokens")
+    show = actions.add_parser(
+        "show", help="what a prepared dataset holds, and its first samples decoded",
+        description="Print a prepared dataset's kind, tokenizer, sources and split sizes, what preparing it "
+                    "skipped or cut, the first samples of a split decoded with its tokenizer, and the command "
+                    "that trains on it.")
+    show.add_argument("folder", type=Path, metavar="DIR", help="a folder `xdllm data prepare` wrote")
+    show.add_argument("--split", default="train", help="the split whose samples are shown (default: train)")
+    show.add_argument("--samples", type=int, default=3, help="how many samples to show (default: 3)")
+    show.add_argument("--tokenizer", help="the tokenizer file, where the one it was prepared with has moved")
 
 
 def source_format(given: str | None, inputs: list[Path]) -> str:
@@ -87,6 +97,8 @@ def record_fields(arguments: argparse.Namespace, record_format: str) -> dict[str
 
 
 def run_data_command(arguments: argparse.Namespace) -> int:
+    if arguments.data_command == "show":
+        return _show(arguments)
     from xdllm.data.prepare import PrepareOptions, prepare
     from xdllm.data.source_records import RecordFormat
 
@@ -106,6 +118,21 @@ def run_data_command(arguments: argparse.Namespace) -> int:
                     summary["unknown_tokens"])
     print(json.dumps(summary, indent=2))
     log.info("train on it: %s", train_command(summary, arguments.tokenizer))
+    return 0
+
+
+def _show(arguments: argparse.Namespace) -> int:
+    from xdllm.data.prepared_store import read_manifest
+    from xdllm.data.prepared_view import describe_prepared
+
+    print("\n".join(describe_prepared(arguments.folder, arguments.split, arguments.samples, arguments.tokenizer)))
+    manifest = read_manifest(arguments.folder)
+    summary = {"output": str(arguments.folder), "kind": manifest["kind"],
+               "samples": {split: info["samples"] for split, info in manifest["splits"].items()}}
+    tokenizer = arguments.tokenizer or manifest["tokenizer"]["source"]
+    missing = tokenizer != "builtin" and not Path(tokenizer).expanduser().is_file()
+    where = f" (with tokenizer= where {tokenizer} is now)" if missing else ""
+    print(f"\ntrain on it{where}: {train_command(summary, tokenizer)}")
     return 0
 
 
