@@ -62,7 +62,7 @@ def test_pairs_show_prompt_and_response_and_a_short_split_shows_whole(tmp_path, 
     capsys.readouterr()
     lines = _shown(capsys, str(tmp_path / "p"), "--split", "test", "--samples", "5")
     assert lines[0].startswith(f"{tmp_path / 'p'}: prompt/response pairs, prepared ")
-    assert lines[8] == "all 1 samples of test:"
+    assert lines[8] == "its one sample of test:"
     prompt, response = lines[9:11]
     assert prompt.startswith("test 0: prompt (3 tokens) '") and response.lstrip().startswith("response (")
     assert "mlm.target_length=${derived.max_new_tokens}" in lines[-1]

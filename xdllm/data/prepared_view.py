@@ -16,15 +16,20 @@ SHOWN_CHARACTERS = 300
 """A sample's text is cut after this many characters (saying how many more there were)."""
 
 
+def _count(number: int, noun: str) -> str:
+    """``1 token``, ``2 tokens``."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def dataset_lines(data: PreparedData) -> list[str]:
     """The manifest in a few lines: kind, tokenizer, sources, a table of the splits, the counts."""
     manifest = data.manifest
     recorded = manifest["tokenizer"]
     sources = manifest["sources"]
     kind = "prompt/response pairs" if data.kind == "prompt_response" else "text documents"
-    lines = [f"{data.folder}: {kind}, prepared {manifest['created']} from {len(sources)} "
-             f"file{'s' if len(sources) != 1 else ''} ({', '.join(source['path'] for source in sources)})",
-             f"tokenizer: {recorded['source']} ({recorded['vocab_size']} tokens, fingerprint "
+    lines = [f"{data.folder}: {kind}, prepared {manifest['created']} from {_count(len(sources), 'file')} "
+             f"({', '.join(source['path'] for source in sources)})",
+             f"tokenizer: {recorded['source']} ({_count(recorded['vocab_size'], 'token')}, fingerprint "
              f"{recorded['fingerprint'][:12]}), ids stored as {manifest['token_dtype']}",
              f"{'split':<12}{'samples':>10}{'tokens':>12}{'longest prompt':>16}{'longest target':>16}"]
     for split in SPLITS:
@@ -32,9 +37,10 @@ def dataset_lines(data: PreparedData) -> list[str]:
         lines.append(f"{split:<12}{info['samples']:>10,}{info['tokens']:>12,}{info['longest_prompt']:>16,}"
                      f"{info['longest_target']:>16,}")
     max_tokens = manifest["options"]["max_tokens"]
-    cut = f", cut {manifest['cut_documents']} documents longer than --max-tokens {max_tokens}" if max_tokens else ""
-    lines.append(f"skipped {manifest['skipped_empty_lines']} empty lines{cut}, {manifest['unknown_tokens']} "
-                 "unknown tokens")
+    cut = f", cut {_count(manifest['cut_documents'], 'document')} longer than --max-tokens {max_tokens}" if (
+        max_tokens) else ""
+    lines.append(f"skipped {_count(manifest['skipped_empty_lines'], 'empty line')}{cut}, "
+                 f"{_count(manifest['unknown_tokens'], 'unknown token')}")
     return lines
 
 
@@ -72,11 +78,11 @@ def sample_lines(data: PreparedData, split: str, count: int, tokenizer: Tokenize
     for index in range(min(count, len(stored))):
         prompt, target = stored.sample(index)
         if data.kind == "prompt_response":
-            lines += [f"{split} {index}: prompt ({len(prompt)} tokens) {_shown(prompt, tokenizer)}",
-                      f"{'':>{len(split) + len(str(index)) + 2}} response ({len(target)} tokens) "
+            lines += [f"{split} {index}: prompt ({_count(len(prompt), 'token')}) {_shown(prompt, tokenizer)}",
+                      f"{'':>{len(split) + len(str(index)) + 2}} response ({_count(len(target), 'token')}) "
                       f"{_shown(target, tokenizer)}"]
         else:
-            lines.append(f"{split} {index} ({len(target)} tokens): {_shown(target, tokenizer)}")
+            lines.append(f"{split} {index} ({_count(len(target), 'token')}): {_shown(target, tokenizer)}")
     return lines
 
 
@@ -95,8 +101,8 @@ def describe_prepared(folder: str | Path, split: str = "train", samples: int = 3
     held = data.split_info(split)["samples"]
     if samples and held:
         decoder, unread = dataset_tokenizer(data, tokenizer)
-        which = f"all {held} samples" if samples >= held else (
-            f"the first {samples} sample{'s' if samples > 1 else ''}")
+        which = ("its one sample" if held == 1 else f"all {held} samples") if samples >= held else (
+            f"the first {_count(samples, 'sample')}")
         lines += ["", f"{which} of {split}{', as token ids: ' + unread if unread else ''}:"]
         lines += sample_lines(data, split, samples, decoder)
     return lines
