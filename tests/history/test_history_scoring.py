@@ -3,10 +3,14 @@ predictions.jsonl), positions never generated included."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
+from rich.console import Console
 
 from xdllm.data.tokenizer import SymbolTokenizer
 from xdllm.history import HistoryTopKPlugin, format_replay, load_history
+from xdllm.history.live import play
 from xdllm.history.reader import SampleHistory
 from xdllm.history.render import result_summary
 from xdllm.history.tensorboard import overview_markdown
@@ -76,3 +80,15 @@ def test_the_recorded_output_is_scored_where_the_predictor_changed_it_after_its_
     assert sample.wrong[-1].tolist() == [False, True, True, True]
     assert result_summary(sample) == ("1 of 4 target tokens right (3 wrong, marked ✗; 2 of them replaced in "
                                       "the output after the last step (e.g. padding after its first EOS))")
+
+
+def test_an_empty_output_is_said_to_be_empty(tmp_path, generate):
+    """``output: `` (a sample that ended at once) read as if the output were missing."""
+    recorder = HistoryTopKPlugin(k=2, output_dir=tmp_path / "history", tokenizer=TOKENIZER)
+    generate(recorder, prompt_lens=[2], gen_len=3, commits_per_step=[3], seed=1)
+    sample = dataclasses.replace(load_history(recorder.files_written[0]).sample(0), text="")
+    assert "output: (empty)" in format_replay(sample, color=False).splitlines()
+    assert "**decoded output:** \\(empty\\)" in overview_markdown(sample, sample.token)  # shown as (empty)
+    console = Console(record=True, width=120)
+    play(sample, console=console, delay=0)
+    assert console.export_text().rstrip().endswith("output: (empty)")

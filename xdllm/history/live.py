@@ -29,7 +29,7 @@ from torch import Tensor
 
 from xdllm.counted import counted
 from xdllm.history.reader import SampleHistory
-from xdllm.history.render import MASK_GLYPH, visible_token
+from xdllm.history.render import MASK_GLYPH, output_text, visible_token
 
 UNKNOWN = Style(color="grey50")
 GUESS = Style(color="grey39", dim=True, italic=True)
@@ -129,4 +129,4 @@ def play(sample: SampleHistory, console: Console, delay: float = 0.3) -> None:
     else:
         console.print(Group(*frames))
     if sample.text is not None:
-        console.print(Text("output: ").append(sample.text))
+        console.print(Text("output: ").append(output_text(sample.text)))

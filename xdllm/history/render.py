@@ -92,6 +92,15 @@ def visible_token(text: str) -> str:
                    for char in text)
 
 
+EMPTY_OUTPUT = "(empty)"
+
+
+def output_text(text: str) -> str:
+    """A sample's decoded output as the views show it: an empty one said to be empty (the line
+    read as if the output were missing)."""
+    return text or EMPTY_OUTPUT
+
+
 def result_summary(sample: SampleHistory) -> str | None:
     """How many target tokens the final canvas gets right, as the evaluator counts them
     (``None`` without a target or without steps)."""

@@ -22,6 +22,7 @@ from xdllm.history.render import (
     WRONG_MARK,
     Cell,
     StepView,
+    output_text,
     result_summary,
     step_views,
     visible_token,
@@ -73,7 +74,7 @@ def _header(sample: SampleHistory, name: Callable[[int], str]) -> list[str]:
     if length is not None:
         lines.append(f"target: {tokens(sample.target_ids[:length])}")
     if sample.text is not None:
-        lines.append(f"output: {sample.text}")
+        lines.append(f"output: {output_text(sample.text)}")
     result = result_summary(sample)
     if result is not None:
         lines.append(f"result: {result}")

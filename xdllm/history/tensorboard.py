@@ -56,6 +56,7 @@ from xdllm.history.render import (
     Cell,
     PositionView,
     StepView,
+    output_text,
     result_summary,
     step_views,
     visible_token,
@@ -347,7 +348,7 @@ def overview_markdown(sample: SampleHistory, name: Callable[[int], str],
     if result is not None:
         lines += ["", f"**result:** {result}"]
     if sample.text is not None:
-        lines += ["", f"**decoded output:** {escape_markdown(sample.text)}"]
+        lines += ["", f"**decoded output:** {escape_markdown(output_text(sample.text))}"]
     cap = "every" if masked_positions is None else f"the first {masked_positions}"
     taken_back = (" A token taken back (masked again by the remasking predictor) shows as \\_ (was "
                   "token) in its step's table." if bool(sample.taken_back.any()) else "")
