@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
                              help=f"sweep: one {what} per combination of KEY=A,B,... values, "
                                   "each in a folder named by its settings")
     commands.add_parser("models", help="list the discovered model-family packages")
+    runs = commands.add_parser(
+        "runs", help="the training runs under folders: step, best score, how each ended",
+        description="List the training runs in or under FOLDERs (default: runs), one line each: family/task, the "
+                    "step reached, the best value of checkpoint.monitor its validations logged, and how its last "
+                    "xdllm train ended (finished, stopped, failed, training now, or without a word: killed).")
+    runs.add_argument("folders", nargs="*", type=Path, default=[Path("runs")], metavar="FOLDER")
     add_history_parser(commands)
     add_data_parser(commands)
     add_tokenizer_parser(commands)
@@ -224,6 +230,17 @@ def _cmd_eval(overrides: Sequence[str], print_config: bool = False) -> int:
     return 0
 
 
+def _cmd_runs(folders: list[Path]) -> int:
+    from xdllm.run.run_list import find_runs, run_table, summarize_run
+
+    found = find_runs(folders)
+    if not found:
+        print(f"no training runs (a config.yaml beside a train.log) in {', '.join(map(str, folders))}")
+        return 0
+    print("\n".join(run_table([summarize_run(folder) for folder in found], Path.cwd())))
+    return 0
+
+
 def _cmd_models() -> int:
     families = discover_families()
     if not families:
@@ -280,6 +297,8 @@ def _run_command(arguments: argparse.Namespace) -> int:
         return _cmd_eval(arguments.overrides, arguments.cfg)
     if arguments.command == "models":
         return _cmd_models()
+    if arguments.command == "runs":
+        return _cmd_runs(arguments.folders)
     if arguments.command == "data":
         from xdllm.cli.data import run_data_command
 

@@ -1,0 +1,75 @@
+"""``xdllm runs``: the training runs under folders, a line each: family/task, the step reached, the
+best monitored value its validations logged, and how its last ``xdllm train`` ended."""
+
+import re
+import shutil
+
+from xdllm.cli.main import main
+from xdllm.run.run_list import find_runs, summarize_run
+from xdllm.run.run_lock import RunDirLock
+
+STAMP = "2026-11-29 05:00:00"
+
+
+def _copy_with_log(trained_run, folder, log_lines):
+    """A run folder holding ``trained_run``'s config and a train.log of ``log_lines``."""
+    folder.mkdir(parents=True)
+    shutil.copy(trained_run / "config.yaml", folder / "config.yaml")
+    (folder / "train.log").write_text("".join(f"{STAMP} {line}\n" if line else "\n" for line in log_lines))
+    return folder
+
+
+VALIDATIONS = ["step 3/6 lr-AdamW/pg1=0.001 train/loss=3.8 (20.0 steps/s)",
+               "validation at step 3 (0.1 s): val/exact_match=0.25 val/loss=3.7 val/token_accuracy=0.5",
+               "validation at step 6 (0.1 s): val/exact_match=0.25 val/loss=3.5 val/token_accuracy=0.6"]
+
+
+def test_each_run_says_how_its_last_command_ended(trained_run, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    shutil.copytree(trained_run, runs / "finished")
+    command = f"xdllm train run_dir={runs}/x"
+    _copy_with_log(trained_run, runs / "sweep" / "seed=1", [
+        command, *VALIDATIONS, "stopped by SIGTERM after step 7"])
+    _copy_with_log(trained_run, runs / "failed", [command, *VALIDATIONS, "error: RuntimeError: " + "x" * 100])
+    _copy_with_log(trained_run, runs / "killed", [command, "step 3/6 train/loss=3.8 (20.0 steps/s)"])
+    _copy_with_log(trained_run, runs / "resumed", [command, "stopped by Ctrl-C after step 4", "",
+                                                   f"xdllm train resume={runs}/resumed", "finished"])
+    training = _copy_with_log(trained_run, runs / "training", [command, "step 3/6 train/loss=3.8 (20.0 steps/s)"])
+    lock = RunDirLock(training)
+    try:
+        assert main(["runs", str(runs)]) == 0
+    finally:
+        lock.release()
+    table = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line for line in table[1:]}
+    assert table[0].split() == ["run", "family/task", "step", "best", "state"]
+    assert sorted(rows) == [str(runs / name) for name in
+                            ("failed", "finished", "killed", "resumed", "sweep/seed=1", "training")]
+    state = {name.rsplit("/", 1)[-1] if "seed" not in name else "sweep": re.split(r"\s{2,}", row.strip())[1:]
+             for name, row in rows.items()}
+    assert state["sweep"] == ["mlm/sort", "7/6", "val/exact_match=0.25 (step 6)", "stopped by SIGTERM after step 7"]
+    assert state["failed"] == ["mlm/sort", "3/6", "val/exact_match=0.25 (step 6)",
+                               "failed: RuntimeError: " + "x" * 66 + "..."]
+    assert state["killed"] == ["mlm/sort", "3/6", "-", "ended without a word (killed?)"]
+    assert state["resumed"][1:] == ["6/6", "-", "finished"]  # the last command's ending, not the first's
+    assert state["training"][1:] == ["3/6", "-", "training now"]
+    assert state["finished"][:2] == ["mlm/sort", "6/6"] and state["finished"][3] == "finished"
+    assert state["finished"][2].startswith("val/exact_match=")
+
+
+def test_the_best_value_follows_the_monitor_s_mode(trained_run, tmp_path):
+    folder = _copy_with_log(trained_run, tmp_path / "r", ["xdllm train", *VALIDATIONS, "finished"])
+    assert summarize_run(folder).best == (0.25, 6)  # max: the later of a tie, as best.ckpt keeps it
+    config = (folder / "config.yaml").read_text()
+    (folder / "config.yaml").write_text(config.replace("monitor: val/exact_match", "monitor: val/loss")
+                                        .replace("mode: max", "mode: min"))
+    assert summarize_run(folder).best == (3.5, 6)
+    assert find_runs([tmp_path]) == [folder]
+
+
+def test_no_runs_and_a_missing_folder(tmp_path, capsys):
+    assert main(["runs", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == f"no training runs (a config.yaml beside a train.log) in {tmp_path}\n"
+    assert main(["runs", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err == (f"xdllm: error: {tmp_path / 'missing'} is not a folder: give folders that "
+                                       "hold runs (default: runs)\n")

@@ -1,0 +1,124 @@
+"""``xdllm runs [FOLDER ...]``: the training runs under some folders (default ``runs``), one line
+each: its folder, family and task, the step it reached, how its last ``xdllm train`` ended
+(finished, stopped, failed, still training, or ended without a word: killed), and its best value
+of ``checkpoint.monitor``. Read from what a run keeps: ``config.yaml``, the ``train.log`` its
+commands wrote (:mod:`xdllm.run.run_log`; its metric lines, :mod:`xdllm.train.metric_lines`) and
+the lock a training holds; no checkpoint is opened."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from xdllm.errors import XdllmError
+from xdllm.run.run_checkpoint import RUN_CONFIG
+from xdllm.run.run_lock import refuse_if_training
+from xdllm.run.run_log import RUN_LOG
+
+STAMP = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
+COMMAND_LINE = re.compile(STAMP + r"xdllm train( |$)")
+STEP_LINE = re.compile(STAMP + r"step (\d+)/\d+ ")
+STOP_LINE = re.compile(STAMP + r"(stopped by .*? after step (\d+))$")
+VALIDATION_LINE = re.compile(STAMP + r"validation at step (\d+) \([^)]*\): (.*)$")
+ENDING_LINE = re.compile(STAMP + r"(result: |finished$|stopped by |error: )(.*)$")
+ERROR_SHOWN = 80
+"""Characters of a failed run's error shown (its train.log has the whole line)."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What ``xdllm runs`` says of one run."""
+
+    folder: Path
+    family: str
+    task: str
+    step: int | None
+    max_steps: int
+    state: str
+    monitor: str
+    best: tuple[float, int] | None
+    """The best value of ``monitor`` its validations logged, and the step of it."""
+
+
+def find_runs(folders: list[Path]) -> list[Path]:
+    """The run folders (``config.yaml`` beside ``train.log``) in or under ``folders``, sorted."""
+    runs: set[Path] = set()
+    for folder in folders:
+        if not folder.is_dir():
+            raise XdllmError(f"{folder} is not a folder: give folders that hold runs (default: runs)")
+        for config in (folder / RUN_CONFIG, *folder.rglob(RUN_CONFIG)):
+            if config.is_file() and (config.parent / RUN_LOG).is_file():
+                runs.add(config.parent)
+    return sorted(runs)
+
+
+def _state(lines: list[str], training: bool) -> tuple[str, int | None]:
+    """How the last command of the log ended, and the step it names when it stopped."""
+    if training:
+        return "training now", None
+    starts = [index for index, line in enumerate(lines) if COMMAND_LINE.match(line)]
+    last = lines[starts[-1]:] if starts else lines
+    for line in reversed(last):
+        stop = STOP_LINE.match(line)
+        if stop:
+            return stop[1], int(stop[2])
+        ending = ENDING_LINE.match(line)
+        if ending:
+            kind, rest = ending[1], ending[2]
+            if kind == "error: ":
+                return f"failed: {rest[:ERROR_SHOWN]}{'...' if len(rest) > ERROR_SHOWN else ''}", None
+            return (f"stopped by {rest}" if kind == "stopped by " else "finished"), None
+    return "ended without a word (killed?)", None
+
+
+def _best(lines: list[str], monitor: str, mode: str) -> tuple[float, int] | None:
+    found = []
+    for line in lines:
+        validation = VALIDATION_LINE.match(line)
+        if validation is None:
+            continue
+        for figure in validation[2].split():
+            name, _, value = figure.partition("=")
+            if name == monitor:
+                found.append((float(value), int(validation[1])))
+    if not found:
+        return None
+    return (max if mode == "max" else min)(found, key=lambda pair: (pair[0], pair[1]) if mode == "max"
+                                           else (pair[0], -pair[1]))
+
+
+def summarize_run(folder: Path) -> RunSummary:
+    """:class:`RunSummary` of the run in ``folder``."""
+    config = OmegaConf.load(folder / RUN_CONFIG)
+    lines = (folder / RUN_LOG).read_text(encoding="utf-8", errors="replace").splitlines()
+    try:
+        refuse_if_training(folder)
+        training = False
+    except XdllmError:
+        training = True
+    state, stopped_at = _state(lines, training)
+    steps = [int(found[1]) for line in lines if (found := STEP_LINE.match(line))]
+    max_steps = int(config.trainer.max_steps)
+    step = stopped_at if stopped_at is not None else max_steps if state == "finished" else (
+        steps[-1] if steps else None)
+    monitor, mode = str(config.checkpoint.monitor), str(config.checkpoint.mode)
+    return RunSummary(folder, str(config.get("model_family", "?")), str(config.task.get("name", "?")), step,
+                      max_steps, state, monitor, _best(lines, monitor, mode))
+
+
+def run_table(runs: list[RunSummary], relative_to: Path) -> list[str]:
+    """One aligned line per run: folder, family/task, step, best monitored value, state."""
+    rows = [("run", "family/task", "step", "best", "state")]
+    for run in runs:
+        try:
+            name = str(run.folder.relative_to(relative_to))
+        except ValueError:
+            name = str(run.folder)
+        step = f"{'?' if run.step is None else run.step}/{run.max_steps}"
+        best = "-" if run.best is None else f"{run.monitor}={run.best[0]:.4g} (step {run.best[1]})"
+        rows.append((name, f"{run.family}/{run.task}", step, best, run.state))
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
