@@ -10,6 +10,7 @@ from rich.console import Console
 from xdllm.cli.main import main
 from xdllm.history.live import commit_probabilities, confidence_color, live_frames, play
 from xdllm.history.reader import SampleHistory, iter_samples
+from xdllm.history.render import output_text
 
 MASK = 1
 
@@ -96,7 +97,7 @@ def test_history_play_on_a_recorded_generation(trained_run, capsys):
     lines = out.splitlines()
     first_canvas, last_canvas = lines[lines.index(frames[0]) + 1], lines[lines.index(frames[-1]) + 1]
     assert first_canvas.count("_") == sample.masked[0].sum() and "_" not in last_canvas.split()
-    assert out.rstrip().endswith(f"output: {sample.text}".rstrip())  # an empty output (all EOS) included
+    assert out.rstrip().endswith(f"output: {output_text(sample.text)}")  # an empty output (all EOS): (empty)
 
 
 def test_history_play_out_of_range_is_one_line(trained_run, capsys):
@@ -139,4 +140,4 @@ def test_live_generation_on_a_terminal_uses_colour(trained_run, tmp_path, monkey
     assert main(["generate", f"ckpt={trained_run}", "live=true", "num_samples=2", f"output_dir={out_dir}"]) == 0
     text = screen.getvalue()
     assert "\x1b[" in text and "38;2;" in text  # truecolour confidence colours
-    assert text.rstrip().endswith(f"output: {_first_record(out_dir)['text']}".rstrip())
+    assert text.rstrip().endswith(f"output: {output_text(_first_record(out_dir)['text'])}")

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from xdllm.data.tokenizer import token_display
 from xdllm.history.live import frame, legend
+from xdllm.history.render import output_text
 from xdllm.interfaces import DenoisingStep, HistoryRecorder, PredictionDict, Tokenizer
 
 
@@ -91,5 +92,5 @@ class LiveRecorder:
         if self._live is not None:
             self._live.stop()
             self._live = None
-        self.console.print(Text(f"output: {prediction['text'][0]}"))
+        self.console.print(Text(f"output: {output_text(prediction['text'][0])}"))
         self._watching, self._done = False, True
