@@ -64,7 +64,13 @@ def test_the_best_value_follows_the_monitor_s_mode(trained_run, tmp_path):
     (folder / "config.yaml").write_text(config.replace("monitor: val/exact_match", "monitor: val/loss")
                                         .replace("mode: max", "mode: min"))
     assert summarize_run(folder).best == (3.5, 6)
-    assert find_runs([tmp_path]) == [folder]
+    rewound = _copy_with_log(trained_run, tmp_path / "rewound", [
+        "xdllm train", *VALIDATIONS, "finished", "", "xdllm train resume=r/checkpoints/step3.ckpt",
+        "warning: resume: r/checkpoints/step3.ckpt is at step 3, before the run's newest checkpoint: the steps after "
+        "it are trained again, as another branch; ...",
+        "validation at step 6 (0.1 s): val/exact_match=0.125 val/loss=3.6", "finished"])
+    assert summarize_run(rewound).best == (0.25, 3)  # not the abandoned branch's step 6
+    assert find_runs([tmp_path]) == [folder, rewound]
 
 
 def test_no_runs_and_a_missing_folder(tmp_path, capsys):

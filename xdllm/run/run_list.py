@@ -24,6 +24,7 @@ STEP_LINE = re.compile(STAMP + r"step (\d+)/\d+ ")
 STOP_LINE = re.compile(STAMP + r"(stopped by .*? after step (\d+))$")
 VALIDATION_LINE = re.compile(STAMP + r"validation at step (\d+) \([^)]*\): (.*)$")
 ENDING_LINE = re.compile(STAMP + r"(result: |finished$|stopped by |error: )(.*)$")
+REWIND_LINE = re.compile(STAMP + r"warning: resume: .* is at step (\d+), before the run's newest checkpoint")
 ERROR_SHOWN = 80
 """Characters of a failed run's error shown (its train.log has the whole line)."""
 
@@ -75,8 +76,13 @@ def _state(lines: list[str], training: bool) -> tuple[str, int | None]:
 
 
 def _best(lines: list[str], monitor: str, mode: str) -> tuple[float, int] | None:
+    """The best ``monitor`` of the validations logged, less those of a branch a rewind abandoned
+    (``resume=`` an earlier checkpoint: the log keeps the validations after it, its files moved aside)."""
     found = []
     for line in lines:
+        rewind = REWIND_LINE.match(line)
+        if rewind:
+            found = [pair for pair in found if pair[1] <= int(rewind[1])]
         validation = VALIDATION_LINE.match(line)
         if validation is None:
             continue
