@@ -3,6 +3,8 @@
 import pytest
 
 from xdllm.cli.main import main
+from xdllm.config.override_text import check_override_syntax
+from xdllm.errors import XdllmError
 
 NOT_AN_OVERRIDE = "is not KEY=VALUE (nor ~KEY, which deletes a key)"
 
@@ -20,19 +22,29 @@ def folders(tmp_path, monkeypatch):
     (tmp_path / "copy (1)").mkdir()
 
 
-@pytest.mark.parametrize("command, given, hint", [
-    (["train"], "runs/a", "; it is a folder: give it as resume=runs/a"),
-    (["train"], "runs/a/checkpoints/best.ckpt", "; it is a file: give it as resume=runs/a/checkpoints/best.ckpt"),
-    (["generate"], "runs/a", "; it is a folder: give it as ckpt=runs/a"),
-    (["eval"], "runs/a/checkpoints/best.ckpt", "; it is a file: give it as ckpt=runs/a/checkpoints/best.ckpt"),
-    (["generate"], "runs/a/generate/g", "; it is a folder: give it as resume=runs/a/generate/g"),
-    (["generate"], "copy (1)", "; it is a folder: give it as \"ckpt='copy (1)'\""),
-    (["generate", "-m"], "runs/a", "; it is a folder: give it as ckpt=runs/a"),
-    (["generate", "-m"], "sw", "; it is a folder: give it as resume=sw"),
-    (["train", "-m"], "sw", "; it is a folder: give it as resume=sw"),
-    (["train", "-m"], "runs/a", ""),  # a sweep does not continue one run
-    (["generate"], "no/such/folder", ""),
+@pytest.mark.parametrize("command, sweep, given, hint", [
+    ("train", False, "runs/a", "; it is a folder: give it as resume=runs/a"),
+    ("train", False, "runs/a/checkpoints/best.ckpt", "; it is a file: give it as resume=runs/a/checkpoints/best.ckpt"),
+    ("generate", False, "runs/a/checkpoints/best.ckpt",  # eval composes the generate config
+     "; it is a file: give it as ckpt=runs/a/checkpoints/best.ckpt"),
+    ("generate", False, "runs/a/generate/g", "; it is a folder: give it as resume=runs/a/generate/g"),
+    ("generate", False, "copy (1)", "; it is a folder: give it as \"ckpt='copy (1)'\""),
+    ("generate", True, "runs/a", "; it is a folder: give it as ckpt=runs/a"),
+    ("generate", True, "sw", "; it is a folder: give it as resume=sw"),
+    ("train", True, "sw", "; it is a folder: give it as resume=sw"),
+    ("train", True, "runs/a", ""),  # a sweep does not continue one run
+    ("generate", False, "no/such/folder", ""),
 ])
-def test_a_path_given_alone_is_named_with_its_key(folders, capsys, command, given, hint):
-    assert main([*command, given]) == 2
-    assert capsys.readouterr().err.strip() == f"xdllm: error: override {given!r} {NOT_AN_OVERRIDE}{hint}"
+def test_a_path_given_alone_is_named_with_its_key(folders, command, sweep, given, hint):
+    with pytest.raises(XdllmError) as refused:
+        check_override_syntax(["seed=1", given], command, sweep)
+    assert str(refused.value) == f"override {given!r} {NOT_AN_OVERRIDE}{hint}"
+
+
+@pytest.mark.parametrize("command", [["generate"], ["eval"], ["train", "-m"]])
+def test_the_commands_pass_their_name_on(folders, capsys, command):
+    assert main([*command, "runs/a" if command[0] != "train" else "sw"]) == 2
+    key = "resume=sw" if command[0] == "train" else "ckpt=runs/a"
+    given = "sw" if command[0] == "train" else "runs/a"
+    assert capsys.readouterr().err.strip() == (f"xdllm: error: override {given!r} {NOT_AN_OVERRIDE}; it is a "
+                                               f"folder: give it as {key}")

@@ -87,6 +87,7 @@ def test_a_tokenizer_file_that_moved_leaves_token_ids_until_given(stories, tmp_p
     (["--split", "dev"], "--split 'dev': a prepared dataset's splits are train, validation, test"),
     (["--samples", "-1"], "--samples must be 0 or more, got -1"),
     (["--tokenizer", "builtin"], "--tokenizer builtin is not the tokenizer {prepared} was prepared with"),
+    (["--tokenizer", "builtin", "--samples", "0"], "--tokenizer builtin is not the tokenizer {prepared}"),
     (["--tokenizer", "missing.json"], "--tokenizer missing.json: "),
 ])
 def test_wrong_options_are_one_line(stories, capsys, arguments, error):

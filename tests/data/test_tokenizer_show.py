@@ -46,6 +46,7 @@ def test_a_tokenizer_file_marks_unknown_text_and_counts_a_corpus(tmp_path, capsy
     (["missing.json"], "HFTokenizerFile: tokenizer file missing.json does not exist"),
     (["builtin", "--file", "missing.txt"], "--file missing.txt: No such file or directory"),
     (["tokenizer.txt"], "load_tokenizer: expected 'builtin' or a path to a tokenizers .json file"),
+    (["builtin", "--file", "pairs.jsonl"], "--file pairs.jsonl is a JSON file, whose lines would be counted as text"),
 ])
 def test_wrong_input_is_one_line(capsys, arguments, error):
     assert main(["tokenizer", "show", *arguments]) == 2

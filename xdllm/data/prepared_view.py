@@ -99,6 +99,8 @@ def describe_prepared(folder: str | Path, split: str = "train", samples: int = 3
         raise XdllmError(f"--samples must be 0 or more, got {samples}")
     lines = dataset_lines(data)
     held = data.split_info(split)["samples"]
+    if tokenizer is not None:  # checked even where nothing is decoded: the train line names it
+        dataset_tokenizer(data, tokenizer)
     if samples and held:
         decoder, unread = dataset_tokenizer(data, tokenizer)
         which = ("its one sample" if held == 1 else f"all {held} samples") if samples >= held else (

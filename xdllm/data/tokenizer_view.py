@@ -54,6 +54,9 @@ def text_lines(tokenizer: SymbolTokenizer | HFTokenizerFile, text: str) -> list[
 def corpus_lines(tokenizer: SymbolTokenizer | HFTokenizerFile, path: Path) -> list[str]:
     """How many tokens the non-blank lines of ``path`` make: in all, per line (mean, the longest,
     and the share of lines longer than a few row lengths), per word, and unknown ones."""
+    if path.suffix in (".jsonl", ".json"):
+        raise XdllmError(f"--file {path} is a JSON file, whose lines would be counted as text, braces and field "
+                         "names included: give a text file, one document per line")
     try:
         content = path.read_bytes()
     except OSError as error:
