@@ -122,11 +122,11 @@ def run_data_command(arguments: argparse.Namespace) -> int:
 
 
 def _show(arguments: argparse.Namespace) -> int:
-    from xdllm.data.prepared_store import read_manifest
-    from xdllm.data.prepared_view import describe_prepared
+    from xdllm.data.prepared_view import describe_prepared, open_prepared
 
-    print("\n".join(describe_prepared(arguments.folder, arguments.split, arguments.samples, arguments.tokenizer)))
-    manifest = read_manifest(arguments.folder)
+    data = open_prepared(arguments.folder)
+    print("\n".join(describe_prepared(data, arguments.split, arguments.samples, arguments.tokenizer)))
+    manifest = data.manifest
     summary = {"output": str(arguments.folder), "kind": manifest["kind"],
                "samples": {split: info["samples"] for split, info in manifest["splits"].items()}}
     tokenizer = arguments.tokenizer or manifest["tokenizer"]["source"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xdllm.counted import counted, shortened
 from xdllm.data.prepared_store import SPLITS, PreparedData
 from xdllm.data.tokenizer import load_tokenizer
 from xdllm.errors import XdllmError
@@ -16,9 +17,12 @@ SHOWN_CHARACTERS = 300
 """A sample's text is cut after this many characters (saying how many more there were)."""
 
 
-def _count(number: int, noun: str) -> str:
-    """``1 token``, ``2 tokens``."""
-    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+def open_prepared(folder: str | Path) -> PreparedData:
+    """The prepared dataset in ``folder``; a folder that is none (or not one this xdllm reads) is one line."""
+    try:
+        return PreparedData(folder)
+    except ValueError as error:
+        raise XdllmError(str(error)) from error
 
 
 def dataset_lines(data: PreparedData) -> list[str]:
@@ -27,9 +31,9 @@ def dataset_lines(data: PreparedData) -> list[str]:
     recorded = manifest["tokenizer"]
     sources = manifest["sources"]
     kind = "prompt/response pairs" if data.kind == "prompt_response" else "text documents"
-    lines = [f"{data.folder}: {kind}, prepared {manifest['created']} from {_count(len(sources), 'file')} "
+    lines = [f"{data.folder}: {kind}, prepared {manifest['created']} from {counted(len(sources), 'file')} "
              f"({', '.join(source['path'] for source in sources)})",
-             f"tokenizer: {recorded['source']} ({_count(recorded['vocab_size'], 'token')}, fingerprint "
+             f"tokenizer: {recorded['source']} ({counted(recorded['vocab_size'], 'token')}, fingerprint "
              f"{recorded['fingerprint'][:12]}), ids stored as {manifest['token_dtype']}",
              f"{'split':<12}{'samples':>10}{'tokens':>12}{'longest prompt':>16}{'longest target':>16}"]
     for split in SPLITS:
@@ -37,10 +41,10 @@ def dataset_lines(data: PreparedData) -> list[str]:
         lines.append(f"{split:<12}{info['samples']:>10,}{info['tokens']:>12,}{info['longest_prompt']:>16,}"
                      f"{info['longest_target']:>16,}")
     max_tokens = manifest["options"]["max_tokens"]
-    cut = f", cut {_count(manifest['cut_documents'], 'document')} longer than --max-tokens {max_tokens}" if (
+    cut = f", cut {counted(manifest['cut_documents'], 'document')} longer than --max-tokens {max_tokens}" if (
         max_tokens) else ""
-    lines.append(f"skipped {_count(manifest['skipped_empty_lines'], 'empty line')}{cut}, "
-                 f"{_count(manifest['unknown_tokens'], 'unknown token')}")
+    lines.append(f"skipped {counted(manifest['skipped_empty_lines'], 'empty line')}{cut}, "
+                 f"{counted(manifest['unknown_tokens'], 'unknown token')}")
     return lines
 
 
@@ -65,9 +69,7 @@ def dataset_tokenizer(data: PreparedData, given: str | None) -> tuple[Tokenizer 
 def _shown(ids: list[int], tokenizer: Tokenizer | None) -> str:
     if tokenizer is None:
         return " ".join(map(str, ids))
-    text = tokenizer.decode(ids, skip_special_tokens=False)
-    cut = len(text) - SHOWN_CHARACTERS
-    return f"{text[:SHOWN_CHARACTERS]!r} ... ({cut} more characters)" if cut > 0 else repr(text)
+    return repr(shortened(tokenizer.decode(ids, skip_special_tokens=False), SHOWN_CHARACTERS))
 
 
 def sample_lines(data: PreparedData, split: str, count: int, tokenizer: Tokenizer | None) -> list[str]:
@@ -78,33 +80,29 @@ def sample_lines(data: PreparedData, split: str, count: int, tokenizer: Tokenize
     for index in range(min(count, len(stored))):
         prompt, target = stored.sample(index)
         if data.kind == "prompt_response":
-            lines += [f"{split} {index}: prompt ({_count(len(prompt), 'token')}) {_shown(prompt, tokenizer)}",
-                      f"{'':>{len(split) + len(str(index)) + 2}} response ({_count(len(target), 'token')}) "
+            lines += [f"{split} {index}: prompt ({counted(len(prompt), 'token')}) {_shown(prompt, tokenizer)}",
+                      f"{'':>{len(split) + len(str(index)) + 2}} response ({counted(len(target), 'token')}) "
                       f"{_shown(target, tokenizer)}"]
         else:
-            lines.append(f"{split} {index} ({_count(len(target), 'token')}): {_shown(target, tokenizer)}")
+            lines.append(f"{split} {index} ({counted(len(target), 'token')}): {_shown(target, tokenizer)}")
     return lines
 
 
-def describe_prepared(folder: str | Path, split: str = "train", samples: int = 3,
+def describe_prepared(data: PreparedData, split: str = "train", samples: int = 3,
                       tokenizer: str | None = None) -> list[str]:
-    """What ``xdllm data show`` prints for the prepared dataset in ``folder``."""
-    try:
-        data = PreparedData(folder)
-    except ValueError as error:  # not a prepared dataset, or not one this xdllm reads
-        raise XdllmError(str(error)) from error
+    """What ``xdllm data show`` prints for the prepared dataset ``data``. A ``tokenizer`` given is
+    checked even where nothing is decoded (the command's train line names it)."""
     if split not in SPLITS:
         raise XdllmError(f"--split {split!r}: a prepared dataset's splits are {', '.join(SPLITS)}")
     if samples < 0:
         raise XdllmError(f"--samples must be 0 or more, got {samples}")
-    lines = dataset_lines(data)
     held = data.split_info(split)["samples"]
-    if tokenizer is not None:  # checked even where nothing is decoded: the train line names it
-        dataset_tokenizer(data, tokenizer)
-    if samples and held:
-        decoder, unread = dataset_tokenizer(data, tokenizer)
+    decoding = samples and held
+    decoder, unread = dataset_tokenizer(data, tokenizer) if decoding or tokenizer is not None else (None, "")
+    lines = dataset_lines(data)
+    if decoding:
         which = ("its one sample" if held == 1 else f"all {held} samples") if samples >= held else (
-            f"the first {_count(samples, 'sample')}")
+            f"the first {counted(samples, 'sample')}")
         lines += ["", f"{which} of {split}{', as token ids: ' + unread if unread else ''}:"]
         lines += sample_lines(data, split, samples, decoder)
     return lines

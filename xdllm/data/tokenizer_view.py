@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xdllm.counted import counted
 from xdllm.data.tokenizer import HFTokenizerFile, SymbolTokenizer, load_tokenizer, token_display
 from xdllm.data.utf8_text import decode_utf8
 from xdllm.errors import XdllmError, os_error_text
@@ -48,7 +49,7 @@ def text_lines(tokenizer: SymbolTokenizer | HFTokenizerFile, text: str) -> list[
     unknown = getattr(tokenizer, "unk_token_id", None)
     tokens = "  ".join(f"{shown(token_id)!r} {token_id}{' (unknown)' if token_id == unknown else ''}"
                        for token_id in ids)
-    return [f"{text!r}: {len(ids)} token{'' if len(ids) == 1 else 's'}", f"  {tokens}"]
+    return [f"{text!r}: {counted(len(ids), 'token')}", f"  {tokens}"]
 
 
 def corpus_lines(tokenizer: SymbolTokenizer | HFTokenizerFile, path: Path) -> list[str]:

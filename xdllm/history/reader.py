@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Bool, Float, Integer
 from torch import Tensor
 
+from xdllm.counted import shortened
 from xdllm.history.format import HistoryError
 from xdllm.history.storage import find_history_files, read_history_file
 from xdllm.predict.metrics import reference_lengths
@@ -200,20 +201,13 @@ class SampleHistory:
         """One line for a notebook: which sample, its size and output (the tensors print on their
         own: ``s.canvas``, ``s.topk_probs``)."""
         split = "" if self.split is None else f", split={self.split!r}"
-        text = "" if self.text is None else f", text={_shortened(self.text)!r}"
+        text = "" if self.text is None else f", text={shortened(self.text, REPR_TEXT_CHARS)!r}"
         return (f"SampleHistory(sample_id={self.sample_id}{split}, steps={self.num_steps}, "
                 f"region={self.canvas.shape[1]}, k={self.k}, prompt_tokens={len(self.prompt_ids)}{text})")
 
 
 REPR_TEXT_CHARS = 60
 """Characters of an output shown in a sample's one-line description."""
-
-
-def _shortened(text: str) -> str:
-    """``text``, or its first :data:`REPR_TEXT_CHARS` characters and how many more there are."""
-    if len(text) <= REPR_TEXT_CHARS:
-        return text
-    return f"{text[:REPR_TEXT_CHARS]}... ({len(text) - REPR_TEXT_CHARS} more characters)"
 
 
 class HistoryFile:

@@ -7,6 +7,7 @@ the lock a training holds; no checkpoint is opened."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,15 +46,17 @@ class RunSummary:
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
-    """The run folders (``config.yaml`` beside ``train.log``) in or under ``folders``, sorted."""
-    runs: set[Path] = set()
+    """The run folders (``config.yaml`` beside ``train.log``) in or under ``folders``, sorted; a
+    run's own folders (its history, TensorBoard, generations) are not searched."""
+    runs = []
     for folder in folders:
         if not folder.is_dir():
             raise XdllmError(f"{folder} is not a folder: give folders that hold runs (default: runs)")
-        for config in (folder / RUN_CONFIG, *folder.rglob(RUN_CONFIG)):
-            if config.is_file() and (config.parent / RUN_LOG).is_file():
-                runs.add(config.parent)
-    return sorted(runs)
+        for parent, children, files in os.walk(folder):
+            if RUN_CONFIG in files and RUN_LOG in files:
+                runs.append(Path(parent))
+                children.clear()  # no run inside a run: its history files are many
+    return sorted(set(runs))
 
 
 def _state(lines: list[str], training: bool) -> tuple[str, int | None]:
@@ -90,10 +93,8 @@ def _best(lines: list[str], monitor: str, mode: str) -> tuple[float, int] | None
             name, _, value = figure.partition("=")
             if name == monitor:
                 found.append((float(value), int(validation[1])))
-    if not found:
-        return None
-    return (max if mode == "max" else min)(found, key=lambda pair: (pair[0], pair[1]) if mode == "max"
-                                           else (pair[0], -pair[1]))
+    sign = 1 if mode == "max" else -1  # the later of a tie, as best.ckpt keeps it
+    return max(found, key=lambda pair: (sign * pair[0], pair[1]), default=None)
 
 
 def summarize_run(folder: Path) -> RunSummary:
