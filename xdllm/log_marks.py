@@ -1,6 +1,9 @@
 """Attributes a log record may carry (``logger.info(..., extra={STAMPED: True})``) for the handlers
 that write xdllm's lines: the terminal's (:mod:`xdllm.cli.stderr_handler`) and the run's log
-(:mod:`xdllm.run.run_log`)."""
+(:mod:`xdllm.run.run_log`), and the loggers they write for."""
+
+XDLLM_LOGGERS = ("xdllm", "xdllm_models")
+"""The loggers of xdllm and of its model families (``models/``, imported as ``xdllm_models``)."""
 
 STAMPED = "xdllm_stamped"
 """The message begins with its own time (the metric lines): the run's log adds none."""

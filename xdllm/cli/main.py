@@ -5,18 +5,15 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import logging
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from xdllm.cli.stderr_handler import StderrHandler
+from xdllm.cli.stderr_handler import quiet_library_chatter, say_xdllm_lines
 from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
 from xdllm.errors import XdllmError, os_error_text
-from xdllm.event_files import quiet_event_writer_threads
 from xdllm.registry import ModelRegistryError, discover_families
 
 EXIT_USAGE = 2
@@ -126,16 +123,11 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
     if print_config:
         print(composed_yaml(config), end="")
         return 0
-    from xdllm.run.after_training import finish_logged
-    from xdllm.run.run_log import keeping_run_log
-    from xdllm.run.train import train
+    from xdllm.run.train_call import train_and_finish
 
-    with keeping_run_log(command) as run_log:
-        result = train(config, resume=resume, overrides=overrides, run_log=run_log)
-        if not result.is_global_zero:
-            return 0
-        print(f"run directory: {result.run_dir}")
-        summary = finish_logged(result, config, run_log)
+    result, summary = train_and_finish(config, overrides, resume, command)
+    if not result.is_global_zero:
+        return 0
     if result.stopped_at_step is not None:
         return _stopped(result, f", saved in {result.last_checkpoint}; continue with: {result.continue_command}")
     if summary is not None:
@@ -252,25 +244,6 @@ def _cmd_models() -> int:
     return 0
 
 
-def _configure_output() -> None:
-    """xdllm's own INFO lines on stderr; Lightning keeps its own handler; no warning spam; a
-    TensorBoard writing thread's failed write is reported once, by the writer's caller."""
-    quiet_event_writer_threads()
-    warnings.filterwarnings("ignore", module="lightning")
-    warnings.filterwarnings("ignore", category=UserWarning, module="torch")
-    # Lightning's start-up chatter (accelerators found, a product tip) says nothing about the run.
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    for name in ("xdllm", "xdllm_models"):
-        logger = logging.getLogger(name)
-        if not logger.handlers:
-            handler = StderrHandler()
-            handler.setFormatter(logging.Formatter("%(message)s"))
-            logger.addHandler(handler)
-            logger.setLevel(logging.INFO)
-            logger.propagate = False
-
-
 OVERRIDE_COMMANDS = ("train", "generate", "eval")
 
 
@@ -327,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         refuse_multirun(argv)
         arguments = _parser().parse_args(flags_first(argv))
-        _configure_output()
+        quiet_library_chatter()
+        say_xdllm_lines()
         with sigterm_raises_terminated():
             status = _run_command(arguments)
         sys.stdout.flush()  # a reader that went away is found here, not in the flush at exit

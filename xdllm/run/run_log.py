@@ -35,11 +35,10 @@ from typing import Any
 
 from xdllm.config.override_text import command as shell_command
 from xdllm.errors import Terminated, XdllmError
-from xdllm.log_marks import STAMPED
+from xdllm.log_marks import STAMPED, XDLLM_LOGGERS
 
 RUN_LOG = "train.log"
 GENERATE_LOG = "generate.log"
-LOGGERS = ("xdllm", "xdllm_models")
 
 
 def _stamp(seconds: float | None = None) -> str:
@@ -113,7 +112,7 @@ def _ending(error: BaseException) -> str:
 
 
 def _generation_logs() -> list[RunLog]:
-    return [handler for handler in logging.getLogger(LOGGERS[0]).handlers
+    return [handler for handler in logging.getLogger(XDLLM_LOGGERS[0]).handlers
             if isinstance(handler, RunLog) and handler.file_name == GENERATE_LOG]
 
 
@@ -144,7 +143,7 @@ def keeping_run_log(command: Sequence[str], file_name: str = RUN_LOG) -> Iterato
     command that runs it; ``file_name``: its log's); an exception that ends the block is written to
     the log as it ends."""
     handler = RunLog(command, file_name)
-    loggers = [logging.getLogger(name) for name in LOGGERS]
+    loggers = [logging.getLogger(name) for name in XDLLM_LOGGERS]
     for logger in loggers:
         logger.addHandler(handler)
     try:
