@@ -1,6 +1,7 @@
 """``xdllm runs [FOLDER ...]``: the training runs under some folders (default ``runs``), one line
 each: its folder, family and task, the step it reached, how its last ``xdllm train`` ended
-(finished, stopped, failed, still training, or ended without a word: killed), and its best value
+(finished, finished early by ``early_stopping``, stopped, failed, still training, or ended
+without a word: killed), and its best value
 of ``checkpoint.monitor``. Read from what a run keeps: ``config.yaml``, the ``train.log`` its
 commands wrote (:mod:`xdllm.run.run_log`; its metric lines, :mod:`xdllm.train.metric_lines`) and
 the lock a training holds; no checkpoint is opened."""
@@ -25,6 +26,7 @@ STEP_LINE = re.compile(STAMP + r"step (\d+)/\d+ ")
 STOP_LINE = re.compile(STAMP + r"(stopped by .*? after step (\d+))$")
 VALIDATION_LINE = re.compile(STAMP + r"validation at step (\d+) \([^)]*\): (.*)$")
 ENDING_LINE = re.compile(STAMP + r"(result: |finished$|stopped by |error: )(.*)$")
+EARLY_LINE = re.compile(STAMP + r"early stopping after the validation at step (\d+): ")
 REWIND_LINE = re.compile(STAMP + r"warning: resume: .* is at step (\d+), before the run's newest checkpoint")
 ERROR_SHOWN = 80
 """Characters of a failed run's error shown (its train.log has the whole line)."""
@@ -74,7 +76,10 @@ def _state(lines: list[str], training: bool) -> tuple[str, int | None]:
             kind, rest = ending[1], ending[2]
             if kind == "error: ":
                 return f"failed: {rest[:ERROR_SHOWN]}{'...' if len(rest) > ERROR_SHOWN else ''}", None
-            return (f"stopped by {rest}" if kind == "stopped by " else "finished"), None
+            if kind == "stopped by ":
+                return f"stopped by {rest}", None
+            early = [int(found[1]) for line in last if (found := EARLY_LINE.match(line))]
+            return ("finished early", early[-1]) if early else ("finished", None)
     return "ended without a word (killed?)", None
 
 

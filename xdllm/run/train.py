@@ -56,6 +56,7 @@ from xdllm.run.validation_change import restart_best_if_measure_changed
 from xdllm.train.atomic_checkpoint_io import AtomicCheckpointIO
 from xdllm.train.best_checkpoint import NewestOnTieCheckpoint
 from xdllm.train.checkpoint_layout import LAST_NAME
+from xdllm.train.early_stopping import early_stopping
 from xdllm.train.history_hook import ValidationHistory
 from xdllm.train.latest_checkpoint import LatestCheckpoint
 from xdllm.train.metric_lines import MetricLines
@@ -88,6 +89,10 @@ class TrainResult:
     """The best value of ``monitor`` (``checkpoint.monitor``), that of ``best.ckpt``."""
     mode: str | None = None
     """Whether the best ``monitor`` is the ``max`` or the ``min``."""
+    global_step: int = 0
+    """The optimizer step training ended at."""
+    early_stop: str = ""
+    """Why ``early_stopping`` ended training before ``trainer.max_steps`` (empty: it did not)."""
 
     @property
     def stop_line(self) -> str:
@@ -141,9 +146,10 @@ def say_what_never_happens(config: DictConfig, optim: OptimConfig) -> None:
     """Warn of settings that ``trainer.max_steps`` cuts off: no validation, a warmup never done."""
     max_steps = config.trainer.max_steps
     if config.trainer.val_check_interval > max_steps:
+        stopping = config.early_stopping.patience is not None or config.early_stopping.stop_at is not None
         log.warning("trainer.val_check_interval=%d is more than trainer.max_steps=%d: the run never validates "
-                    "(no val/ metrics, no validation history, no best.ckpt; what follows training uses "
-                    "last.ckpt)", config.trainer.val_check_interval, max_steps)
+                    "(no val/ metrics, no validation history, no best.ckpt%s; what follows training uses "
+                    "last.ckpt)", config.trainer.val_check_interval, max_steps, ", no early_stopping" * stopping)
     if optim.warmup_steps >= max_steps:
         log.warning("optim.warmup_steps=%d is not less than trainer.max_steps=%d: the learning rate only warms up, "
                     "to %.3g at the last step (optim.lr=%g), and optim.schedule=%s never starts", optim.warmup_steps,
@@ -302,6 +308,7 @@ def _train(config: DictConfig, resume: str | None, overrides: Sequence[str], run
     trainer_args = OmegaConf.to_container(config.trainer, resolve=True)
     time_limit = wall_clock_limit(trainer_args.pop("max_time", None))
     callbacks += [time_limit] if time_limit is not None else []
+    early_stop = early_stopping(config.early_stopping, best.monitor, best.mode)
     if trainer_args.get("enable_model_summary", True):  # one line instead of Lightning's table
         callbacks.append(ModelSizeLine())
     trainer_args["enable_model_summary"] = False
@@ -311,6 +318,7 @@ def _train(config: DictConfig, resume: str | None, overrides: Sequence[str], run
     elif trainer_args.get("enable_progress_bar", True):  # the bar on the terminal, the lines in the run's log
         callbacks += [training_progress_bar(config.progress_every_n_steps),
                       MetricLines(config.progress_every_n_steps, file_only=True)]
+    callbacks += [early_stop] if early_stop is not None else []  # after the validation's metric line
     try:
         trainer = L.Trainer(
             **trainer_args,
@@ -378,4 +386,5 @@ def _train(config: DictConfig, resume: str | None, overrides: Sequence[str], run
     score = None if best.best_model_score is None else float(best.best_model_score)
     return TrainResult(run_dir, best_path, last if last.exists() else None, trainer.is_global_zero,
                        is_free_text(components.task), stopped_at_step, stopped_by, continue_command=continuing,
-                       monitor=best.monitor, best_score=score, mode=best.mode)
+                       monitor=best.monitor, best_score=score, mode=best.mode, global_step=trainer.global_step,
+                       early_stop=early_stop.reason if early_stop is not None else "")

@@ -30,6 +30,8 @@ class TrainingResult:
     """A training run ``xdllm.train_run`` finished (or ``trainer.max_time`` stopped: ``stopped_by``)."""
 
     run_dir: Path
+    step: int
+    """The optimizer step training ended at."""
     best_checkpoint: Path | None
     last_checkpoint: Path | None
     monitor: str | None
@@ -40,15 +42,17 @@ class TrainingResult:
     where the run asks for none, ``generate_after_train=false``, or was stopped before its end)."""
     stopped_by: str = ""
     """``trainer.max_time=...`` where that time limit ended training before ``trainer.max_steps``."""
+    early_stop: str = ""
+    """Why ``early_stopping`` ended training before ``trainer.max_steps`` (empty: it did not)."""
 
     def __repr__(self) -> str:
         """One line for a notebook: the folder, the best value, how it ended and the figures
         printed at the end (its paths left out: ``result.summary`` has them)."""
         best = "" if self.best_score is None else f", best {self.monitor}={self.best_score:.4g}"
-        stopped = f", stopped by {self.stopped_by}" if self.stopped_by else ""
+        stopped = f", stopped by {self.stopped_by}" if self.stopped_by else ", stopped early" if self.early_stop else ""
         figures = {key: value for key, value in (self.summary or {}).items() if isinstance(value, (int, float))}
         said = ", ".join(f"{key}={value:.4g}" for key, value in figures.items())
-        return f"TrainingResult(run_dir='{self.run_dir}'{best}{stopped}{f', {said}' if said else ''})"
+        return f"TrainingResult(run_dir='{self.run_dir}', step={self.step}{best}{stopped}{f', {said}' if said else ''})"
 
     def load(self) -> TrainedRun:
         """The run loaded for inference, as ``xdllm.load_trained(run_dir)`` loads it (its best
@@ -106,8 +110,8 @@ def train_run(*overrides: str, resume: str | Path | None = None) -> TrainingResu
         result, summary = train_and_finish(config, words, resume_text, command)
     if result.stopped_by in SIGNALS:
         raise TrainingStopped(result.run_dir, result.stopped_at_step, result.stopped_by, result.last_checkpoint)
-    return TrainingResult(result.run_dir, result.best_checkpoint, result.last_checkpoint, result.monitor,
-                          result.best_score, summary, result.stopped_by)
+    return TrainingResult(result.run_dir, result.global_step, result.best_checkpoint, result.last_checkpoint,
+                          result.monitor, result.best_score, summary, result.stopped_by, result.early_stop)
 
 
 def override_words(overrides: Sequence[Any]) -> list[str]:
