@@ -121,3 +121,11 @@ def test_train_run_is_not_hidden_by_the_training_package():
 
     assert callable(xdllm.train_run) and xdllm.train_run.__module__ == "xdllm.run.train_call"
     assert {"train_run", "TrainingResult", "TrainingStopped"} <= set(dir(xdllm))
+
+
+def test_a_run_early_stopping_ended_returns_why_and_its_step(tmp_path):
+    result = xdllm.train_run(*TINY, "trainer.max_steps=20", "trainer.val_check_interval=2",
+                             "checkpoint.monitor=val/loss", "early_stopping.stop_at=1000", f"run_dir={tmp_path / 'run'}")
+    assert result.step == 2 and result.stopped_by == ""
+    assert result.early_stop.startswith("early stopping after the validation at step 2: val/loss=")
+    assert "step=2" in repr(result) and "stopped early" in repr(result)
