@@ -124,8 +124,9 @@ def test_train_run_is_not_hidden_by_the_training_package():
 
 
 def test_a_run_early_stopping_ended_returns_why_and_its_step(tmp_path):
-    result = xdllm.train_run(*TINY, "trainer.max_steps=20", "trainer.val_check_interval=2",
-                             "checkpoint.monitor=val/loss", "early_stopping.stop_at=1000", f"run_dir={tmp_path / 'run'}")
+    stop_at_once = ["checkpoint.monitor=val/loss", "early_stopping.stop_at=1000"]
+    result = xdllm.train_run(*TINY, "trainer.max_steps=20", "trainer.val_check_interval=2", *stop_at_once,
+                             f"run_dir={tmp_path / 'run'}")
     assert result.step == 2 and result.stopped_by == ""
     assert result.early_stop.startswith("early stopping after the validation at step 2: val/loss=")
     assert "step=2" in repr(result) and "stopped early" in repr(result)

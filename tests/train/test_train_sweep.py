@@ -22,6 +22,11 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
 
 
+def _said(log: str) -> list[str]:
+    """The lines of a log without their times."""
+    return [line.split(" ", 2)[2] if line[:2] == "20" else line for line in log.strip().splitlines()]
+
+
 def _lines(sweep: Path) -> list[dict]:
     return [json.loads(line) for line in (sweep / "sweep.jsonl").read_text().splitlines()]
 
@@ -71,8 +76,19 @@ def test_a_stopped_sweep_continues_where_it_stopped(tmp_path, monkeypatch, capsy
     stopped_run_log = (sweep / "seed=1" / "train.log").read_text()  # each run's log: both of its commands
     assert stopped_run_log.count("sweep run 2 of 3: seed=1") == 2 and "stopped by Ctrl-C" in stopped_run_log
     assert "resuming from" in stopped_run_log.split("\n\n")[1] and stopped_run_log.endswith(" finished\n")
+    # the sweep's own log: both commands, each run started and finished, the stop, the ranking
+    first, second = [_said(block) for block in (sweep / "sweep.log").read_text().split("\n\n")]
+    assert first[0].startswith("xdllm train -m experiment=sort_mlm") and first[0].endswith(f"run_dir={sweep}")
+    assert first[1:5] == [f"a sweep of 3 runs in {sweep}", "sweep run 1 of 3: seed=0",
+                          "sweep run 1 of 3 finished: seed=0: best val/exact_match=0", "sweep run 2 of 3: seed=1"]
+    assert first[5].startswith("warning: the sweep stopped with 1 of 3 runs finished; continue it with: xdllm train "
+                               "resume=") and first[6:] == ["stopped by Ctrl-C"]
+    assert second[:3] == [f"xdllm train resume={sweep}", f"continuing the sweep in {sweep}: 1 of 3 runs finished",
+                          "sweep run 2 of 3: seed=1"]
+    assert "the sweep's runs, best val/exact_match first:" in second and second[-1] == "finished"
     assert main(["train", f"resume={sweep}"]) == 2
     assert "has finished all 3 runs: there is nothing to continue" in capsys.readouterr().err
+    assert (sweep / "sweep.log").read_text().count("\n\n") == 1  # a refused command writes nothing
 
 
 def test_a_run_stopped_before_its_first_checkpoint_trains_anew(tmp_path, monkeypatch):
@@ -177,3 +193,6 @@ def test_a_sweep_stopped_by_a_signal_exits_as_its_run_did_and_says_how_to_contin
     assert f"stopped by SIGTERM after step 2 of {sweep / 'seed=0'}; continue the sweep with: xdllm train " \
            f"resume={sweep}" in err
     assert err.count("continue") == 1 and not (sweep / "sweep.jsonl").exists() and not (sweep / "seed=1").exists()
+    assert _said((sweep / "sweep.log").read_text())[-1] == (
+        f"stopped by SIGTERM after step 2 of {sweep / 'seed=0'}, with 0 of 2 runs finished; continue the sweep with: "
+        f"xdllm train resume={sweep}")

@@ -105,18 +105,21 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
     command = ("xdllm", "train", *overrides)
     overrides, resume = _split_resume(overrides)
     if sweep or resume is not None:  # Lightning loads here, not before --cfg or a bad override is answered
-        from xdllm.run.train_sweep import continue_train_sweep, is_train_sweep, run_train_sweep, sweep_run_configs
-        if resume is not None and is_train_sweep(resume):
+        from xdllm.run import train_sweep
+
+        if resume is not None and train_sweep.is_train_sweep(resume):
             if overrides or print_config:
                 raise XdllmError(f"resume={resume} continues a stopped training sweep as it started: give it alone")
-            return _sweep_done(continue_train_sweep(Path(resume).expanduser()))
+            with train_sweep.keeping_sweep_log(command) as sweep_log:
+                return _sweep_done(train_sweep.continue_train_sweep(Path(resume).expanduser(), sweep_log))
         if sweep and resume is not None:
             raise XdllmError(f"-m starts a sweep; resume={resume} is not a sweep's folder (it has no sweep.yaml)")
         if sweep and print_config:  # one YAML document per run
-            print("---\n".join(composed_yaml(config) for config in sweep_run_configs(overrides)), end="")
+            print("---\n".join(composed_yaml(config) for config in train_sweep.sweep_run_configs(overrides)), end="")
             return 0
         if sweep:
-            return _sweep_done(run_train_sweep(overrides))
+            with train_sweep.keeping_sweep_log(("xdllm", "train", "-m", *overrides)) as sweep_log:
+                return _sweep_done(train_sweep.run_train_sweep(overrides, sweep_log))
     refuse_several_values("train", overrides)
     overrides = with_stored_overrides(resume, overrides)  # resume=<run> alone continues it as it was
     config = compose_config("train", overrides)

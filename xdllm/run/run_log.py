@@ -18,7 +18,9 @@ keeps its log the same way, in the folder of the generation (a sweep's: in the s
 ``resume=``: appended to the stopped one's), started by the code that claims that folder
 (:func:`start_generation_log`); a generation that fails having finished nothing takes its lines
 back (:func:`drop_generation_log`), as it leaves nothing else. The generation after training logs
-to ``train.log``.
+to ``train.log``. A training sweep (``xdllm train -m``) keeps ``sweep.log`` in its folder: the
+sweep's own lines (each run started and finished, the ranking, how the sweep ended), each run's
+lines being in that run's ``train.log``.
 """
 
 from __future__ import annotations
@@ -138,12 +140,13 @@ def drop_generation_log(folder: Path) -> None:
 
 
 @contextmanager
-def keeping_run_log(command: Sequence[str], file_name: str = RUN_LOG) -> Iterator[RunLog]:
-    """A :class:`RunLog` on xdllm's loggers while the block runs (``command``: the words of the
-    command that runs it; ``file_name``: its log's); an exception that ends the block is written to
-    the log as it ends."""
+def keeping_run_log(command: Sequence[str], file_name: str = RUN_LOG,
+                    logger_names: Sequence[str] = XDLLM_LOGGERS) -> Iterator[RunLog]:
+    """A :class:`RunLog` on the loggers ``logger_names`` (all of xdllm's) while the block runs
+    (``command``: the words of the command that runs it; ``file_name``: its log's); an exception
+    that ends the block is written to the log as it ends."""
     handler = RunLog(command, file_name)
-    loggers = [logging.getLogger(name) for name in XDLLM_LOGGERS]
+    loggers = [logging.getLogger(name) for name in logger_names]
     for logger in loggers:
         logger.addHandler(handler)
     try:

@@ -5,6 +5,8 @@ another in this process, each a whole run directory named by its settings under 
     <sweep>/optim.lr=0.0003,seed=0/
     <sweep>/sweep.jsonl              one line per finished run: settings, run directory, results
     <sweep>/sweep.yaml               each run's folder, settings and overrides (paths absolute)
+    <sweep>/sweep.log                the sweep's commands and lines: each run started and finished,
+                                     the ranking, how it ended (each run's own lines: its train.log)
 
 ``<sweep>`` is ``run_dir`` when given, else ``runs/<name>/sweep-<time>``; ``tensorboard --logdir
 <sweep>`` overlays the runs' curves. Values are swept with Hydra's override grammar, several
@@ -21,7 +23,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 import yaml
 from omegaconf import DictConfig
@@ -35,7 +37,7 @@ from xdllm.run.build import build_components
 from xdllm.run.generation_record import settings_name
 from xdllm.run.new_folder import new_folder, time_stamp
 from xdllm.run.run_checkpoint import CHECKPOINT_DIR
-from xdllm.run.run_log import keeping_run_log
+from xdllm.run.run_log import RunLog, keeping_run_log
 from xdllm.run.sweep import (
     GENERATION_SPEED,
     SWEEP_SUMMARY,
@@ -49,6 +51,7 @@ from xdllm.run.train import TrainResult, check_run_options, train
 from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
 
 SWEEP_PLAN = "sweep.yaml"
+SWEEP_LOG = "sweep.log"
 log = logging.getLogger(__name__)
 
 
@@ -134,8 +137,10 @@ def _planned(sweep_dir: Path, fixed: Sequence[str], combinations: Sequence[dict[
     return sweep_dir, plan, configs
 
 
-def run_train_sweep(overrides: Sequence[str]) -> SweepResult:
-    """Train once per combination of the swept values, each into its folder of the sweep."""
+def run_train_sweep(overrides: Sequence[str], sweep_log: RunLog) -> SweepResult:
+    """Train once per combination of the swept values, each into its folder of the sweep;
+    ``sweep_log`` writes to the sweep's ``sweep.log`` once its folder is made
+    (:func:`keeping_sweep_log`)."""
     sweep_dir, plan, configs = plan_sweep(overrides)
     if (sweep_dir / SWEEP_PLAN).exists():
         raise XdllmError(f"{sweep_dir} holds a sweep already ({SWEEP_PLAN}); continue it with: "
@@ -147,10 +152,12 @@ def run_train_sweep(overrides: Sequence[str]) -> SweepResult:
     write_text_atomically(sweep_dir / SWEEP_PLAN, yaml.safe_dump(
         {"runs": [{"folder": run.folder, "settings": run.settings, "overrides": run.overrides} for run in plan]},
         sort_keys=False))
-    return _train_planned(sweep_dir, list(zip(plan, configs)), [], resumed=set())
+    sweep_log.start(sweep_dir)
+    log.info("a sweep of %d runs in %s", len(plan), sweep_dir)
+    return _train_planned(sweep_dir, list(zip(plan, configs)), [], resumed=set(), sweep_log=sweep_log)
 
 
-def continue_train_sweep(sweep_dir: Path) -> SweepResult:
+def continue_train_sweep(sweep_dir: Path, sweep_log: RunLog) -> SweepResult:
     """``xdllm train resume=<sweep>``: keep the finished runs, continue a stopped one from its
     newest checkpoint, train the rest, as the sweep's ``sweep.yaml`` composed them."""
     plan = _read_plan(sweep_dir / SWEEP_PLAN)
@@ -163,12 +170,19 @@ def continue_train_sweep(sweep_dir: Path) -> SweepResult:
     for run, config in todo:  # stopped before its first checkpoint: what it wrote is moved aside
         if run.folder not in resumed and (sweep_dir / run.folder).exists():
             config.existing_run_dir = "move_aside"
+    sweep_log.start(sweep_dir)
     log.info("continuing the sweep in %s: %d of %d runs finished", sweep_dir, len(results), len(plan))
-    return _train_planned(sweep_dir, todo, results, resumed)
+    return _train_planned(sweep_dir, todo, results, resumed, sweep_log)
+
+
+def keeping_sweep_log(command: Sequence[str]) -> ContextManager[RunLog]:
+    """The sweep's ``sweep.log`` while the block runs: the lines of this module (the sweep's own),
+    from the command on, and how the block ended."""
+    return keeping_run_log(command, SWEEP_LOG, logger_names=(__name__,))
 
 
 def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]], results: list[dict[str, Any]],
-                   resumed: set[str]) -> SweepResult:
+                   resumed: set[str], sweep_log: RunLog) -> SweepResult:
     """Train (or continue) each planned run, rewriting ``sweep.jsonl`` after each."""
     total = len(results) + len(todo)
     outcome = SweepResult(sweep_dir, results)
@@ -195,6 +209,10 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
         raise
     if outcome.stopped is None:  # a stopped one: the caller says where it stopped and how to continue
         log.info(ranking(results))
+        sweep_log.note("finished")
+    else:
+        sweep_log.note(f"{outcome.stopped.stop_line} of {outcome.stopped.run_dir}, with {len(results)} of {total} "
+                       f"runs finished; continue the sweep with: {outcome.resume_command}")
     return outcome
 
 
