@@ -76,3 +76,13 @@ def test_wrong_early_stopping_values_are_refused_in_one_line(given, refusal, tmp
     error = capsys.readouterr().err
     assert error.startswith("xdllm: error: ") and refusal in error and len(error.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_a_sweep_says_which_of_its_runs_stopped_early(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    assert main(["train", "-m", *EVERY_2, "trainer.max_steps=6", "early_stopping.stop_at=1000,null",
+                 f"run_dir={sweep}"]) == 0
+    said = [line.split(" ", 2)[2] for line in (sweep / "sweep.log").read_text().splitlines() if line[:2] == "20"]
+    finished = [line.rsplit("=", 1)[0] for line in said if line.startswith("sweep run") and " finished" in line]
+    assert finished == ["sweep run 1 of 2 finished early, at step 2: early_stopping.stop_at=1000: best val/loss",
+                        "sweep run 2 of 2 finished: early_stopping.stop_at=null: best val/loss"]

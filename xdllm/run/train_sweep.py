@@ -201,7 +201,8 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
                             "run_dir": str(result.run_dir), "monitor": result.monitor, "mode": result.mode,
                             "best_score": result.best_score, **summary})
             write_jsonl_atomically(sweep_dir / SWEEP_SUMMARY, results)  # after each: a stop keeps what finished
-            log.info("sweep run %d of %d finished: %s: best %s=%s", len(results), total, run.folder, result.monitor,
+            log.info("sweep run %d of %d finished%s: %s: best %s=%s", len(results), total,
+                     f" early, at step {result.global_step}" if result.early_stop else "", run.folder, result.monitor,
                      "none" if result.best_score is None else f"{result.best_score:.4g}")
     except BaseException:
         log.warning("the sweep stopped with %d of %d runs finished; continue it with: %s", len(results), total,
