@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from xdllm.errors import XdllmError
+from xdllm.folder_names import GENERATE_CONFIG, SWEEP_PLAN
 
 PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./:@+-]+")
 """Values written unquoted (a subset of what Hydra reads unquoted, without its whitespace and
@@ -60,13 +61,10 @@ def _path_given_bare(text: str, command_name: str | None, sweep: bool) -> str:
     ``xdllm <command_name>`` (train, generate; ``-m`` where ``sweep``) takes it as: ``resume=`` a
     run or checkpoint to continue, a stopped generation or sweep to finish; ``ckpt=`` the run or
     checkpoint to generate from."""
-    from xdllm.run.generation_folder import SWEEP_RECORD  # the same name in a training sweep's folder
-    from xdllm.run.generation_record import GENERATE_CONFIG
-
     path = Path(text)
     if command_name not in ("train", "generate") or not path.exists():
         return ""
-    records = (SWEEP_RECORD,) if sweep else (GENERATE_CONFIG,) if command_name == "generate" else ()
+    records = (SWEEP_PLAN,) if sweep else (GENERATE_CONFIG,) if command_name == "generate" else ()
     if any((path / name).is_file() for name in records) or (command_name == "train" and not sweep):
         key = "resume"
     elif command_name == "generate":

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from xdllm.folder_names import GENERATE_CONFIG
 from xdllm.history.format import HistoryError, HistoryFormatError, payload_checksums, validate_payload
 from xdllm.temporary_files import torch_save_atomically
 from xdllm.torch_files import why_unreadable
@@ -102,7 +103,7 @@ def find_history_files(path: Path | str) -> list[Path]:
 
 def _why_none(folder: Path) -> str:
     """Why ``folder`` holds no history: the generations in it (their ``generate.yaml``) ran without it."""
-    generations = sum(1 for _ in folder.rglob("generate.yaml"))
+    generations = sum(1 for _ in folder.rglob(GENERATE_CONFIG))
     if not generations:
         return ""
     which = "its generation" if generations == 1 else f"its {generations} generations"

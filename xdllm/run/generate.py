@@ -27,6 +27,7 @@ from xdllm.config.override_text import override
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError, os_error_text
 from xdllm.evaluate.generative_perplexity import GenerativeJudge, finalize_with_judge
+from xdllm.folder_names import GENERATE_CONFIG
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
@@ -49,7 +50,6 @@ from xdllm.run.generation_folder import (
 )
 from xdllm.run.generation_progress import GenerationProgress
 from xdllm.run.generation_record import (
-    GENERATE_CONFIG,
     generation_settings,
     read_record,
     resolved_options,

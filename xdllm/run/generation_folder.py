@@ -13,8 +13,9 @@ from typing import Any
 
 from xdllm.config.override_text import command
 from xdllm.errors import XdllmError
+from xdllm.folder_names import GENERATE_CONFIG, SWEEP_PLAN
 from xdllm.run.checkpoint import TrainedRun
-from xdllm.run.generation_record import GENERATE_CONFIG, parse_record_json
+from xdllm.run.generation_record import parse_record_json
 from xdllm.run.new_folder import make_new_folder, time_stamp
 from xdllm.run.partial_generation import PARTIAL_PREDICTIONS, PARTIAL_STATE
 from xdllm.run.run_log import drop_generation_log
@@ -22,7 +23,6 @@ from xdllm.temporary_files import remove_stale_temporaries
 
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"  # what the generation printed: its results, read back by a resumed sweep
-SWEEP_RECORD = "sweep.yaml"  # a sweep folder's overrides and checkpoint, for resume=
 VIEWS_UNFINISHED = "views.unfinished"  # while the TensorBoard views of a finished generation are drawn
 GENERATION_CONTENT = (PREDICTIONS, SUMMARY, PARTIAL_PREDICTIONS, PARTIAL_STATE, GENERATE_CONFIG, "history",
                       "tensorboard")  # what a generation writes
@@ -72,12 +72,12 @@ def read_summary(folder: Path) -> dict[str, Any]:
 
 def sweep_of(folder: Path) -> Path | None:
     """The sweep folder ``folder`` is one generation of (its parent holds ``sweep.yaml``), if any."""
-    return folder.parent if (folder.parent / SWEEP_RECORD).is_file() else None
+    return folder.parent if (folder.parent / SWEEP_PLAN).is_file() else None
 
 
 def stopped_hint(folder: Path) -> str:
     """How to continue the stopped generation or sweep ``folder`` holds, if it holds one."""
-    if (folder / SWEEP_RECORD).is_file():
+    if (folder / SWEEP_PLAN).is_file():
         return f", or, if that sweep stopped part-way, continue it with: {resume_command(folder)}"
     views_cut = (folder / VIEWS_UNFINISHED).is_file()
     if not (folder / PARTIAL_STATE).is_file() and not views_cut:

@@ -25,9 +25,9 @@ from omegaconf.errors import OmegaConfBaseException
 from xdllm.config.flat_keys import flat_keys
 from xdllm.errors import XdllmError
 from xdllm.event_files import event_writer
+from xdllm.folder_names import GENERATE_CONFIG
 from xdllm.temporary_files import write_text_atomically
 
-GENERATE_CONFIG = "generate.yaml"
 SCALAR_PREFIX = "generate/"
 BY_FORWARD_PASSES = "generate_by_forward_passes/"
 

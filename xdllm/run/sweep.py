@@ -32,13 +32,13 @@ from xdllm.config.override_text import check_override_syntax
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
+from xdllm.folder_names import SWEEP_PLAN
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generate import continue_generation, load_run, run_generation, write_views
 from xdllm.run.generation_check import CheckedGeneration, check_generation
 from xdllm.run.generation_folder import (
     PREDICTIONS,
     SUMMARY,
-    SWEEP_RECORD,
     VIEWS_UNFINISHED,
     discard_unfinished,
     generation_content_in,
@@ -153,8 +153,8 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
     judges: dict[str, GenerativeJudge] = {}  # one judge for every generation that names it
     generations = [check_generation(run, config, judges=judges) for config in configs]
     sweep_dir, made = _sweep_dir(configs[0].output_dir, run.run_dir)
-    if (sweep_dir / SWEEP_RECORD).exists():
-        raise XdllmError(f"{sweep_dir} holds a sweep already ({SWEEP_RECORD}); choose another output_dir"
+    if (sweep_dir / SWEEP_PLAN).exists():
+        raise XdllmError(f"{sweep_dir} holds a sweep already ({SWEEP_PLAN}); choose another output_dir"
                          f"{stopped_hint(sweep_dir)}")
     names = _folder_names(combinations)
     for name in names:
@@ -162,7 +162,7 @@ def run_sweep(overrides: Sequence[str]) -> dict[str, Any]:
         if held:
             raise XdllmError(f"{sweep_dir / name} already holds {', '.join(held)}; choose another output_dir"
                              f"{stopped_hint(sweep_dir / name)}")
-    write_text_atomically(sweep_dir / SWEEP_RECORD, OmegaConf.to_yaml(OmegaConf.create(
+    write_text_atomically(sweep_dir / SWEEP_PLAN, OmegaConf.to_yaml(OmegaConf.create(
         {"overrides": list(overrides), "checkpoint": str(run.checkpoint), "global_step": run.global_step})))
     plan = [_Planned(*planned) for planned in zip(combinations, names, configs, generations)]
     start_generation_log(sweep_dir)
@@ -176,7 +176,7 @@ def continue_stopped(folder: Path, overrides: Sequence[str]) -> dict[str, Any]:
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise XdllmError(f"resume={folder}: no such folder; give the folder a stopped xdllm generate named")
-    if (folder / SWEEP_RECORD).is_file():
+    if (folder / SWEEP_PLAN).is_file():
         return continue_sweep(folder, overrides)
     sweep = sweep_of(folder)
     if sweep is not None:
@@ -191,7 +191,7 @@ def continue_sweep(sweep_dir: Path, overrides: Sequence[str]) -> dict[str, Any]:
     ``overrides`` may set only ``RESUME_OPTIONS``. Generations it finished are kept (their lines
     of ``sweep.jsonl``), a stopped one is continued, the others are run. Returns what
     :func:`run_sweep` returns, for the whole sweep."""
-    record = read_record(sweep_dir / SWEEP_RECORD, ("overrides", "checkpoint", "global_step"))
+    record = read_record(sweep_dir / SWEEP_PLAN, ("overrides", "checkpoint", "global_step"))
     # the sweep's overrides, less those of a key given now (a +frozen.<name>= given twice would be refused)
     given = {override_key(text) for text in overrides}
     combinations, configs = sweep_configs([*(text for text in record.overrides if override_key(text) not in given),
@@ -287,7 +287,7 @@ def _run_planned(run: TrainedRun, sweep_dir: Path, plan: Sequence[_Planned], res
             write_jsonl_atomically(path, results)  # after each, so a failed sweep keeps what finished
     except BaseException:
         if made is not None and not results and not any(generation_content_in(sweep_dir / p.name) for p in plan):
-            (sweep_dir / SWEEP_RECORD).unlink(missing_ok=True)
+            (sweep_dir / SWEEP_PLAN).unlink(missing_ok=True)
             discard_unfinished(sweep_dir, made)
         elif len(results) < total:
             kept = f" (their results are in {path})" if results else ""

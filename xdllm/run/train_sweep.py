@@ -32,6 +32,7 @@ from xdllm.config.compose import compose_config
 from xdllm.config.override_text import command, override
 from xdllm.config.run_paths import record_absolute_paths
 from xdllm.errors import XdllmError
+from xdllm.folder_names import SWEEP_PLAN
 from xdllm.run.after_training import finish_logged
 from xdllm.run.build import build_components
 from xdllm.run.generation_record import settings_name
@@ -50,7 +51,6 @@ from xdllm.run.sweep_repeats import refuse_repeats
 from xdllm.run.train import TrainResult, check_run_options, train
 from xdllm.temporary_files import write_jsonl_atomically, write_text_atomically
 
-SWEEP_PLAN = "sweep.yaml"
 SWEEP_LOG = "sweep.log"
 log = logging.getLogger(__name__)
 
