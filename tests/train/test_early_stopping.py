@@ -70,6 +70,7 @@ def test_a_run_that_never_validates_says_it_never_stops_early(tmp_path, capsys):
                                     "number >= 0"),
     ("early_stopping.stop_at=abc", "early_stopping.stop_at='abc' is not allowed"),
     ("early_stopping.patiense=3", "early_stopping.patience"),
+    ("early_stopping.stop_at=inf", "early_stopping.stop_at=inf is not allowed: give a finite value of val/exact_match"),
 ])
 def test_wrong_early_stopping_values_are_refused_in_one_line(given, refusal, tmp_path, capsys):
     assert main(["train", *TINY, given, f"run_dir={tmp_path / 'run'}"]) == 2

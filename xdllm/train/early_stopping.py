@@ -24,6 +24,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
+from xdllm.errors import XdllmError
+
 log = logging.getLogger(__name__)
 
 EARLY_STOP_LINE = "early stopping after the validation at step {step}: {why}"
@@ -80,5 +82,8 @@ def early_stopping(options: Any, monitor: str, mode: str) -> EarlyStopping | Non
     ``stop_at`` is set, the run trains to ``trainer.max_steps``)."""
     if options.patience is None and options.stop_at is None:
         return None
+    if options.stop_at is not None and not math.isfinite(options.stop_at):
+        raise XdllmError(f"early_stopping.stop_at={options.stop_at} is not allowed: give a finite value of {monitor} "
+                         "to stop at (or null)")
     return EarlyStopping(monitor, mode, options.patience, float(options.min_delta),
                          None if options.stop_at is None else float(options.stop_at))
