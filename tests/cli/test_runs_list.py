@@ -1,8 +1,11 @@
 """``xdllm runs``: the training runs under folders, a line each: family/task, the step reached, the
-best monitored value its validations logged, and how its last ``xdllm train`` ended."""
+best monitored value its validations logged, how its last ``xdllm train`` ended, and the overrides
+that tell the runs apart."""
 
 import re
 import shutil
+
+import yaml
 
 from xdllm.cli.main import main
 from xdllm.run.run_list import find_runs, summarize_run
@@ -79,3 +82,23 @@ def test_no_runs_and_a_missing_folder(tmp_path, capsys):
     assert main(["runs", str(tmp_path / "missing")]) == 2
     assert capsys.readouterr().err == (f"xdllm: error: {tmp_path / 'missing'} is not a folder: give folders that "
                                        "hold runs (default: runs)\n")
+
+
+def test_the_settings_column_shows_what_tells_the_runs_apart(trained_run, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    given = {"a": ["experiment=sort_mlm", "optim.lr=1e-3", "seed=0", "run_dir=runs/a"],
+             "b": ["experiment=sort_mlm", "optim.lr=1e-3", "seed=1", "+trainer.gradient_clip=1", "seed=2"],
+             "c": ["experiment=sort_mlm", "optim.lr=3e-4", "seed=0"]}
+    for name, overrides in given.items():
+        folder = _copy_with_log(trained_run, runs / name, ["xdllm train", *VALIDATIONS, "finished"])
+        (folder / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    _copy_with_log(trained_run, runs / "old", ["xdllm train", "finished"])  # made before runs kept overrides.yaml
+    assert main(["runs", str(runs)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["run", "family/task", "step", "best", "state", "settings"]
+    settings = {line.split()[0].rsplit("/", 1)[1]: re.split(r"\s{2,}", line.strip())[5:] for line in table[1:]}
+    # the last value of a key (a resume's), run_dir left out, what all share (experiment=) left out
+    assert settings == {"a": ["optim.lr=1e-3 seed=0"], "b": ["optim.lr=1e-3 seed=2 +trainer.gradient_clip=1"],
+                        "c": ["optim.lr=3e-4 seed=0"], "old": []}
+    assert main(["runs", str(runs / "a")]) == 0  # one run: nothing to tell apart, no column
+    assert capsys.readouterr().out.splitlines()[0].split() == ["run", "family/task", "step", "best", "state"]

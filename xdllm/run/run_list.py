@@ -1,10 +1,11 @@
 """``xdllm runs [FOLDER ...]``: the training runs under some folders (default ``runs``), one line
 each: its folder, family and task, the step it reached, how its last ``xdllm train`` ended
 (finished, finished early by ``early_stopping``, stopped, failed, still training, or ended
-without a word: killed), and its best value
-of ``checkpoint.monitor``. Read from what a run keeps: ``config.yaml``, the ``train.log`` its
-commands wrote (:mod:`xdllm.run.run_log`; its metric lines, :mod:`xdllm.train.metric_lines`) and
-the lock a training holds; no checkpoint is opened."""
+without a word: killed), its best value of ``checkpoint.monitor``, and the overrides it was
+given that not all the runs listed share (what tells them apart). Read from what a run keeps:
+``config.yaml``, ``overrides.yaml``, the ``train.log`` its commands wrote
+(:mod:`xdllm.run.run_log`; its metric lines, :mod:`xdllm.train.metric_lines`) and the lock a
+training holds; no checkpoint is opened."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from omegaconf import OmegaConf
 
+from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.run.run_checkpoint import RUN_CONFIG
 from xdllm.run.run_lock import refuse_if_training
 from xdllm.run.run_log import RUN_LOG
+from xdllm.run.run_overrides import OVERRIDES_FILE
 
 STAMP = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
 COMMAND_LINE = re.compile(STAMP + r"xdllm train( |$)")
@@ -45,6 +49,8 @@ class RunSummary:
     monitor: str
     best: tuple[float, int] | None
     """The best value of ``monitor`` its validations logged, and the step of it."""
+    given: tuple[str, ...] | None = None
+    """The overrides it was given, the last of each key, ``run_dir`` left out (None: it kept none)."""
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
@@ -118,19 +124,31 @@ def summarize_run(folder: Path) -> RunSummary:
         steps[-1] if steps else None)
     monitor, mode = str(config.checkpoint.monitor), str(config.checkpoint.mode)
     return RunSummary(folder, str(config.get("model_family", "?")), str(config.task.get("name", "?")), step,
-                      max_steps, state, monitor, _best(lines, monitor, mode))
+                      max_steps, state, monitor, _best(lines, monitor, mode), _given(folder / OVERRIDES_FILE))
+
+
+def _given(path: Path) -> tuple[str, ...] | None:
+    if not path.is_file():
+        return None
+    last = {override_key(str(text)): str(text) for text in yaml.safe_load(path.read_text(encoding="utf-8")) or []}
+    last.pop("run_dir", None)
+    return tuple(last.values())
 
 
 def run_table(runs: list[RunSummary], relative_to: Path) -> list[str]:
-    """One aligned line per run: folder, family/task, step, best monitored value, state."""
-    rows = [("run", "family/task", "step", "best", "state")]
-    for run in runs:
+    """One aligned line per run: folder, family/task, step, best monitored value, state and, where
+    some differ, the overrides that not all of the runs share."""
+    kept = [set(run.given) for run in runs if run.given is not None]
+    shared = set.intersection(*kept) if kept else set()
+    settings = [" ".join(text for text in run.given or () if text not in shared) for run in runs]
+    rows = [("run", "family/task", "step", "best", "state", *(("settings",) if any(settings) else ()))]
+    for run, differing in zip(runs, settings):
         try:
             name = str(run.folder.relative_to(relative_to))
         except ValueError:
             name = str(run.folder)
         step = f"{'?' if run.step is None else run.step}/{run.max_steps}"
         best = "-" if run.best is None else f"{run.monitor}={run.best[0]:.4g} (step {run.best[1]})"
-        rows.append((name, f"{run.family}/{run.task}", step, best, run.state))
-    widths = [max(len(row[column]) for row in rows) for column in range(4)]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
+        rows.append((name, f"{run.family}/{run.task}", step, best, run.state, *((differing,) if any(settings) else ())))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    return ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]).rstrip() for row in rows]
