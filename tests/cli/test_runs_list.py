@@ -102,3 +102,20 @@ def test_the_settings_column_shows_what_tells_the_runs_apart(trained_run, tmp_pa
                         "c": ["optim.lr=3e-4 seed=0"], "old": []}
     assert main(["runs", str(runs / "a")]) == 0  # one run: nothing to tell apart, no column
     assert capsys.readouterr().out.splitlines()[0].split() == ["run", "family/task", "step", "best", "state"]
+
+
+def test_a_run_whose_files_cannot_be_read_is_a_row_saying_so(trained_run, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for name in ("config", "overrides", "list", "whole"):
+        _copy_with_log(trained_run, runs / name, ["xdllm train", "finished"])
+    (runs / "config" / "config.yaml").write_text("model: {\n")
+    (runs / "overrides" / "overrides.yaml").write_text("- a=1\n- [\n")
+    (runs / "list" / "overrides.yaml").write_text("seed: 1\n")
+    assert main(["runs", str(runs)]) == 0
+    rows = {line.split()[0].rsplit("/", 1)[1]: re.split(r"\s{2,}", line.strip())[1:]
+            for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["config"][:3] == ["?/?", "?/?", "-"] and rows["config"][3].startswith(
+        "unreadable config.yaml: ParserError: while parsing a flow node")
+    assert rows["overrides"][3].startswith("unreadable overrides.yaml: ParserError:")
+    assert rows["list"][3] == "unreadable overrides.yaml: ValueError: a list of overrides was expected, not dict"
+    assert rows["whole"] == ["mlm/sort", "6/6", "-", "finished"]  # the others are listed still

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
@@ -44,7 +45,7 @@ class RunSummary:
     family: str
     task: str
     step: int | None
-    max_steps: int
+    max_steps: int | None
     state: str
     monitor: str
     best: tuple[float, int] | None
@@ -109,9 +110,23 @@ def _best(lines: list[str], monitor: str, mode: str) -> tuple[float, int] | None
 
 
 def summarize_run(folder: Path) -> RunSummary:
-    """:class:`RunSummary` of the run in ``folder``."""
-    config = OmegaConf.load(folder / RUN_CONFIG)
-    lines = (folder / RUN_LOG).read_text(encoding="utf-8", errors="replace").splitlines()
+    """:class:`RunSummary` of the run in ``folder``; a run whose files cannot be read (a damaged
+    ``config.yaml``, say) is a row that says which and why, and the others are listed still."""
+    try:
+        config = OmegaConf.load(folder / RUN_CONFIG)
+        family, task = str(config.get("model_family", "?")), str(config.task.get("name", "?"))
+        max_steps, monitor = int(config.trainer.max_steps), str(config.checkpoint.monitor)
+        mode = str(config.checkpoint.mode)
+    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as error:
+        return _unreadable(folder, RUN_CONFIG, error)
+    try:
+        given = _given(folder / OVERRIDES_FILE)
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        return _unreadable(folder, OVERRIDES_FILE, error)
+    try:
+        lines = (folder / RUN_LOG).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as error:
+        return _unreadable(folder, RUN_LOG, error)
     try:
         refuse_if_training(folder)
         training = False
@@ -119,20 +134,26 @@ def summarize_run(folder: Path) -> RunSummary:
         training = True
     state, stopped_at = _state(lines, training)
     steps = [int(found[1]) for line in lines if (found := STEP_LINE.match(line))]
-    max_steps = int(config.trainer.max_steps)
     step = stopped_at if stopped_at is not None else max_steps if state == "finished" else (
         steps[-1] if steps else None)
-    monitor, mode = str(config.checkpoint.monitor), str(config.checkpoint.mode)
-    return RunSummary(folder, str(config.get("model_family", "?")), str(config.task.get("name", "?")), step,
-                      max_steps, state, monitor, _best(lines, monitor, mode), _given(folder / OVERRIDES_FILE))
+    return RunSummary(folder, family, task, step, max_steps, state, monitor, _best(lines, monitor, mode), given)
 
 
 def _given(path: Path) -> tuple[str, ...] | None:
     if not path.is_file():
         return None
-    last = {override_key(str(text)): str(text) for text in yaml.safe_load(path.read_text(encoding="utf-8")) or []}
+    overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    if not isinstance(overrides, list):
+        raise ValueError(f"a list of overrides was expected, not {type(overrides).__name__}")
+    last = {override_key(str(text)): str(text) for text in overrides}
     last.pop("run_dir", None)
     return tuple(last.values())
+
+
+def _unreadable(folder: Path, name: str, error: Exception) -> RunSummary:
+    said = " ".join(str(error).split())
+    said = f"{said[:ERROR_SHOWN]}..." if len(said) > ERROR_SHOWN else said
+    return RunSummary(folder, "?", "?", None, None, f"unreadable {name}: {type(error).__name__}: {said}", "", None)
 
 
 def run_table(runs: list[RunSummary], relative_to: Path) -> list[str]:
@@ -147,7 +168,7 @@ def run_table(runs: list[RunSummary], relative_to: Path) -> list[str]:
             name = str(run.folder.relative_to(relative_to))
         except ValueError:
             name = str(run.folder)
-        step = f"{'?' if run.step is None else run.step}/{run.max_steps}"
+        step = f"{'?' if run.step is None else run.step}/{'?' if run.max_steps is None else run.max_steps}"
         best = "-" if run.best is None else f"{run.monitor}={run.best[0]:.4g} (step {run.best[1]})"
         rows.append((name, f"{run.family}/{run.task}", step, best, run.state, *((differing,) if any(settings) else ())))
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
