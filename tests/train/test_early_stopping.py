@@ -51,7 +51,9 @@ def test_a_resumed_run_counts_the_validations_without_improvement_on(tmp_path, c
     assert main(["train", f"resume={run_dir}", "trainer.max_steps=20"]) == 0
     assert "at step 6: val/loss has not improved on" in capsys.readouterr().err  # counted afresh: step 10
     assert _step(run_dir) == 6
-    assert main(["train", f"resume={run_dir}", "early_stopping.patience=null"]) == 0  # trains on to max_steps
+    assert main(["train", f"resume={run_dir}", "checkpoint.monitor=val/exact_match", "trainer.max_steps=10"]) == 0
+    assert _step(run_dir) == 10  # another metric is counted afresh: its best at step 8, one without at 10
+    assert main(["train", f"resume={run_dir}", "early_stopping.patience=null", "trainer.max_steps=20"]) == 0
     assert _step(run_dir) == 20
     assert summarize_run(run_dir).state == "finished"
 

@@ -30,11 +30,14 @@ def help_epilog() -> str:
         "  xdllm train resume=runs/quick/checkpoints/best.ckpt optim.lr=3e-4   (back to its best step;"
         " later files move aside)",
         "  xdllm train model=mdlm init_from=runs/quick optim.lr=3e-4   (start from another run's weights)",
+        "  xdllm train experiment=sort_mlm early_stopping.patience=3   (stop once val/exact_match has not"
+        " improved for 3 validations)",
         "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
         "  xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json",
         "",
-        "from Python (docs/predictor.md):",
-        "  import xdllm; run = xdllm.load_trained('runs/quick')",
+        "from Python (docs/training.md, docs/predictor.md):",
+        "  import xdllm; result = xdllm.train_run('experiment=sort_mlm', 'run_dir=runs/quick')",
+        "  run = xdllm.load_trained('runs/quick')      (or result.load())",
         "  xdllm.complete(run, ['7 6 5 5 5 4 9 6'], predictor={'threshold': 0.9})",
         "  xdllm.evaluate_run(run, split='test', predictor={'threshold': 0.9})",
     ]

@@ -1,5 +1,5 @@
 """xdllm's own INFO lines on the terminal (stderr), and quiet from the libraries under it: for
-the whole of an ``xdllm`` command, and for the length of a call from Python (``xdllm.train``)."""
+the whole of an ``xdllm`` command, and for the length of a call from Python (``xdllm.train_run``)."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ class EarlyStopping(L.Callback):
 
     def __init__(self, monitor: str, mode: str, patience: int | None, min_delta: float,
                  stop_at: float | None) -> None:
-        self.monitor, self.sign = monitor, 1.0 if mode == "max" else -1.0
+        self.monitor, self.mode, self.sign = monitor, mode, 1.0 if mode == "max" else -1.0
         self.patience, self.min_delta, self.stop_at = patience, min_delta, stop_at
         self.best: float | None = None
         self.best_step = 0
@@ -69,6 +69,12 @@ class EarlyStopping(L.Callback):
                     f"validation{'s' * (self.waited != 1)} (early_stopping.patience={self.patience}, "
                     f"min_delta={self.min_delta:g})")
         return ""
+
+    @property
+    def state_key(self) -> str:
+        """Its count in a checkpoint is that of its metric and mode: a resume that monitors another
+        starts counting afresh."""
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode)
 
     def state_dict(self) -> dict[str, Any]:
         return {"best": self.best, "best_step": self.best_step, "waited": self.waited}
