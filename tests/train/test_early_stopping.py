@@ -43,6 +43,25 @@ def test_stop_at_ends_training_once_the_metric_reaches_it(tmp_path, capsys):
     assert _step(run_dir) == 2
 
 
+def test_min_steps_holds_the_stop_until_that_step(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", *EVERY_2, "trainer.max_steps=20", "early_stopping.stop_at=1000", "early_stopping.min_steps=5",
+                 f"run_dir={run_dir}"]) == 0
+    stops = [line for line in capsys.readouterr().err.splitlines() if line.startswith("early stopping")]
+    assert len(stops) == 1 and stops[0].startswith("early stopping after the validation at step 6: val/loss=")
+    assert _step(run_dir) == 6
+
+
+@pytest.mark.parametrize("key", ["min_steps", "min_epochs"])
+def test_lightning_s_minimum_is_refused_for_early_stopping_s(key, tmp_path, capsys):
+    """In xdllm's one endless epoch Lightning's minimum kept every stop from happening (early
+    stopping said so at every validation and trained on to max_steps)."""
+    assert main(["train", *TINY, f"+trainer.{key}=6", f"run_dir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err == (f"xdllm: error: trainer.{key} is not used: xdllm trains one endless epoch, "
+                                       "where Lightning's minimum keeps any stop from happening; set "
+                                       "early_stopping.min_steps instead\n")
+
+
 def test_a_resumed_run_counts_the_validations_without_improvement_on(tmp_path, capsys):
     run_dir = tmp_path / "run"
     stopping = ["early_stopping.patience=2", NEVER_IMPROVES]
@@ -72,6 +91,7 @@ def test_a_run_that_never_validates_says_it_never_stops_early(tmp_path, capsys):
                                     "number >= 0"),
     ("early_stopping.stop_at=abc", "early_stopping.stop_at='abc' is not allowed"),
     ("early_stopping.patiense=3", "early_stopping.patience"),
+    ("early_stopping.min_steps=-1", "early_stopping.min_steps=-1 is not allowed"),
     ("early_stopping.stop_at=inf", "early_stopping.stop_at=inf is not allowed: give a finite value of val/exact_match"),
 ])
 def test_wrong_early_stopping_values_are_refused_in_one_line(given, refusal, tmp_path, capsys):

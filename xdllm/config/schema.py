@@ -122,6 +122,7 @@ SCHEMAS: dict[str, dict[str, Rule]] = {
         "early_stopping.patience": Rule((int,), low=1, nullable=True),
         "early_stopping.min_delta": Rule(NUMBER, low=0),
         "early_stopping.stop_at": Rule(NUMBER, nullable=True),
+        "early_stopping.min_steps": COUNT,
         "history.num_samples": COUNT,
         "history.k": POSITIVE,
         "judge": Rule((str,), nullable=True),

@@ -121,16 +121,19 @@ def set_torch_threads(config: DictConfig) -> int:
     return threads
 
 
-MOVED_TRAINER_KEYS = {"gradient_clip_val": "optim.gradient_clip_val",
-                      "accumulate_grad_batches": "optim.accumulate_grad_batches"}
-"""Lightning Trainer arguments the harness handles itself (it runs the optimizer step)."""
+STEP_ITSELF = "xdllm runs the optimizer step itself"
+NO_EPOCHS = "xdllm trains one endless epoch, where Lightning's minimum keeps any stop from happening"
+MOVED_TRAINER_KEYS = {"gradient_clip_val": ("optim.gradient_clip_val", STEP_ITSELF),
+                      "accumulate_grad_batches": ("optim.accumulate_grad_batches", STEP_ITSELF),
+                      "min_steps": ("early_stopping.min_steps", NO_EPOCHS),
+                      "min_epochs": ("early_stopping.min_steps", NO_EPOCHS)}
+"""Lightning Trainer arguments the harness handles itself: the key to set instead, and why."""
 
 
 def check_run_options(config: DictConfig) -> None:
-    for key, replacement in MOVED_TRAINER_KEYS.items():
+    for key, (replacement, reason) in MOVED_TRAINER_KEYS.items():
         if key in config.trainer:
-            raise XdllmError(f"trainer.{key} is not used: xdllm runs the optimizer step itself; "
-                             f"set {replacement} instead")
+            raise XdllmError(f"trainer.{key} is not used: {reason}; set {replacement} instead")
     if config.checkpoint.mode not in ("max", "min", None):
         raise XdllmError(f"checkpoint.mode must be max, min or null, got {config.checkpoint.mode!r}")
     monitor = config.checkpoint.monitor

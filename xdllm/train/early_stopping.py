@@ -5,7 +5,9 @@ by), after each validation:
 
 - ``early_stopping.patience=N``: it has not improved on its best for ``N`` validations in a row
   (an improvement is a change of more than ``early_stopping.min_delta`` the right way);
-- ``early_stopping.stop_at=V``: it reached ``V`` (``>= V`` for ``max``, ``<= V`` for ``min``).
+- ``early_stopping.stop_at=V``: it reached ``V`` (``>= V`` for ``max``, ``<= V`` for ``min``);
+
+never before ``early_stopping.min_steps`` (the validations before it count towards the patience).
 
 A stop ends the run as ``trainer.max_steps`` would: ``last.ckpt`` saved, the validation's
 ``best.ckpt`` kept, the generation after training run, exit status 0; the run's log says why
@@ -36,9 +38,9 @@ class EarlyStopping(L.Callback):
     sentence in :attr:`reason` (empty: it did not stop the run)."""
 
     def __init__(self, monitor: str, mode: str, patience: int | None, min_delta: float,
-                 stop_at: float | None) -> None:
+                 stop_at: float | None, min_steps: int = 0) -> None:
         self.monitor, self.mode, self.sign = monitor, mode, 1.0 if mode == "max" else -1.0
-        self.patience, self.min_delta, self.stop_at = patience, min_delta, stop_at
+        self.patience, self.min_delta, self.stop_at, self.min_steps = patience, min_delta, stop_at, min_steps
         self.best: float | None = None
         self.best_step = 0
         self.waited = 0
@@ -53,7 +55,7 @@ class EarlyStopping(L.Callback):
             self.best, self.best_step, self.waited = value, step, 0
         else:
             self.waited += 1
-        why = self._why(value)
+        why = self._why(value) if step >= self.min_steps else ""
         stop = trainer.strategy.reduce_boolean_decision(bool(why), all=False) if trainer.world_size > 1 else bool(why)
         if stop:
             trainer.should_stop = True
@@ -92,4 +94,4 @@ def early_stopping(options: Any, monitor: str, mode: str) -> EarlyStopping | Non
         raise XdllmError(f"early_stopping.stop_at={options.stop_at} is not allowed: give a finite value of {monitor} "
                          "to stop at (or null)")
     return EarlyStopping(monitor, mode, options.patience, float(options.min_delta),
-                         None if options.stop_at is None else float(options.stop_at))
+                         None if options.stop_at is None else float(options.stop_at), options.min_steps)
