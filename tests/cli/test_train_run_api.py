@@ -104,6 +104,14 @@ def test_an_override_that_is_no_string_is_refused(arguments, refusal):
         override_words(arguments)
 
 
+def test_a_sweep_s_folder_given_to_resume_is_refused_with_how_to_continue_it(tmp_path):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "sweep.yaml").write_text("runs: []\n")
+    with pytest.raises(XdllmError, match=f"resume={tmp_path / 'sweep'} is a sweep's folder; xdllm.train_run continues "
+                                         f"one run: continue the sweep with xdllm train resume={tmp_path / 'sweep'}"):
+        xdllm.train_run(resume=tmp_path / "sweep")
+
+
 def test_a_wrong_override_is_refused_as_the_command_refuses_it(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["train", *TINY, "model.d_modle=16"]) == 2
