@@ -27,7 +27,7 @@ from xdllm.config.override_text import override
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError, os_error_text
 from xdllm.evaluate.generative_perplexity import GenerativeJudge, finalize_with_judge
-from xdllm.folder_names import GENERATE_CONFIG
+from xdllm.folder_names import GENERATE_CONFIG, RUN_CONFIG
 from xdllm.history import HistoryTopKPlugin, write_tensorboard
 from xdllm.history.live_recorder import LiveRecorder
 from xdllm.history.storage import remove_files_from
@@ -64,7 +64,7 @@ from xdllm.run.partial_generation import (
     remove_partial,
     write_partial,
 )
-from xdllm.run.run_checkpoint import RUN_CONFIG, resolve_checkpoint, run_dir_of
+from xdllm.run.run_checkpoint import resolve_checkpoint, run_dir_of
 from xdllm.run.run_log import start_generation_log
 from xdllm.temporary_files import remove_stale_temporaries, write_jsonl_atomically, write_text_atomically
 

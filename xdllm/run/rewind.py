@@ -17,9 +17,10 @@ import re
 import shutil
 from pathlib import Path
 
+from xdllm.folder_names import RUN_CONFIG
 from xdllm.run.checkpoint import ResumePoint, checkpoint_step
 from xdllm.run.new_folder import time_stamp
-from xdllm.run.run_checkpoint import CHECKPOINT_DIR, RUN_CONFIG, run_dir_of
+from xdllm.run.run_checkpoint import CHECKPOINT_DIR, run_dir_of
 from xdllm.run.run_log import RUN_LOG
 from xdllm.run.run_overrides import OVERRIDES_FILE
 

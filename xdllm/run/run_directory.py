@@ -19,9 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from xdllm.config.override_text import shell_word
 from xdllm.errors import XdllmError
+from xdllm.folder_names import RUN_CONFIG
 from xdllm.run.checkpoint import ResumePoint
 from xdllm.run.new_run_dir import RUN_DIR_ENV
-from xdllm.run.run_checkpoint import CHECKPOINT_DIR, RUN_CONFIG, run_dir_of
+from xdllm.run.run_checkpoint import CHECKPOINT_DIR, run_dir_of
 from xdllm.run.run_overrides import save_overrides
 from xdllm.temporary_files import remove_stale_temporaries, write_text_atomically
 

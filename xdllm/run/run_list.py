@@ -20,7 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
-from xdllm.run.run_checkpoint import RUN_CONFIG
+from xdllm.folder_names import RUN_CONFIG
 from xdllm.run.run_lock import refuse_if_training
 from xdllm.run.run_log import RUN_LOG
 from xdllm.run.run_overrides import OVERRIDES_FILE
