@@ -104,12 +104,17 @@ def test_an_override_that_is_no_string_is_refused(arguments, refusal):
         override_words(arguments)
 
 
-def test_a_sweep_s_folder_given_to_resume_is_refused_with_how_to_continue_it(tmp_path):
-    (tmp_path / "sweep").mkdir()
-    (tmp_path / "sweep" / "sweep.yaml").write_text("runs: []\n")
-    with pytest.raises(XdllmError, match=f"resume={tmp_path / 'sweep'} is a sweep's folder; xdllm.train_run continues "
-                                         f"one run: continue the sweep with xdllm train resume={tmp_path / 'sweep'}"):
+def test_a_sweep_s_or_generation_s_folder_given_to_resume_is_refused_with_how_to_continue_it(tmp_path):
+    for folder, name, content in [("sweep", "sweep.yaml", "runs: []\n"), ("g", "generate.yaml", "checkpoint: x\n")]:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_text(content)
+    with pytest.raises(XdllmError, match=f"resume={tmp_path / 'sweep'} is a training sweep's folder; xdllm.train_run "
+                                         f"continues one run: continue the sweep with xdllm train "
+                                         f"resume={tmp_path / 'sweep'}"):
         xdllm.train_run(resume=tmp_path / "sweep")
+    with pytest.raises(XdllmError, match=f"resume={tmp_path / 'g'} is a generation's folder: continue it with xdllm "
+                                         f"generate resume={tmp_path / 'g'}"):
+        xdllm.train_run(resume=tmp_path / "g")
 
 
 def test_a_wrong_override_is_refused_as_the_command_refuses_it(tmp_path, monkeypatch, capsys):
