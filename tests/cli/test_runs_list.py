@@ -2,6 +2,7 @@
 best monitored value its validations logged, how its last ``xdllm train`` ended, and the overrides
 that tell the runs apart."""
 
+import json
 import re
 import shutil
 
@@ -119,3 +120,17 @@ def test_a_run_whose_files_cannot_be_read_is_a_row_saying_so(trained_run, tmp_pa
     assert rows["overrides"][3].startswith("unreadable overrides.yaml: ParserError:")
     assert rows["list"][3] == "unreadable overrides.yaml: ValueError: a list of overrides was expected, not dict"
     assert rows["whole"] == ["mlm/sort", "6/6", "-", "finished"]  # the others are listed still
+
+
+def test_json_lines_for_scripts(trained_run, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    folder = _copy_with_log(trained_run, runs / "a", ["xdllm train", *VALIDATIONS, "finished"])
+    (folder / "overrides.yaml").write_text(yaml.safe_dump(["experiment=sort_mlm", "seed=3", "run_dir=runs/a"]))
+    assert main(["runs", "--json", str(runs)]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line) == {"folder": str(folder), "family": "mlm", "task": "sort", "step": 6, "max_steps": 6,
+                                "state": "finished", "monitor": "val/exact_match", "best": 0.25, "best_step": 6,
+                                "given": ["experiment=sort_mlm", "seed=3"]}
+    (tmp_path / "empty").mkdir()
+    assert main(["runs", "--json", str(tmp_path / "empty")]) == 0  # no runs: no lines
+    assert capsys.readouterr().out == ""

@@ -59,8 +59,10 @@ def _parser() -> argparse.ArgumentParser:
         "runs", help="the training runs under folders: step, best score, how each ended",
         description="List the training runs in or under FOLDERs (default: runs), one line each: family/task, the "
                     "step reached, the best value of checkpoint.monitor its validations logged, and how its last "
-                    "xdllm train ended (finished, stopped, failed, training now, or without a word: killed).")
+                    "xdllm train ended (finished, stopped, failed, training now, or without a word: killed), and "
+                    "the overrides that tell the runs apart.")
     runs.add_argument("folders", nargs="*", type=Path, default=[Path("runs")], metavar="FOLDER")
+    runs.add_argument("--json", action="store_true", help="one JSON object per run (JSON Lines), for scripts")
     add_history_parser(commands)
     add_data_parser(commands)
     add_tokenizer_parser(commands)
@@ -238,14 +240,17 @@ def _cmd_eval(overrides: Sequence[str], print_config: bool = False) -> int:
     return 0
 
 
-def _cmd_runs(folders: list[Path]) -> int:
-    from xdllm.run.run_list import find_runs, run_table, summarize_run
+def _cmd_runs(folders: list[Path], as_json: bool) -> int:
+    from xdllm.run.run_list import find_runs, run_record, run_table, summarize_run
 
-    found = find_runs(folders)
-    if not found:
+    runs = [summarize_run(folder) for folder in find_runs(folders)]
+    if as_json:  # no runs: no lines
+        for run in runs:
+            print(json.dumps(run_record(run)))
+    elif runs:
+        print("\n".join(run_table(runs, Path.cwd())))
+    else:
         print(f"no training runs (a config.yaml beside a train.log) in {', '.join(map(str, folders))}")
-        return 0
-    print("\n".join(run_table([summarize_run(folder) for folder in found], Path.cwd())))
     return 0
 
 
@@ -287,7 +292,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
     if arguments.command == "models":
         return _cmd_models()
     if arguments.command == "runs":
-        return _cmd_runs(arguments.folders)
+        return _cmd_runs(arguments.folders, arguments.json)
     if arguments.command == "data":
         from xdllm.cli.data import run_data_command
 

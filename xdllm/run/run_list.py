@@ -13,6 +13,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
@@ -154,6 +155,15 @@ def _unreadable(folder: Path, name: str, error: Exception) -> RunSummary:
     said = " ".join(str(error).split())
     said = f"{said[:ERROR_SHOWN]}..." if len(said) > ERROR_SHOWN else said
     return RunSummary(folder, "?", "?", None, None, f"unreadable {name}: {type(error).__name__}: {said}", "", None)
+
+
+def run_record(run: RunSummary) -> dict[str, Any]:
+    """``xdllm runs --json``'s object for ``run``: its summary's fields, the best value and its
+    step apart, the folder absolute, ``given`` as a list (null: the run kept none)."""
+    best, best_step = run.best if run.best is not None else (None, None)
+    return {"folder": str(run.folder.resolve()), "family": run.family, "task": run.task, "step": run.step,
+            "max_steps": run.max_steps, "state": run.state, "monitor": run.monitor, "best": best,
+            "best_step": best_step, "given": None if run.given is None else list(run.given)}
 
 
 def run_table(runs: list[RunSummary], relative_to: Path) -> list[str]:
