@@ -131,6 +131,9 @@ def test_json_lines_for_scripts(trained_run, tmp_path, capsys):
     assert json.loads(line) == {"folder": str(folder), "family": "mlm", "task": "sort", "step": 6, "max_steps": 6,
                                 "state": "finished", "monitor": "val/exact_match", "best": 0.25, "best_step": 6,
                                 "given": ["experiment=sort_mlm", "seed=3"]}
+    _copy_with_log(trained_run, runs / "b", ["xdllm train", "error: RuntimeError: " + "x" * 200])
+    assert main(["runs", "--json", str(runs / "b")]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "failed: RuntimeError: " + "x" * 200  # whole, not cut
     (tmp_path / "empty").mkdir()
     assert main(["runs", "--json", str(tmp_path / "empty")]) == 0  # no runs: no lines
     assert capsys.readouterr().out == ""

@@ -34,8 +34,9 @@ VALIDATION_LINE = re.compile(STAMP + r"validation at step (\d+) \([^)]*\): (.*)$
 ENDING_LINE = re.compile(STAMP + r"(result: |finished$|stopped by |error: )(.*)$")
 EARLY_LINE = re.compile(STAMP + r"early stopping after the validation at step (\d+): ")
 REWIND_LINE = re.compile(STAMP + r"warning: resume: .* is at step (\d+), before the run's newest checkpoint")
-ERROR_SHOWN = 80
-"""Characters of a failed run's error shown (its train.log has the whole line)."""
+STATE_SHOWN = 88
+"""Characters of a state shown in the table (a failed run's error: its train.log and ``--json`` have
+the whole line)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def _state(lines: list[str], training: bool) -> tuple[str, int | None]:
         if ending:
             kind, rest = ending[1], ending[2]
             if kind == "error: ":
-                return f"failed: {rest[:ERROR_SHOWN]}{'...' if len(rest) > ERROR_SHOWN else ''}", None
+                return f"failed: {rest}", None
             if kind == "stopped by ":
                 return f"stopped by {rest}", None
             early = [int(found[1]) for line in last if (found := EARLY_LINE.match(line))]
@@ -153,7 +154,6 @@ def _given(path: Path) -> tuple[str, ...] | None:
 
 def _unreadable(folder: Path, name: str, error: Exception) -> RunSummary:
     said = " ".join(str(error).split())
-    said = f"{said[:ERROR_SHOWN]}..." if len(said) > ERROR_SHOWN else said
     return RunSummary(folder, "?", "?", None, None, f"unreadable {name}: {type(error).__name__}: {said}", "", None)
 
 
@@ -180,6 +180,7 @@ def run_table(runs: list[RunSummary], relative_to: Path) -> list[str]:
             name = str(run.folder)
         step = f"{'?' if run.step is None else run.step}/{'?' if run.max_steps is None else run.max_steps}"
         best = "-" if run.best is None else f"{run.monitor}={run.best[0]:.4g} (step {run.best[1]})"
-        rows.append((name, f"{run.family}/{run.task}", step, best, run.state, *((differing,) if any(settings) else ())))
+        state = f"{run.state[:STATE_SHOWN]}..." if len(run.state) > STATE_SHOWN else run.state
+        rows.append((name, f"{run.family}/{run.task}", step, best, state, *((differing,) if any(settings) else ())))
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
     return ["  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[-1]]).rstrip() for row in rows]
