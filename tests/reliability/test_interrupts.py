@@ -179,6 +179,8 @@ def test_a_second_ctrl_c_names_the_newest_saved_state(tmp_path, monkeypatch, cap
     def interrupted_train(config, resume=None, overrides=(), run_log=None):
         raise TrainingInterrupted(run_dir, continue_command(run_dir))
 
+    assert str(TrainingInterrupted(run_dir, "")) == (  # as a notebook shows it
+        f"a second Ctrl-C stopped training at once; what it saved before is in {run_dir}")
     monkeypatch.setattr("xdllm.run.train.train", interrupted_train)
     assert main(["train", *TINY]) == 130
     assert f"no checkpoint was saved in {run_dir} yet" in capsys.readouterr().err

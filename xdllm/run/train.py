@@ -104,7 +104,7 @@ class TrainingInterrupted(KeyboardInterrupt):
     """A second Ctrl-C stopped training at once; ``run_dir`` holds what was saved before."""
 
     def __init__(self, run_dir: Path, continue_command: str) -> None:
-        super().__init__(str(run_dir))
+        super().__init__(f"a second Ctrl-C stopped training at once; what it saved before is in {run_dir}")
         self.run_dir = run_dir
         self.continue_command = continue_command
 
