@@ -112,6 +112,9 @@ def test_a_run_whose_files_cannot_be_read_is_a_row_saying_so(trained_run, tmp_pa
     (runs / "config" / "config.yaml").write_text("model: {\n")
     (runs / "overrides" / "overrides.yaml").write_text("- a=1\n- [\n")
     (runs / "list" / "overrides.yaml").write_text("seed: 1\n")
+    (runs / "taskless").mkdir()
+    (runs / "taskless" / "config.yaml").write_text("seed: 1\n")  # not one xdllm wrote
+    (runs / "taskless" / "train.log").write_text("")
     assert main(["runs", str(runs)]) == 0
     rows = {line.split()[0].rsplit("/", 1)[1]: re.split(r"\s{2,}", line.strip())[1:]
             for line in capsys.readouterr().out.splitlines()[1:]}
@@ -119,6 +122,7 @@ def test_a_run_whose_files_cannot_be_read_is_a_row_saying_so(trained_run, tmp_pa
         "unreadable config.yaml: ParserError: while parsing a flow node")
     assert rows["overrides"][3].startswith("unreadable overrides.yaml: ParserError:")
     assert rows["list"][3] == "unreadable overrides.yaml: ValueError: a list of overrides was expected, not dict"
+    assert rows["taskless"][3].startswith("unreadable config.yaml: ")
     assert rows["whole"] == ["mlm/sort", "6/6", "-", "finished"]  # the others are listed still
 
 

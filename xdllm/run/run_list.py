@@ -119,8 +119,8 @@ def summarize_run(folder: Path) -> RunSummary:
         family, task = str(config.get("model_family", "?")), str(config.task.get("name", "?"))
         max_steps, monitor = int(config.trainer.max_steps), str(config.checkpoint.monitor)
         mode = str(config.checkpoint.mode)
-    except (OSError, ValueError, yaml.YAMLError, OmegaConfBaseException) as error:
-        return _unreadable(folder, RUN_CONFIG, error)
+    except (OSError, ValueError, AttributeError, yaml.YAMLError, OmegaConfBaseException) as error:
+        return _unreadable(folder, RUN_CONFIG, error)  # AttributeError: a config without a task, say
     try:
         given = _given(folder / OVERRIDES_FILE)
     except (OSError, ValueError, yaml.YAMLError) as error:

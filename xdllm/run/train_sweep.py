@@ -21,9 +21,10 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig
@@ -175,7 +176,7 @@ def continue_train_sweep(sweep_dir: Path, sweep_log: RunLog) -> SweepResult:
     return _train_planned(sweep_dir, todo, results, resumed, sweep_log)
 
 
-def keeping_sweep_log(command: Sequence[str]) -> ContextManager[RunLog]:
+def keeping_sweep_log(command: Sequence[str]) -> AbstractContextManager[RunLog]:
     """The sweep's ``sweep.log`` while the block runs: the lines of this module (the sweep's own),
     from the command on, and how the block ended."""
     return keeping_run_log(command, SWEEP_LOG, logger_names=(__name__,))
