@@ -3,6 +3,8 @@ improving (`patience`, `min_delta`) or reaches `stop_at`; the run then ends as a
 (checkpoints, the generation after training, exit 0), its log and `xdllm runs` say so, and a
 resumed run counts on from the checkpoint."""
 
+import json
+
 import pytest
 from tiny_run import TINY
 
@@ -109,3 +111,8 @@ def test_a_sweep_says_which_of_its_runs_stopped_early(tmp_path, capsys):
     finished = [line.rsplit("=", 1)[0] for line in said if line.startswith("sweep run") and " finished" in line]
     assert finished == ["sweep run 1 of 2 finished early, at step 2: early_stopping.stop_at=1000: best val/loss",
                         "sweep run 2 of 2 finished: early_stopping.stop_at=null: best val/loss"]
+    lines = [json.loads(line) for line in (sweep / "sweep.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [2, 6] and lines[1]["early_stop"] == ""
+    assert lines[0]["early_stop"].startswith("early stopping after the validation at step 2: val/loss=")
+    ranking = (sweep / "sweep.log").read_text().split("best val/loss first:\n")[1]
+    assert ranking.count("early_stopping.stop_at=") == 2 and "step" not in ranking  # no step shown as a score

@@ -3,7 +3,8 @@ another in this process, each a whole run directory named by its settings under 
 
     <sweep>/optim.lr=0.001,seed=0/   config.yaml, checkpoints/, tensorboard/, generate/, ...
     <sweep>/optim.lr=0.0003,seed=0/
-    <sweep>/sweep.jsonl              one line per finished run: settings, run directory, results
+    <sweep>/sweep.jsonl              one line per finished run: settings, run directory, the step it
+                                     ended at (and why, where early_stopping ended it), results
     <sweep>/sweep.yaml               each run's folder, settings and overrides (paths absolute)
     <sweep>/sweep.log                the sweep's commands and lines: each run started and finished,
                                      the ranking, how it ended (each run's own lines: its train.log)
@@ -200,7 +201,8 @@ def _train_planned(sweep_dir: Path, todo: Sequence[tuple[PlannedRun, DictConfig]
             summary = summary or {"checkpoint": str(result.best_checkpoint)}
             results.append({"settings": swept_settings(run.settings, config), "folder": run.folder,
                             "run_dir": str(result.run_dir), "monitor": result.monitor, "mode": result.mode,
-                            "best_score": result.best_score, **summary})
+                            "best_score": result.best_score, "step": result.global_step,
+                            "early_stop": result.early_stop, **summary})
             write_jsonl_atomically(sweep_dir / SWEEP_SUMMARY, results)  # after each: a stop keeps what finished
             log.info("sweep run %d of %d finished%s: %s: best %s=%s", len(results), total,
                      f" early, at step {result.global_step}" if result.early_stop else "", run.folder, result.monitor,
