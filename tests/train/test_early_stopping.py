@@ -45,6 +45,12 @@ def test_stop_at_ends_training_once_the_metric_reaches_it(tmp_path, capsys):
     assert _step(run_dir) == 2
 
 
+def test_a_condition_met_at_max_steps_is_no_early_stop(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", *EVERY_2, "trainer.max_steps=2", "early_stopping.stop_at=1000", f"run_dir={run_dir}"]) == 0
+    assert "early stopping" not in capsys.readouterr().err and summarize_run(run_dir).state == "finished"
+
+
 def test_min_steps_holds_the_stop_until_that_step(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert main(["train", *EVERY_2, "trainer.max_steps=20", "early_stopping.stop_at=1000", "early_stopping.min_steps=5",
@@ -72,8 +78,12 @@ def test_a_resumed_run_counts_the_validations_without_improvement_on(tmp_path, c
     assert main(["train", f"resume={run_dir}", "trainer.max_steps=20"]) == 0
     assert "at step 6: val/loss has not improved on" in capsys.readouterr().err  # counted afresh: step 10
     assert _step(run_dir) == 6
-    assert main(["train", f"resume={run_dir}", "checkpoint.monitor=val/exact_match", "trainer.max_steps=10"]) == 0
-    assert _step(run_dir) == 10  # another metric is counted afresh: its best at step 8, one without at 10
+    assert main(["train", f"resume={run_dir}"]) == 0  # as it was: it says so, and stops at its next validation
+    said = capsys.readouterr().err
+    assert ("this run had stopped: early stopping after the validation at step 6: val/loss has not improved on"
+            in said) and "early stopping after the validation at step 8: " in said and _step(run_dir) == 8
+    assert main(["train", f"resume={run_dir}", "checkpoint.monitor=val/exact_match", "trainer.max_steps=12"]) == 0
+    assert _step(run_dir) == 12  # another metric is counted afresh: its best at step 10, one without at 12
     assert main(["train", f"resume={run_dir}", "early_stopping.patience=null", "trainer.max_steps=20"]) == 0
     assert _step(run_dir) == 20
     assert summarize_run(run_dir).state == "finished"

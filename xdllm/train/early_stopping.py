@@ -13,8 +13,8 @@ A stop ends the run as ``trainer.max_steps`` would: ``last.ckpt`` saved, the val
 ``best.ckpt`` kept, the generation after training run, exit status 0; the run's log says why
 (``early stopping after the validation at step 1500: ...``) and ``xdllm runs`` shows the step.
 The count of validations without improvement is kept in the checkpoints, so that a resumed run
-counts on (``resume=`` a run that stopped early trains on to its next validation, and stops
-there unless it improved or the options changed: ``early_stopping.patience=null`` trains on).
+counts on (``resume=`` a run that stopped early says so, trains on to its next validation, and
+stops there unless it improved or the options changed: ``early_stopping.patience=null`` trains on).
 """
 
 from __future__ import annotations
@@ -45,6 +45,13 @@ class EarlyStopping(L.Callback):
         self.best_step = 0
         self.waited = 0
         self.reason = ""
+        self.earlier_reason = ""  # why it stopped the run this one resumes (empty: it did not)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.earlier_reason and trainer.is_global_zero:
+            log.info("this run had stopped: %s; it trains on to its next validation, where early_stopping judges "
+                     "again (early_stopping.patience=null early_stopping.stop_at=null train on to "
+                     "trainer.max_steps)", self.earlier_reason)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         value = trainer.callback_metrics.get(self.monitor)
@@ -55,7 +62,7 @@ class EarlyStopping(L.Callback):
             self.best, self.best_step, self.waited = value, step, 0
         else:
             self.waited += 1
-        why = self._why(value) if step >= self.min_steps else ""
+        why = self._why(value) if self.min_steps <= step < trainer.max_steps else ""  # at max_steps: no early stop
         stop = trainer.strategy.reduce_boolean_decision(bool(why), all=False) if trainer.world_size > 1 else bool(why)
         if stop:
             trainer.should_stop = True
@@ -79,10 +86,11 @@ class EarlyStopping(L.Callback):
         return self._generate_state_key(monitor=self.monitor, mode=self.mode)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "best_step": self.best_step, "waited": self.waited}
+        return {"best": self.best, "best_step": self.best_step, "waited": self.waited, "reason": self.reason}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.best, self.best_step, self.waited = state_dict["best"], state_dict["best_step"], state_dict["waited"]
+        self.earlier_reason = state_dict.get("reason", "")
 
 
 def early_stopping(options: Any, monitor: str, mode: str) -> EarlyStopping | None:
