@@ -2,6 +2,8 @@
 that write xdllm's lines: the terminal's (:mod:`xdllm.cli.stderr_handler`) and the run's log
 (:mod:`xdllm.run.run_log`), and the loggers they write for."""
 
+EARLY_STOP_LINE = "early stopping after the validation at step {step}: {why}"
+"""The line ``early_stopping`` logs when it ends a run; ``xdllm runs`` reads it back from ``train.log``."""
 XDLLM_LOGGERS = ("xdllm", "xdllm_models")
 """The loggers of xdllm and of its model families (``models/``, imported as ``xdllm_models``)."""
 

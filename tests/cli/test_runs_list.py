@@ -120,8 +120,12 @@ def test_a_run_whose_files_cannot_be_read_is_a_row_saying_so(trained_run, tmp_pa
             for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows["config"][:3] == ["?/?", "?/?", "-"] and rows["config"][3].startswith(
         "unreadable config.yaml: ParserError: while parsing a flow node")
-    assert rows["overrides"][3].startswith("unreadable overrides.yaml: ParserError:")
-    assert rows["list"][3] == "unreadable overrides.yaml: ValueError: a list of overrides was expected, not dict"
+    assert rows["overrides"][3].startswith("unreadable overrides.yaml: ")  # the whole state, as resume= says it:
+    assert summarize_run(runs / "overrides").state.startswith(
+        f"unreadable overrides.yaml: {runs / 'overrides' / 'overrides.yaml'} is not readable: while parsing")
+    assert summarize_run(runs / "list").state == (
+        f"unreadable overrides.yaml: {runs / 'list' / 'overrides.yaml'} must hold a list of overrides (KEY=VALUE "
+        "strings)")
     assert rows["taskless"][3].startswith("unreadable config.yaml: ")
     assert rows["whole"] == ["mlm/sort", "6/6", "-", "finished"]  # the others are listed still
 

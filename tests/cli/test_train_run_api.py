@@ -108,9 +108,9 @@ def test_a_sweep_s_or_generation_s_folder_given_to_resume_is_refused_with_how_to
     for folder, name, content in [("sweep", "sweep.yaml", "runs: []\n"), ("g", "generate.yaml", "checkpoint: x\n")]:
         (tmp_path / folder).mkdir()
         (tmp_path / folder / name).write_text(content)
-    with pytest.raises(XdllmError, match=f"resume={tmp_path / 'sweep'} is a training sweep's folder; xdllm.train_run "
-                                         f"continues one run: continue the sweep with xdllm train "
-                                         f"resume={tmp_path / 'sweep'}"):
+    with pytest.raises(XdllmError, match=f"resume={tmp_path / 'sweep'} is a training sweep's folder: continue it with "
+                                         f"xdllm train resume={tmp_path / 'sweep'}; xdllm.train_run\\(resume=\\) "
+                                         "takes one training run's folder or checkpoint \\(a sweep's run: "):
         xdllm.train_run(resume=tmp_path / "sweep")
     with pytest.raises(XdllmError, match=f"resume={tmp_path / 'g'} is a generation's folder: continue it with xdllm "
                                          f"generate resume={tmp_path / 'g'}"):

@@ -107,7 +107,10 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
     command = ("xdllm", "train", *overrides)
     overrides, resume = _split_resume(overrides)
     if resume is not None:
-        refuse_generation_folder(resume)
+        from xdllm.folder_names import refuse_other_kind
+
+        refuse_other_kind(resume, ("training run", "training sweep"),
+                          "xdllm train resume= takes a training run's folder or checkpoint, or a training sweep's")
     if sweep or resume is not None:  # Lightning loads here, not before --cfg or a bad override is answered
         from xdllm.run import train_sweep
 
@@ -140,17 +143,6 @@ def _cmd_train(overrides: Sequence[str], print_config: bool = False, sweep: bool
     if summary is not None:
         print(json.dumps(summary, indent=2))
     return 0
-
-
-def refuse_generation_folder(resume: str) -> None:
-    """``xdllm train resume=`` of a generation's folder (or a generation sweep's) is one line that
-    says which command continues it."""
-    from xdllm.folder_names import folder_kind
-
-    kind = folder_kind(Path(resume).expanduser())
-    if kind in ("generation", "generation sweep"):
-        raise XdllmError(f"resume={resume} is a {kind}'s folder: continue it with xdllm generate resume={resume}; "
-                         "xdllm train resume= takes a training run's folder or checkpoint, or a training sweep's")
 
 
 def _sweep_done(result: Any) -> int:

@@ -22,9 +22,10 @@ from omegaconf.errors import OmegaConfBaseException
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.folder_names import RUN_CONFIG
+from xdllm.log_marks import EARLY_STOP_LINE
 from xdllm.run.run_lock import refuse_if_training
 from xdllm.run.run_log import RUN_LOG
-from xdllm.run.run_overrides import OVERRIDES_FILE
+from xdllm.run.run_overrides import OVERRIDES_FILE, stored_overrides
 
 STAMP = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
 COMMAND_LINE = re.compile(STAMP + r"xdllm train( |$)")
@@ -32,7 +33,7 @@ STEP_LINE = re.compile(STAMP + r"step (\d+)/\d+ ")
 STOP_LINE = re.compile(STAMP + r"(stopped by .*? after step (\d+))$")
 VALIDATION_LINE = re.compile(STAMP + r"validation at step (\d+) \([^)]*\): (.*)$")
 ENDING_LINE = re.compile(STAMP + r"(result: |finished$|stopped by |error: )(.*)$")
-EARLY_LINE = re.compile(STAMP + r"early stopping after the validation at step (\d+): ")
+EARLY_LINE = re.compile(STAMP + re.escape(EARLY_STOP_LINE.split("{step}")[0]) + r"(\d+): ")
 REWIND_LINE = re.compile(STAMP + r"warning: resume: .* is at step (\d+), before the run's newest checkpoint")
 STATE_SHOWN = 88
 """Characters of a state shown in the table (a failed run's error: its train.log and ``--json`` have
@@ -122,8 +123,8 @@ def summarize_run(folder: Path) -> RunSummary:
     except (OSError, ValueError, AttributeError, yaml.YAMLError, OmegaConfBaseException) as error:
         return _unreadable(folder, RUN_CONFIG, error)  # AttributeError: a config without a task, say
     try:
-        given = _given(folder / OVERRIDES_FILE)
-    except (OSError, ValueError, yaml.YAMLError) as error:
+        given = _given(folder)
+    except XdllmError as error:
         return _unreadable(folder, OVERRIDES_FILE, error)
     try:
         lines = (folder / RUN_LOG).read_text(encoding="utf-8", errors="replace").splitlines()
@@ -141,20 +142,20 @@ def summarize_run(folder: Path) -> RunSummary:
     return RunSummary(folder, family, task, step, max_steps, state, monitor, _best(lines, monitor, mode), given)
 
 
-def _given(path: Path) -> tuple[str, ...] | None:
-    if not path.is_file():
+def _given(folder: Path) -> tuple[str, ...] | None:
+    """The run's stored overrides, the last of each key, ``run_dir`` left out (None: it stored none)."""
+    stored = stored_overrides(folder)
+    if stored is None:
         return None
-    overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or []
-    if not isinstance(overrides, list):
-        raise ValueError(f"a list of overrides was expected, not {type(overrides).__name__}")
-    last = {override_key(str(text)): str(text) for text in overrides}
+    last = {override_key(text): text for text in stored}
     last.pop("run_dir", None)
     return tuple(last.values())
 
 
 def _unreadable(folder: Path, name: str, error: Exception) -> RunSummary:
     said = " ".join(str(error).split())
-    return RunSummary(folder, "?", "?", None, None, f"unreadable {name}: {type(error).__name__}: {said}", "", None)
+    what = said if isinstance(error, XdllmError) else f"{type(error).__name__}: {said}"  # an XdllmError says it all
+    return RunSummary(folder, "?", "?", None, None, f"unreadable {name}: {what}", "", None)
 
 
 def run_record(run: RunSummary) -> dict[str, Any]:

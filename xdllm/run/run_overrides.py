@@ -40,16 +40,26 @@ def with_stored_overrides(resume: str | None, overrides: Sequence[str]) -> list[
     stored none)."""
     if not resume:
         return list(overrides)
-    path = resumed_run_dir(resume) / OVERRIDES_FILE
-    if not path.is_file():
-        return list(overrides)
     try:
-        stored = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise XdllmError(f"resume: {path} is not readable: {' '.join(str(error).split())}") from error
+        stored = stored_overrides(resumed_run_dir(resume))
+    except XdllmError as error:
+        raise XdllmError(f"resume: {error}") from error
+    return [*(stored or []), *overrides]
+
+
+def stored_overrides(run_dir: Path) -> list[str] | None:
+    """The overrides ``run_dir`` stored (None: it has no ``overrides.yaml``, a run made before the
+    file existed); one that cannot be read or is no list of strings is refused, naming it."""
+    path = run_dir / OVERRIDES_FILE
+    if not path.is_file():
+        return None
+    try:
+        stored = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise XdllmError(f"{path} is not readable: {' '.join(str(error).split())}") from error
     if not isinstance(stored, list) or not all(isinstance(override, str) for override in stored):
-        raise XdllmError(f"resume: {path} must hold a list of overrides (KEY=VALUE strings)")
-    return [*stored, *overrides]
+        raise XdllmError(f"{path} must hold a list of overrides (KEY=VALUE strings)")
+    return stored
 
 
 def continue_command(run_dir: Path, extra: Sequence[str] = ()) -> str:

@@ -32,7 +32,7 @@ from xdllm.config.override_text import check_override_syntax
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.evaluate.generative_perplexity import GenerativeJudge
-from xdllm.folder_names import SWEEP_PLAN, folder_kind
+from xdllm.folder_names import SWEEP_PLAN, refuse_other_kind
 from xdllm.run.checkpoint import TrainedRun
 from xdllm.run.generate import continue_generation, load_run, run_generation, write_views
 from xdllm.run.generation_check import CheckedGeneration, check_generation
@@ -176,11 +176,8 @@ def continue_stopped(folder: Path, overrides: Sequence[str]) -> dict[str, Any]:
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise XdllmError(f"resume={folder}: no such folder; give the folder a stopped xdllm generate named")
-    kind = folder_kind(folder)
-    if kind in ("training sweep", "training run"):
-        generate = f", or generate from it with xdllm generate ckpt={folder}" if kind == "training run" else ""
-        raise XdllmError(f"resume={folder} is a {kind}'s folder: continue it with xdllm train resume={folder}"
-                         f"{generate}; xdllm generate resume= takes a stopped generation's or a generation sweep's")
+    refuse_other_kind(folder, ("generation", "generation sweep"),
+                      "xdllm generate resume= takes a stopped generation's or a generation sweep's")
     if (folder / SWEEP_PLAN).is_file():
         return continue_sweep(folder, overrides)
     sweep = sweep_of(folder)

@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from xdllm.errors import XdllmError
-from xdllm.folder_names import folder_kind
+from xdllm.folder_names import refuse_other_kind
 from xdllm.run.checkpoint import TrainedRun, load_trained
 
 SIGNALS = ("Ctrl-C", "SIGTERM")
@@ -104,14 +104,9 @@ def train_run(*overrides: str, resume: str | Path | None = None) -> TrainingResu
 
     words = quoted_paths(override_words(overrides))
     resume_text = None if resume is None else str(resume)
-    kind = None if resume_text is None else folder_kind(Path(resume_text).expanduser())
-    if kind == "training sweep":
-        raise XdllmError(f"resume={resume_text} is a training sweep's folder; xdllm.train_run continues one run: "
-                         f"continue the sweep with xdllm train resume={resume_text}, or one of its runs with "
-                         f"xdllm.train_run(resume='{Path(resume_text) / '<its settings>'}')")
-    if kind in ("generation", "generation sweep"):
-        raise XdllmError(f"resume={resume_text} is a {kind}'s folder: continue it with xdllm generate "
-                         f"resume={resume_text}; xdllm.train_run(resume=) takes a training run's folder or checkpoint")
+    if resume_text is not None:
+        refuse_other_kind(resume_text, ("training run",), "xdllm.train_run(resume=) takes one training run's folder "
+                          f"or checkpoint (a sweep's run: {Path(resume_text) / '<its settings>'})")
     with xdllm_lines_on_stderr():
         words = with_stored_overrides(resume_text, words)
         config = compose_config("train", words)

@@ -27,10 +27,10 @@ import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
 from xdllm.errors import XdllmError
+from xdllm.log_marks import EARLY_STOP_LINE
 
 log = logging.getLogger(__name__)
 
-EARLY_STOP_LINE = "early stopping after the validation at step {step}: {why}"
 
 
 class EarlyStopping(L.Callback):
