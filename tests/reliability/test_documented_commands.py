@@ -1,6 +1,8 @@
 """Every ``xdllm train``, ``generate`` and ``eval`` command written in the README, docs/,
 experiments/ and the family packages' pages composes as written: a renamed option, a misspelt
-key or a value outside its range fails here, not in a reader's terminal.
+key or a value outside its range fails here, not in a reader's terminal. A family the documents
+make with ``xdllm models new NAME [--from FAMILY]`` is made here too, and found by the commands
+that select it.
 
 Composing checks every key and value a command gives (for ``train``, also the family
 components' arguments), runs nothing and needs none of the runs the commands name. Commands
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 from documented import DOCUMENTS, ROOT
 
 from xdllm.config.compose import compose_config
+from xdllm.family_fork import fork_family
 
 COMMAND = re.compile(r"(?:^|[\s`$(])xdllm (train|generate|eval) ([^`\n]*)")
 PLACEHOLDERS = ("<", "...", "$", "/path/to")
@@ -64,6 +68,18 @@ def _documented_commands() -> list[tuple[str, str, list[str]]]:
 
 
 COMMANDS = _documented_commands()
+NEW_FAMILY = re.compile(r"xdllm models new ([a-z]\w*)(?: --from (\w+))?")  # NAME: the syntax, not a name
+DOCUMENTED_COPIES = {name: source or "mlm" for document in DOCUMENTS
+                     for name, source in NEW_FAMILY.findall(document.read_text())}
+
+
+@pytest.fixture(scope="module")
+def documented_copies(tmp_path_factory) -> Path:
+    """The folder holding the families the documents make with ``xdllm models new``."""
+    folder = tmp_path_factory.mktemp("families")
+    for name, source in DOCUMENTED_COPIES.items():
+        fork_family(source, name, folder)
+    return folder
 
 
 def test_the_documents_are_read():
@@ -73,8 +89,14 @@ def test_the_documents_are_read():
 
 @pytest.mark.parametrize("command, overrides", [(command, overrides) for _, command, overrides in COMMANDS],
                          ids=[where for where, _, _ in COMMANDS])
-def test_a_documented_command_composes(command, overrides):
+def test_a_documented_command_composes(command, overrides, request):
+    if any(override.partition("=")[::2] in {("model", name) for name in DOCUMENTED_COPIES} for override in overrides):
+        overrides = [*overrides, f"model_search_path=[{request.getfixturevalue('documented_copies')}]"]
     compose_config("train" if command == "train" else "generate", overrides)
+
+
+def test_the_families_the_documents_make_are_read():
+    assert DOCUMENTED_COPIES == {"my_mlm": "mlm", "my_bd3lm": "bd3lm"}
 
 
 @pytest.mark.parametrize("text, overrides", [

@@ -34,6 +34,7 @@ def help_epilog() -> str:
         " improved for 3 validations)",
         "  xdllm history show runs/quick/generate/<time>/history/history-00000.pt --sample 0",
         "  xdllm data prepare corpus.txt -o data/corpus --tokenizer tokenizer.json",
+        "  xdllm models new my_mlm --from mlm   (a family of your own: a copy of mlm, to change)",
         "",
         "from Python (docs/training.md, docs/predictor.md):",
         "  import xdllm; result = xdllm.train_run('experiment=sort_mlm', 'run_dir=runs/quick')",

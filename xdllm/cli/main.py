@@ -14,7 +14,7 @@ from typing import Any
 from xdllm.cli.stderr_handler import quiet_library_chatter, say_xdllm_lines
 from xdllm.cli.terminate import Terminated, sigterm_raises_terminated
 from xdllm.errors import XdllmError, os_error_text
-from xdllm.registry import ModelRegistryError, discover_families
+from xdllm.registry import ModelRegistryError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     from xdllm.cli.data import add_data_parser
     from xdllm.cli.help_text import PREDICTOR_HELP, help_epilog
     from xdllm.cli.history import add_history_parser
+    from xdllm.cli.models import add_models_parser
     from xdllm.cli.tokenizer import add_tokenizer_parser
     from xdllm.cli.version import ShowVersion
 
@@ -54,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("-m", "--multirun", action="store_true",
                              help=f"sweep: one {what} per combination of KEY=A,B,... values, "
                                   "each in a folder named by its settings")
-    commands.add_parser("models", help="list the discovered model-family packages")
+    add_models_parser(commands)
     runs = commands.add_parser(
         "runs", help="the training runs under folders: step, best score, how each ended",
         description="List the training runs in or under FOLDERs (default: runs), one line each: family/task, the "
@@ -246,17 +247,6 @@ def _cmd_runs(folders: list[Path], as_json: bool) -> int:
     return 0
 
 
-def _cmd_models() -> int:
-    families = discover_families()
-    if not families:
-        print("no model families found")
-    for name, registered in sorted(families.items()):
-        print(f"{name:<12} {registered.family.description}")
-        print(f"{'':<12} source: {registered.source}")
-        print(f"{'':<12} configs: {registered.family.config_dir}")
-    return 0
-
-
 OVERRIDE_COMMANDS = ("train", "generate", "eval")
 
 
@@ -282,7 +272,9 @@ def _run_command(arguments: argparse.Namespace) -> int:
     if arguments.command == "eval":
         return _cmd_eval(arguments.overrides, arguments.cfg)
     if arguments.command == "models":
-        return _cmd_models()
+        from xdllm.cli.models import run_models_command
+
+        return run_models_command(arguments)
     if arguments.command == "runs":
         return _cmd_runs(arguments.folders, arguments.json)
     if arguments.command == "data":
