@@ -36,6 +36,8 @@ HEADER = ("# The {name} family: started as a copy of the {source} family ({modul
           "# made by `xdllm models new`; change what your idea needs.\n")
 OLD_HEADER = re.compile(r"\A# The \w+ family: started as a copy of .*\n# made by `xdllm models new`.*\n")
 """The header of a family copied before: a copy of a copy says where it came from once."""
+
+
 @dataclass(frozen=True)
 class ForkedFamily:
     """What ``xdllm models new`` wrote: the new family's package and where it came from."""
