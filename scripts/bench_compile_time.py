@@ -38,7 +38,7 @@ def measure(args: argparse.Namespace, n_layers: int, compiled: bool) -> dict:
     from xdllm.nn import transformer as transformer_module
 
     device = torch.device(args.device)
-    counter = CompileCounterWithBackend("inductor")
+    counter = CompileCounterWithBackend(args.backend)
     if compiled:  # the same compilation model.compile makes, counted
         from xdllm.nn.buckets import allow_shape_buckets
 
@@ -80,7 +80,7 @@ def run_fresh(args: argparse.Namespace, n_layers: int, compiled: bool) -> dict:
     """:func:`measure` in a new interpreter, inductor's on-disk caches off."""
     command = [sys.executable, __file__, "--worker", str(n_layers), str(int(compiled)), "--device", args.device,
                "--d-model", str(args.d_model), "--vocab", str(args.vocab), "--rows", str(args.rows),
-               "--seq-len", str(args.seq_len), "--steps", str(args.steps)]
+               "--seq-len", str(args.seq_len), "--steps", str(args.steps), "--backend", args.backend]
     if args.threads is not None:
         command += ["--threads", str(args.threads)]
     env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}
@@ -100,6 +100,10 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--backend", default="inductor", choices=("inductor", "aot_eager"),
+                        help="what compiles the graphs: inductor (what model.compile uses; the figures) or "
+                             "aot_eager (traces forward and backward and runs them eagerly: the graph counts in "
+                             "seconds, for a test of this script)")
     parser.add_argument("--worker", nargs=2, type=int, metavar=("LAYERS", "COMPILED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.threads is not None:
@@ -114,8 +118,8 @@ def main() -> None:
         print(json.dumps(compiled), flush=True)
         summary[n_layers] = {"compile_s": round(compiled["first_step_s"] - eager["first_step_s"], 1),
                              "compiled_over_eager": round(compiled["step_ms"] / eager["step_ms"], 3)}
-    print(json.dumps({"summary": summary, "d_model": args.d_model, "seq_len": args.seq_len, "rows": args.rows,
-                      "torch": torch.__version__}))
+    print(json.dumps({"summary": summary, "backend": args.backend, "d_model": args.d_model, "seq_len": args.seq_len,
+                      "rows": args.rows, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":
