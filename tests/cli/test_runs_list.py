@@ -145,3 +145,23 @@ def test_json_lines_for_scripts(trained_run, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["runs", "--json", str(tmp_path / "empty")]) == 0  # no runs: no lines
     assert capsys.readouterr().out == ""
+
+
+def test_the_settings_column_shows_paths_under_the_current_folder_relative_to_it(trained_run, tmp_path, monkeypatch,
+                                                                                 capsys):
+    runs, elsewhere = tmp_path / "runs", tmp_path.parent / "elsewhere"
+    given = {"a": [f"init_from={tmp_path}/runs/base", f"model_search_path=[{tmp_path}/families,{elsewhere}]",
+                   f"task.params.path={tmp_path}x/data.txt"],
+             "b": [f"init_from='{tmp_path}/runs/lr/optim.lr=0.1,seed=0'", "optim.lr=3e-4"]}
+    for name, overrides in given.items():
+        folder = _copy_with_log(trained_run, runs / name, ["xdllm train", "finished"])
+        (folder / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    monkeypatch.chdir(tmp_path)
+    assert main(["runs"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    settings = {line.split()[0]: re.split(r"\s{2,}", line.strip())[5] for line in rows}
+    assert settings == {
+        "runs/a": f"init_from=runs/base model_search_path=[families,{elsewhere}] task.params.path={tmp_path}x/data.txt",
+        "runs/b": "init_from='runs/lr/optim.lr=0.1,seed=0' optim.lr=3e-4"}
+    assert main(["runs", "--json"]) == 0  # what scripts read stays as the run stored it
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["given"][0] == f"init_from={tmp_path}/runs/base"

@@ -19,6 +19,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from xdllm.config.run_paths import is_path_key
 from xdllm.config.schema import override_key
 from xdllm.errors import XdllmError
 from xdllm.folder_names import RUN_CONFIG
@@ -167,12 +168,24 @@ def run_record(run: RunSummary) -> dict[str, Any]:
             "best_step": best_step, "given": None if run.given is None else list(run.given)}
 
 
+def _shown(override: str, relative_to: Path) -> str:
+    """``override`` as the settings column shows it: the paths a run stored absolute
+    (:mod:`xdllm.config.run_paths`) relative to ``relative_to`` where they are under it, as the
+    run folders are (``init_from=runs/a``, ``model_search_path=[families]``)."""
+    key, equals, _ = override.partition("=")
+    if not equals or not (is_path_key(key.lstrip("+")) or key.lstrip("+") == "model_search_path"):
+        return override
+    folder, separator = re.escape(str(relative_to).rstrip(os.sep)), re.escape(os.sep)
+    under = re.compile(rf"(?<=[=\[,'\"]){folder}({separator}[^\],'\"]*)?(?=[\],'\"]|$)")
+    return under.sub(lambda match: match[1][1:] if match[1] else ".", override)
+
+
 def run_table(runs: list[RunSummary], relative_to: Path) -> list[str]:
     """One aligned line per run: folder, family/task, step, best monitored value, state and, where
     some differ, the overrides that not all of the runs share."""
     kept = [set(run.given) for run in runs if run.given is not None]
     shared = set.intersection(*kept) if kept else set()
-    settings = [" ".join(text for text in run.given or () if text not in shared) for run in runs]
+    settings = [" ".join(_shown(text, relative_to) for text in run.given or () if text not in shared) for run in runs]
     rows = [("run", "family/task", "step", "best", "state", *(("settings",) if any(settings) else ()))]
     for run, differing in zip(runs, settings):
         try:
