@@ -26,6 +26,8 @@ from xdllm.model_family import ModelFamily
 
 ENTRY_POINT_GROUP = "xdllm.models"
 SEARCH_PATH_ENV = "XDLLM_MODEL_PATH"
+NEW_FAMILY_FOLDER = Path("families")
+"""Where ``xdllm models new`` writes a family's package unless told otherwise."""
 
 
 class ModelRegistryError(RuntimeError):
@@ -120,3 +122,14 @@ def discover_families(search_path: Iterable[str | Path] = ()) -> dict[str, Regis
                 f"and by {registered.source}")
         found[name] = registered
     return found
+
+
+def unfound_family_hint(name: str) -> str:
+    """What to say of a family ``name`` that was not found but whose package is in
+    :data:`NEW_FAMILY_FOLDER` (made by ``xdllm models new``, the folder not on the search path); else ''."""
+    package = NEW_FAMILY_FOLDER / name
+    if not (package / "__init__.py").is_file():
+        return ""
+    folder = NEW_FAMILY_FOLDER.resolve()
+    return (f"; {package} holds a family package, which xdllm finds once its folder is on the search path: "
+            f"export {SEARCH_PATH_ENV}={folder} (or model_search_path=[{folder}] on the command)")

@@ -160,3 +160,15 @@ def test_the_load_check_names_what_keeps_a_package_from_loading(tmp_path: Path):
     assert load_problem(tmp_path / broken_model, broken_model).startswith(
         f"{broken_model}.yaml: _target_ {broken_model}.model.ToyBagModel does not load: SyntaxError: ")
     assert "failed to import: no" in load_problem(tmp_path / broken_init, broken_init)
+
+
+def test_a_copy_not_yet_on_the_search_path_is_named_where_it_is(tmp_path: Path, monkeypatch, capsys):
+    name = unique("nf_unfound")
+    fork_family("mlm", name, tmp_path / "families")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", f"model={name}", "--cfg"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(
+        f"; families/{name} holds a family package, which xdllm finds once its folder is on the search path: "
+        f"export XDLLM_MODEL_PATH={tmp_path}/families (or model_search_path=[{tmp_path}/families] on the command)")
+    assert main(["train", "model=nf_none", "--cfg"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("available: arlm, bd3lm, dflash, hybrid, mdlm, mlm, udlm")

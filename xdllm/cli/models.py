@@ -8,13 +8,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xdllm.registry import SEARCH_PATH_ENV, discover_families
+from xdllm.registry import NEW_FAMILY_FOLDER, SEARCH_PATH_ENV, discover_families
 
 if TYPE_CHECKING:
     from xdllm.family_fork import ForkedFamily
 
 DEFAULT_SOURCE = "mlm"
-DEFAULT_FOLDER = Path("families")
 NEW_DESCRIPTION = (
     "Write FOLDER/NAME/, a model-family package that starts as a copy of another family (default mlm): its "
     "model, loss, collators, predictor, types and configs, renamed to NAME, ready to train and to pass the shared "
@@ -35,9 +34,9 @@ def add_models_parser(commands: argparse._SubParsersAction) -> None:
                                                    "package's import name (a lower-case Python identifier)")
     new.add_argument("--from", dest="source", default=DEFAULT_SOURCE, metavar="FAMILY",
                      help=f"the family to start from (default: {DEFAULT_SOURCE}; xdllm models lists them)")
-    new.add_argument("--dir", dest="folder", type=Path, default=DEFAULT_FOLDER, metavar="FOLDER",
-                     help=f"the folder to write the package NAME/ in, created if needed (default: {DEFAULT_FOLDER}); "
-                          "keep only family packages there: XDLLM_MODEL_PATH imports each one")
+    new.add_argument("--dir", dest="folder", type=Path, default=NEW_FAMILY_FOLDER, metavar="FOLDER",
+                     help="the folder to write the package NAME/ in, created if needed (default: "
+                          f"{NEW_FAMILY_FOLDER}); keep only family packages there: XDLLM_MODEL_PATH imports each one")
 
 
 def run_models_command(arguments: argparse.Namespace) -> int:

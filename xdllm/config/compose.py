@@ -25,7 +25,7 @@ from xdllm.config.schema import (
     unknown_key_message,
 )
 from xdllm.errors import XdllmError
-from xdllm.registry import RegisteredFamily, discover_families
+from xdllm.registry import RegisteredFamily, discover_families, unfound_family_hint
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 WHEEL_REPOSITORY_FILES = PACKAGE_DIR / "repository_files"
@@ -113,7 +113,8 @@ def check_group_choices(overrides: Sequence[str], options: dict[str, list[str]])
             removes = f"; ~{group} removes it" if group in optional else ""
             raise XdllmError(f"{group}=null: a config group takes one of its options, not null: {available}{removes}")
         if not override.startswith("~") and value not in options[group]:
-            raise XdllmError(f"unknown {group} '{value}'; available: {available}")
+            hint = unfound_family_hint(value) if group == "model" else ""
+            raise XdllmError(f"unknown {group} '{value}'; available: {available}{hint}")
 
 
 def _open_merged_overrides(overrides: Sequence[str]) -> list[str]:
