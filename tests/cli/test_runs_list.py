@@ -6,7 +6,9 @@ import json
 import re
 import shutil
 
+import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from xdllm.cli.main import main
 from xdllm.run.run_list import find_runs, summarize_run
@@ -165,3 +167,27 @@ def test_the_settings_column_shows_paths_under_the_current_folder_relative_to_it
         "runs/b": "init_from='runs/lr/optim.lr=0.1,seed=0' optim.lr=3e-4"}
     assert main(["runs", "--json"]) == 0  # what scripts read stays as the run stored it
     assert json.loads(capsys.readouterr().out.splitlines()[0])["given"][0] == f"init_from={tmp_path}/runs/base"
+
+
+def test_sort_best_lists_the_best_run_first_by_its_metric_and_mode(trained_run, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    validation = "validation at step {step} (0.1 s): val/exact_match={match} val/loss={loss}"
+    for name, (match, loss) in {"a": (0.25, 3.0), "b": (0.75, 3.5), "c": (0.5, 2.0), "d": (0.5, 1.0),
+                                "e": (0.1, 2.5)}.items():
+        _copy_with_log(trained_run, runs / name, ["xdllm train", validation.format(step=6, match=match, loss=loss),
+                                                  "finished"])
+    for name in ("d", "e"):  # these two pick best.ckpt by the lowest val/loss
+        config = OmegaConf.load(runs / name / "config.yaml")
+        config.checkpoint.monitor, config.checkpoint.mode = "val/loss", "min"
+        OmegaConf.save(config, runs / name / "config.yaml")
+    _copy_with_log(trained_run, runs / "f", ["xdllm train", "finished"])  # no validation logged
+    assert main(["runs", str(runs), "--sort", "best"]) == 0
+    order = [line.split()[0].rsplit("/", 1)[1] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert order == ["b", "c", "a", "d", "e", "f"]
+    assert main(["runs", str(runs)]) == 0  # by folder, as before
+    assert [line.split()[0].rsplit("/", 1)[1] for line in capsys.readouterr().out.splitlines()[1:]] == list("abcdef")
+    assert main(["runs", str(runs), "--sort", "best", "--json"]) == 0
+    assert [json.loads(line)["folder"][-1] for line in capsys.readouterr().out.splitlines()] == order
+    with pytest.raises(SystemExit) as refused:
+        main(["runs", "--sort", "worst"])
+    assert refused.value.code == 2 and "argument --sort: invalid choice: 'worst'" in capsys.readouterr().err

@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                     "the overrides that tell the runs apart.")
     runs.add_argument("folders", nargs="*", type=Path, default=[Path("runs")], metavar="FOLDER")
     runs.add_argument("--json", action="store_true", help="one JSON object per run (JSON Lines), for scripts")
+    runs.add_argument("--sort", choices=("folder", "best"), default="folder",
+                      help="the order: by folder (default), or best: by the best value of checkpoint.monitor, best "
+                           "first (runs of another metric in a group of their own, runs with none yet last)")
     add_history_parser(commands)
     add_data_parser(commands)
     add_tokenizer_parser(commands)
@@ -233,10 +236,12 @@ def _cmd_eval(overrides: Sequence[str], print_config: bool = False) -> int:
     return 0
 
 
-def _cmd_runs(folders: list[Path], as_json: bool) -> int:
-    from xdllm.run.run_list import find_runs, run_record, run_table, summarize_run
+def _cmd_runs(folders: list[Path], as_json: bool, order: str) -> int:
+    from xdllm.run.run_list import best_first, find_runs, run_record, run_table, summarize_run
 
     runs = [summarize_run(folder) for folder in find_runs(folders)]
+    if order == "best":
+        runs = best_first(runs)
     if as_json:  # no runs: no lines
         for run in runs:
             print(json.dumps(run_record(run)))
@@ -276,7 +281,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
 
         return run_models_command(arguments)
     if arguments.command == "runs":
-        return _cmd_runs(arguments.folders, arguments.json)
+        return _cmd_runs(arguments.folders, arguments.json, arguments.sort)
     if arguments.command == "data":
         from xdllm.cli.data import run_data_command
 

@@ -56,6 +56,8 @@ class RunSummary:
     """The best value of ``monitor`` its validations logged, and the step of it."""
     given: tuple[str, ...] | None = None
     """The overrides it was given, the last of each key, ``run_dir`` left out (None: it kept none)."""
+    mode: str = "max"
+    """``checkpoint.mode``: whether a higher ``monitor`` is better (max) or a lower one (min)."""
 
 
 def find_runs(folders: list[Path]) -> list[Path]:
@@ -140,7 +142,8 @@ def summarize_run(folder: Path) -> RunSummary:
     steps = [int(found[1]) for line in lines if (found := STEP_LINE.match(line))]
     step = stopped_at if stopped_at is not None else max_steps if state == "finished" else (
         steps[-1] if steps else None)
-    return RunSummary(folder, family, task, step, max_steps, state, monitor, _best(lines, monitor, mode), given)
+    return RunSummary(folder, family, task, step, max_steps, state, monitor, _best(lines, monitor, mode), given,
+                      mode)
 
 
 def _given(folder: Path) -> tuple[str, ...] | None:
@@ -157,6 +160,18 @@ def _unreadable(folder: Path, name: str, error: Exception) -> RunSummary:
     said = " ".join(str(error).split())
     what = said if isinstance(error, XdllmError) else f"{type(error).__name__}: {said}"  # an XdllmError says it all
     return RunSummary(folder, "?", "?", None, None, f"unreadable {name}: {what}", "", None)
+
+
+def best_first(runs: list[RunSummary]) -> list[RunSummary]:
+    """``runs`` by their best value of ``checkpoint.monitor``, best first (higher or lower by its
+    ``checkpoint.mode``); runs that monitor different metrics in groups, by the metric's name; runs
+    with no value yet last; a tie by folder."""
+    def key(run: RunSummary) -> tuple:
+        if run.best is None:
+            return (True, "", 0.0, run.folder)
+        return (False, run.monitor, -run.best[0] if run.mode == "max" else run.best[0], run.folder)
+
+    return sorted(runs, key=key)
 
 
 def run_record(run: RunSummary) -> dict[str, Any]:
