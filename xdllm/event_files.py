@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,3 +65,25 @@ def quiet_event_writer_threads() -> None:
     """Install :class:`QuietEventWriterThreads` over the current ``threading.excepthook`` (once)."""
     if not isinstance(threading.excepthook, QuietEventWriterThreads):
         threading.excepthook = QuietEventWriterThreads(threading.excepthook)
+
+
+EVENT_FILE_PREFIX = "events.out.tfevents."
+MOST_WAITED = 2.0
+"""Seconds :func:`after_the_event_files_in` waits at most."""
+
+
+def after_the_event_files_in(folder: str | os.PathLike) -> None:
+    """Wait, if need be, until a second later than the newest event file's in ``folder``.
+
+    TensorBoard reads a folder's event files in the order of their names, which start with the
+    second each was made (``events.out.tfevents.<seconds>.<host>.<pid>.<n>``) and go on with a
+    counter that is compared as text (``.10`` before ``.9``). A resumed run's file made in the
+    same second as the file before it (a short run resumed at once, from Python, say) could be read
+    first, and its purge of the steps the run redoes would then miss them: both attempts' values
+    shown. One made in a later second is read after. The wait is under a second, and only then
+    (a file stamped further ahead, from a clock set back since, is not waited for)."""
+    stamps = [int(stamp) for path in Path(folder).glob(f"{EVENT_FILE_PREFIX}*")
+              if (stamp := path.name[len(EVENT_FILE_PREFIX):].split(".")[0]).isdigit()]
+    wait = max(stamps, default=0) + 1 - time.time()
+    if 0 < wait <= MOST_WAITED:
+        time.sleep(wait)
