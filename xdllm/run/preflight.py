@@ -5,6 +5,12 @@ A collator of another family, named directly or written by a user, can make batc
 cannot read (``model=arlm`` with the MLM's collator: no ``loss_mask``; collator groups of another
 family fail earlier, on the knobs they interpolate). Without this check such a
 run writes its directory, then fails inside the first training step with a ``KeyError``.
+
+And a model that exposes ``final_hidden`` and ``lm_head_weight`` gives the logits its ``forward``
+gives: the losses and predictors project ``final_hidden`` themselves where a model has both (only
+the positions they read, :mod:`xdllm.losses.chunked`), so a change made to ``forward`` alone (a
+bias on the head, a temperature, another head), as a researcher editing a copied family makes
+it, would train and generate as if it were not there.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict
                         f"({type(collators[role]).__name__}), which makes {', '.join(sorted(batch))}: the model family "
                         f"is {family}; do the config groups chosen (collator=, model=) belong to it?") from error
                 check_loss_output(out, type(module.loss_fn).__name__)
+                if role == "val":
+                    check_forward_matches_projection(model, batch["input_ids"])
                 if role == "val" and scores_losses:
                     try:
                         module.evaluator.loss_metrics(model, batch, module.evaluation_loss)
@@ -51,6 +59,28 @@ def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict
                                          f"on the batches of collator.val: {error}") from error
     finally:
         model.train(was_training)
+
+
+def check_forward_matches_projection(model: torch.nn.Module, input_ids: torch.Tensor) -> None:
+    """For a model with ``final_hidden`` and ``lm_head_weight``: ``model(ids)`` must equal
+    ``final_hidden(ids)`` projected by ``lm_head_weight`` (float32 rounding aside), on ``input_ids``."""
+    if not (hasattr(model, "final_hidden") and hasattr(model, "lm_head_weight")):
+        return
+    name = type(model).__name__
+    logits = model(input_ids)
+    projected = torch.nn.functional.linear(model.final_hidden(input_ids), model.lm_head_weight)
+    if not isinstance(logits, torch.Tensor) or logits.shape != projected.shape:
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        difference = f"forward returns {got}, the projection {tuple(projected.shape)}"
+    elif torch.allclose(logits.float(), projected.float(), rtol=1e-3, atol=1e-3):
+        return
+    else:
+        difference = f"they differ by up to {(logits.float() - projected.float()).abs().max().item():.4g}"
+    raise XdllmError(
+        f"{name}.forward does not give the logits of {name}.final_hidden projected by {name}.lm_head_weight "
+        f"({difference}): xdllm's losses, predictors and evaluators project final_hidden themselves where a model "
+        "has both, so what forward does beyond that would be ignored. Make the change in final_hidden or "
+        "lm_head_weight (docs/model_families.md, 'The package')")
 
 
 def _scalar(value: Any) -> bool:
