@@ -71,3 +71,21 @@ def test_an_installed_wheel_trains_a_shipped_experiment_from_its_own_files(wheel
                                       / "stories_tokenizer.json")
     assert config["task"]["params"]["path"].startswith(str(site))
     assert (tmp_path / "runs" / "text" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_an_installed_wheel_copies_a_family_from_its_own_files(wheel: Path, tmp_path: Path):
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    environment = {**os.environ, "PYTHONPATH": str(site)}
+    environment.pop("XDLLM_MODEL_PATH", None)
+    run = [sys.executable, "-c", "import sys; from xdllm.cli.main import main; sys.exit(main(sys.argv[1:]))"]
+    made = subprocess.run([*run, "models", "new", "wheel_mdlm", "--from", "mdlm"], cwd=tmp_path, env=environment,
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr[-3000:]
+    copy = tmp_path / "families" / "wheel_mdlm"
+    assert (copy / "configs" / "model" / "wheel_mdlm.yaml").is_file()
+    assert (copy / "configs" / "experiment" / "sort_wheel_mdlm.yaml").is_file()
+    assert "from wheel_mdlm.types import" in (copy / "loss.py").read_text()
+    listed = subprocess.run([*run, "models"], cwd=tmp_path, env={**environment, "XDLLM_MODEL_PATH": str(copy.parent)},
+                            capture_output=True, text=True)
+    assert f"source: package {copy}" in listed.stdout, listed.stderr[-3000:]
