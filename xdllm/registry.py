@@ -38,10 +38,10 @@ class ModelRegistryError(RuntimeError):
 class RegisteredFamily:
     family: ModelFamily
     source: str
+    module: str
+    """The import name of the module that defines ``FAMILY`` (``xdllm_models.mlm``)."""
     folder: Path | None = None
     """The search-path folder the package was found in (None: an entry point)."""
-    module: str = ""
-    """The import name of the module that defines ``FAMILY`` (``xdllm_models.mlm``)."""
 
 
 def search_path_from_env() -> list[Path]:
@@ -71,7 +71,7 @@ def _from_entry_points() -> Iterable[RegisteredFamily]:
             loaded = entry_point.load()
         except Exception as error:  # re-raised with the entry point named
             raise ModelRegistryError(f"{source} failed to load: {error}") from error
-        yield RegisteredFamily(_check_family(loaded, source), source, module=entry_point.module)
+        yield RegisteredFamily(_check_family(loaded, source), source, entry_point.module)
 
 
 def _check_search_path(search_path: Iterable[str | Path]) -> None:
@@ -104,7 +104,7 @@ def _from_search_path(folders: Iterable[Path]) -> Iterable[RegisteredFamily]:
                     "another module of that name shadows it")
             if not hasattr(module, "FAMILY"):
                 raise ModelRegistryError(f"{source} defines no FAMILY (xdllm.interfaces.ModelFamily)")
-            yield RegisteredFamily(_check_family(module.FAMILY, source), source, folder, package_dir.name)
+            yield RegisteredFamily(_check_family(module.FAMILY, source), source, package_dir.name, folder)
 
 
 def discover_families(search_path: Iterable[str | Path] = ()) -> dict[str, RegisteredFamily]:

@@ -5,13 +5,14 @@ that tell the runs apart."""
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
 from omegaconf import OmegaConf
 
 from xdllm.cli.main import main
-from xdllm.run.run_list import find_runs, summarize_run
+from xdllm.run.run_list import find_runs, setting_as_shown, summarize_run
 from xdllm.run.run_lock import RunDirLock
 
 STAMP = "2026-11-29 05:00:00"
@@ -139,8 +140,8 @@ def test_json_lines_for_scripts(trained_run, tmp_path, capsys):
     assert main(["runs", "--json", str(runs)]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line) == {"folder": str(folder), "family": "mlm", "task": "sort", "step": 6, "max_steps": 6,
-                                "state": "finished", "monitor": "val/exact_match", "best": 0.25, "best_step": 6,
-                                "given": ["experiment=sort_mlm", "seed=3"]}
+                                "state": "finished", "monitor": "val/exact_match", "mode": "max", "best": 0.25,
+                                "best_step": 6, "given": ["experiment=sort_mlm", "seed=3"]}
     _copy_with_log(trained_run, runs / "b", ["xdllm train", "error: RuntimeError: " + "x" * 200])
     assert main(["runs", "--json", str(runs / "b")]) == 0
     assert json.loads(capsys.readouterr().out)["state"] == "failed: RuntimeError: " + "x" * 200  # whole, not cut
@@ -165,6 +166,8 @@ def test_the_settings_column_shows_paths_under_the_current_folder_relative_to_it
     assert settings == {
         "runs/a": f"init_from=runs/base model_search_path=[families,{elsewhere}] task.params.path={tmp_path}x/data.txt",
         "runs/b": "init_from='runs/lr/optim.lr=0.1,seed=0' optim.lr=3e-4"}
+    from_root = "model_search_path=[/a/b,/c]"
+    assert setting_as_shown(from_root, Path("/")) == from_root  # from /, as stored
     assert main(["runs", "--json"]) == 0  # what scripts read stays as the run stored it
     assert json.loads(capsys.readouterr().out.splitlines()[0])["given"][0] == f"init_from={tmp_path}/runs/base"
 

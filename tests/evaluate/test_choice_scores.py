@@ -252,7 +252,7 @@ def test_a_task_scored_evaluator_scores_choices_with_its_family_evaluator():
 def text_arlm_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("text_arlm") / "run"
     assert main(["train", "experiment=text_arlm", *TINY_TEXT, "task.params.max_tokens=40", "arlm.target_length=48",
-                 "model.max_positions=64", f"run_dir={run_dir}"]) == 0
+                 "model.max_positions=64", "generate_after_train=false", f"run_dir={run_dir}"]) == 0
     return run_dir
 
 

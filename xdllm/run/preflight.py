@@ -63,7 +63,7 @@ def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict
 
 def check_forward_matches_projection(model: torch.nn.Module, input_ids: torch.Tensor) -> None:
     """For a model with ``final_hidden`` and ``lm_head_weight``: ``model(ids)`` must equal
-    ``final_hidden(ids)`` projected by ``lm_head_weight`` (float32 rounding aside), on ``input_ids``."""
+    ``final_hidden(ids)`` projected by ``lm_head_weight`` (rounding aside), on ``input_ids``."""
     if not (hasattr(model, "final_hidden") and hasattr(model, "lm_head_weight")):
         return
     name = type(model).__name__
@@ -72,7 +72,7 @@ def check_forward_matches_projection(model: torch.nn.Module, input_ids: torch.Te
     if not isinstance(logits, torch.Tensor) or logits.shape != projected.shape:
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         difference = f"forward returns {got}, the projection {tuple(projected.shape)}"
-    elif torch.allclose(logits.float(), projected.float(), rtol=1e-3, atol=1e-3):
+    elif torch.allclose(logits.float(), projected.float(), rtol=(tolerance := _rounding(logits.dtype)), atol=tolerance):
         return
     else:
         difference = f"they differ by up to {(logits.float() - projected.float()).abs().max().item():.4g}"
@@ -81,6 +81,12 @@ def check_forward_matches_projection(model: torch.nn.Module, input_ids: torch.Te
         f"({difference}): xdllm's losses, predictors and evaluators project final_hidden themselves where a model "
         "has both, so what forward does beyond that would be ignored. Make the change in final_hidden or "
         "lm_head_weight (docs/model_families.md, 'The package')")
+
+
+def _rounding(dtype: torch.dtype) -> float:
+    """How far two computations of the same logits may differ in ``dtype`` (a compiled network's
+    kernels round otherwise than the eager ones)."""
+    return 1e-3 if dtype in (torch.float32, torch.float64) else 5e-2
 
 
 def _scalar(value: Any) -> bool:

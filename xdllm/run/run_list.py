@@ -179,16 +179,17 @@ def run_record(run: RunSummary) -> dict[str, Any]:
     step apart, the folder absolute, ``given`` as a list (null: the run kept none)."""
     best, best_step = run.best if run.best is not None else (None, None)
     return {"folder": str(run.folder.resolve()), "family": run.family, "task": run.task, "step": run.step,
-            "max_steps": run.max_steps, "state": run.state, "monitor": run.monitor, "best": best,
+            "max_steps": run.max_steps, "state": run.state, "monitor": run.monitor, "mode": run.mode, "best": best,
             "best_step": best_step, "given": None if run.given is None else list(run.given)}
 
 
-def _shown(override: str, relative_to: Path) -> str:
+def setting_as_shown(override: str, relative_to: Path) -> str:
     """``override`` as the settings column shows it: the paths a run stored absolute
     (:mod:`xdllm.config.run_paths`) relative to ``relative_to`` where they are under it, as the
     run folders are (``init_from=runs/a``, ``model_search_path=[families]``)."""
     key, equals, _ = override.partition("=")
-    if not equals or not (is_path_key(key.lstrip("+")) or key.lstrip("+") == "model_search_path"):
+    path_key = is_path_key(key.lstrip("+")) or key.lstrip("+") == "model_search_path"
+    if not equals or not path_key or relative_to == Path(relative_to.anchor):  # from /: absolute is as short
         return override
     folder, separator = re.escape(str(relative_to).rstrip(os.sep)), re.escape(os.sep)
     under = re.compile(rf"(?<=[=\[,'\"]){folder}({separator}[^\],'\"]*)?(?=[\],'\"]|$)")
@@ -200,7 +201,8 @@ def run_table(runs: list[RunSummary], relative_to: Path) -> list[str]:
     some differ, the overrides that not all of the runs share."""
     kept = [set(run.given) for run in runs if run.given is not None]
     shared = set.intersection(*kept) if kept else set()
-    settings = [" ".join(_shown(text, relative_to) for text in run.given or () if text not in shared) for run in runs]
+    settings = [" ".join(setting_as_shown(text, relative_to) for text in run.given or () if text not in shared)
+                for run in runs]
     rows = [("run", "family/task", "step", "best", "state", *(("settings",) if any(settings) else ()))]
     for run, differing in zip(runs, settings):
         try:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from xdllm.event_checksums import use_fast_event_checksums
 from xdllm.event_files import after_the_event_files_in
@@ -31,7 +32,7 @@ class OptimizerStepLogger(TensorBoardLogger):
 
     @property
     def experiment(self) -> Any:
-        if self._experiment is None:
+        if self._experiment is None and rank_zero_only.rank == 0:  # the process that makes the file
             after_the_event_files_in(self.log_dir)
         return super().experiment
 
