@@ -10,7 +10,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.tensorboard import SummaryWriter
 
-from xdllm.history.image_summaries import ImageSummaryQueue
+from xdllm.history.image_summaries import ImageSummaryQueue, encode_png
 
 
 def _pictures(count: int) -> list[Image.Image]:
@@ -57,3 +57,22 @@ def test_at_most_two_pictures_per_worker_wait(tmp_path):
             writer.flush()
             assert len(_images(tmp_path, "views/denoising")) >= i + 1 - 2  # the older ones written
     assert len(_images(tmp_path, "views/denoising")) == 6
+
+
+@pytest.mark.parametrize("mode, shape", [("RGB", (37, 23, 3)), ("RGBA", (5, 64, 4)), ("L", (19, 7)),
+                                         ("RGB", (1, 9, 3))])
+def test_encode_png_writes_a_png_that_decodes_to_the_same_pixels(mode, shape):
+    generator = np.random.default_rng(1)
+    pixels = generator.integers(0, 256, shape, dtype=np.uint8)
+    pixels[len(pixels) // 2:] = pixels[0]  # repeated rows, as a picture of cells has: the "Up" filter's zeros
+    picture = Image.fromarray(pixels, mode)
+    png = encode_png(picture)
+    decoded = Image.open(io.BytesIO(png))
+    decoded.load()  # reads every chunk: a wrong CRC or length fails here
+    assert decoded.mode == mode and decoded.size == picture.size
+    assert np.array_equal(np.asarray(decoded), pixels)
+
+
+def test_encode_png_refuses_a_mode_it_does_not_write():
+    with pytest.raises(ValueError, match="encode_png takes pictures of mode L, RGB, RGBA, not P"):
+        encode_png(Image.new("P", (4, 4)))
