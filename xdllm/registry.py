@@ -131,5 +131,6 @@ def unfound_family_hint(name: str) -> str:
     if not (package / "__init__.py").is_file():
         return ""
     folder = NEW_FAMILY_FOLDER.resolve()
+    value = os.pathsep.join([str(folder), *map(str, search_path_from_env())])  # the folders given stay
     return (f"; {package} holds a family package, which xdllm finds once its folder is on the search path: "
-            f"export {SEARCH_PATH_ENV}={folder} (or model_search_path=[{folder}] on the command)")
+            f"export {SEARCH_PATH_ENV}={value} (or model_search_path=[{folder}] on the command)")

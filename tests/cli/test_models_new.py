@@ -170,5 +170,9 @@ def test_a_copy_not_yet_on_the_search_path_is_named_where_it_is(tmp_path: Path, 
     assert capsys.readouterr().err.rstrip().endswith(
         f"; families/{name} holds a family package, which xdllm finds once its folder is on the search path: "
         f"export XDLLM_MODEL_PATH={tmp_path}/families (or model_search_path=[{tmp_path}/families] on the command)")
+    monkeypatch.setenv("XDLLM_MODEL_PATH", str(tmp_path / "other"))
+    (tmp_path / "other").mkdir()
+    assert main(["train", f"model={name}", "--cfg"]) == 2  # the export keeps the folders the variable names
+    assert f"export XDLLM_MODEL_PATH={tmp_path}/families:{tmp_path}/other (or" in capsys.readouterr().err
     assert main(["train", "model=nf_none", "--cfg"]) == 2
     assert capsys.readouterr().err.rstrip().endswith("available: arlm, bd3lm, dflash, hybrid, mdlm, mlm, udlm")
