@@ -50,3 +50,15 @@ def test_package_that_fails_to_import_names_itself(tmp_path: Path):
 def test_missing_search_path_folder_is_an_error(tmp_path: Path):
     with pytest.raises(ModelRegistryError, match="not a directory"):
         discover_families([tmp_path / "does-not-exist"])
+
+
+def test_the_search_path_export_keeps_the_folders_the_variable_names(tmp_path: Path, monkeypatch):
+    from xdllm.registry import on_search_path, search_path_export
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.setenv(SEARCH_PATH_ENV, str(tmp_path / "a"))
+    assert on_search_path(tmp_path / "a") and not on_search_path(tmp_path / "b")
+    assert search_path_export(tmp_path / "b") == f"export {SEARCH_PATH_ENV}={tmp_path / 'b'}:{tmp_path / 'a'}"
+    monkeypatch.delenv(SEARCH_PATH_ENV)
+    assert search_path_export(tmp_path / "b") == f"export {SEARCH_PATH_ENV}={tmp_path / 'b'}"

@@ -96,10 +96,15 @@ def _renamer(module: str, source: str, name: str) -> tuple[Callable[[str], str],
         return dotted
 
     in_code = re.compile(rf"(?<![\w.]){re.escape(module)}(?:\.\w+)*(?!\w)")
-    in_configs = re.compile(rf"(?<![\w.])(?P<dotted>[A-Za-z_]\w*(?:\.\w+)+)|(?<![A-Za-z0-9]){re.escape(source)}"
-                            r"(?![A-Za-z0-9])")
+    in_configs = re.compile(rf"(?<![\w.])(?P<dotted>[A-Za-z_]\w*(?:\.\w+)+)|{_as_a_word(source)}")
     return ((lambda text: in_code.sub(lambda match: in_dotted(match[0]), text)),
             (lambda text: in_configs.sub(lambda match: in_dotted(match[0]) if match["dotted"] else name, text)))
+
+
+def _as_a_word(name: str) -> str:
+    """A pattern of ``name`` between characters that are not letters or digits (``packed_mlm``'s
+    ``mlm``, not ``mdlm``'s)."""
+    return rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])"
 
 
 def _rename_family(init_text: str, source: str, name: str, where: Path) -> str:
@@ -116,7 +121,7 @@ def _copy_package(package: Path, copy: Path, registered: RegisteredFamily, name:
     """Write the renamed copy of ``package`` into ``copy``; returns the files written, relative."""
     source = registered.family.name
     code_text, config_text = _renamer(registered.module, source, name)
-    config_word = re.compile(rf"(?<![A-Za-z0-9]){re.escape(source)}(?![A-Za-z0-9])")
+    config_word = re.compile(_as_a_word(source))
     written = []
     for path in sorted(package.rglob("*")):
         relative = path.relative_to(package)

@@ -131,6 +131,15 @@ def unfound_family_hint(name: str) -> str:
     if not (package / "__init__.py").is_file():
         return ""
     folder = NEW_FAMILY_FOLDER.resolve()
-    value = os.pathsep.join([str(folder), *map(str, search_path_from_env())])  # the folders given stay
     return (f"; {package} holds a family package, which xdllm finds once its folder is on the search path: "
-            f"export {SEARCH_PATH_ENV}={value} (or model_search_path=[{folder}] on the command)")
+            f"{search_path_export(folder)} (or model_search_path=[{folder}] on the command)")
+
+
+def on_search_path(folder: Path) -> bool:
+    """Whether ``$XDLLM_MODEL_PATH`` names ``folder``."""
+    return folder.resolve() in [path.expanduser().resolve() for path in search_path_from_env()]
+
+
+def search_path_export(folder: Path) -> str:
+    """The shell line that puts ``folder`` on ``$XDLLM_MODEL_PATH``, first, keeping the folders it names."""
+    return f"export {SEARCH_PATH_ENV}={os.pathsep.join([str(folder.resolve()), *map(str, search_path_from_env())])}"

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xdllm.registry import NEW_FAMILY_FOLDER, SEARCH_PATH_ENV, discover_families
+from xdllm.registry import NEW_FAMILY_FOLDER, discover_families, on_search_path, search_path_export
 
 if TYPE_CHECKING:
     from xdllm.family_fork import ForkedFamily
@@ -80,13 +80,10 @@ def _next_commands(fork: ForkedFamily) -> list[tuple[str, str]]:
     from xdllm.config.compose import ROOT_CONFIG_DIR
 
     folder = fork.package_dir.parent.resolve()
-    current = [Path(part).expanduser().resolve() for part in os.environ.get(SEARCH_PATH_ENV, "").split(os.pathsep)
-               if part]
     commands = []
-    if folder not in current:
-        value = os.pathsep.join([str(folder), *map(str, current)])
-        commands.append((f"export {SEARCH_PATH_ENV}={value}",
-                         f"how xdllm finds it (or model_search_path=[{folder}] on each command)"))
+    if not on_search_path(folder):
+        commands.append((search_path_export(folder), f"how xdllm finds it (or model_search_path=[{folder}] on each "
+                                                     "command)"))
     if f"sort_{fork.name}" in fork.experiments:
         choice = f"experiment=sort_{fork.name}"
     elif (ROOT_CONFIG_DIR / "experiment" / f"sort_{fork.source}.yaml").is_file():

@@ -47,7 +47,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from xdllm.counted import counted
 from xdllm.data.tokenizer import token_display
-from xdllm.event_files import event_writer
+from xdllm.event_files import EVENT_FILE_PREFIX, event_writer
 from xdllm.history.format import HistoryError
 from xdllm.history.image_summaries import ImageSummaryQueue
 from xdllm.history.reader import SampleHistory, load_history
@@ -116,7 +116,7 @@ def remove_event_files(logdir: Path) -> int:
     second copy that TensorBoard would merge with the first; returns how many were deleted."""
     if not logdir.is_dir():
         return 0
-    files = [path for path in logdir.glob(f"events.out.tfevents.*{EVENT_FILE_SUFFIX}") if path.is_file()]
+    files = [path for path in logdir.glob(f"{EVENT_FILE_PREFIX}*{EVENT_FILE_SUFFIX}") if path.is_file()]
     for path in files:
         path.unlink()
     return len(files)

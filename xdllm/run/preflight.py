@@ -51,12 +51,12 @@ def check_loss_reads_collated_batches(module: DiffusionLMModule, collators: dict
                 check_loss_output(out, type(module.loss_fn).__name__)
                 if role == "val":
                     check_forward_matches_projection(model, batch["input_ids"])
-                if role == "val" and scores_losses:
-                    try:
-                        module.evaluator.loss_metrics(model, batch, module.evaluation_loss)
-                    except (KeyError, ValueError) as error:
-                        raise XdllmError(f"the evaluator {type(module.evaluator).__name__} cannot score the loss "
-                                         f"on the batches of collator.val: {error}") from error
+                    if scores_losses:
+                        try:
+                            module.evaluator.loss_metrics(model, batch, module.evaluation_loss)
+                        except (KeyError, ValueError) as error:
+                            raise XdllmError(f"the evaluator {type(module.evaluator).__name__} cannot score the "
+                                             f"loss on the batches of collator.val: {error}") from error
     finally:
         model.train(was_training)
 

@@ -17,7 +17,6 @@ from xdllm.train.weight_average import CHECKPOINT_KEY as AVERAGE_KEY
 from xdllm.train.weight_average import averaged_state_dict
 
 CHECKPOINT_DIR = "checkpoints"
-"""The resolved config a run writes in its directory (the checkpoints carry it too)."""
 CONFIG_KEY = "xdllm_config"
 MODEL_PREFIX = "model."
 
