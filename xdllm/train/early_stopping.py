@@ -32,7 +32,6 @@ from xdllm.log_marks import EARLY_STOP_LINE
 log = logging.getLogger(__name__)
 
 
-
 class EarlyStopping(L.Callback):
     """Sets ``trainer.should_stop`` after the validation that meets the stopping condition; its
     sentence in :attr:`reason` (empty: it did not stop the run)."""
